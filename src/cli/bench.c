@@ -1,0 +1,8 @@
+#include "cli/cli.h"
+
+/* Placeholder until the owning issue lands: fails loudly, never pretends. */
+int di_cmd_bench(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  return di_cli_fail("bench", "not implemented yet");
+}
