@@ -24,6 +24,108 @@ typedef enum di_code {
 
 #define DI_VERSION "0.1.0"
 
+/* ------------------------------------------------------------------------
+ * Engine: one loaded model serving many requests with continuous batching.
+ * Thread model: di_engine_submit / di_engine_cancel / di_engine_stats are
+ * safe from any thread. Steps run either on the caller's thread
+ * (di_engine_step) or on a background thread (di_engine_start). Event
+ * callbacks are invoked on the thread that runs the step and must not block.
+ * (DRAFT: owned by the serving-engine issue; see docs/API.md when it lands.)
+ * ---------------------------------------------------------------------- */
+
+typedef struct di_engine di_engine;
+
+typedef enum di_kv_dtype { DI_KV_DTYPE_F16 = 0, DI_KV_DTYPE_F32 = 1, DI_KV_DTYPE_BF16 = 2 } di_kv_dtype;
+
+typedef struct di_engine_opts {
+  const char *model_path;   /* GGUF file or Hugging Face directory */
+  int threads;              /* 0 = number of cores */
+  int ctx;                  /* max positions per sequence; 0 = model's training context */
+  di_kv_dtype kv_type;      /* default F16 */
+  size_t kv_mem;            /* bytes for the KV block pool; 0 = enough for max_seqs full contexts, capped */
+  int max_seqs;             /* running sequences at once; 0 = 16 */
+  int max_batch_tokens;     /* tokens per step; 0 = 512 */
+  int block_size;           /* KV block size in tokens; 0 = 16 */
+  int prefix_cache;         /* 1 = on (default), 0 = off */
+  int allow_special_in_content; /* trusted callers only */
+} di_engine_opts;
+
+void di_engine_opts_default(di_engine_opts *o);
+/* On failure returns the code and writes a one-line message into err. */
+di_code di_engine_create(const di_engine_opts *o, di_engine **out, char *err, size_t errlen);
+void di_engine_destroy(di_engine *e);
+
+typedef enum di_finish {
+  DI_FINISH_NONE = 0, DI_FINISH_STOP, DI_FINISH_LENGTH, DI_FINISH_CANCELLED, DI_FINISH_ERROR
+} di_finish;
+
+typedef struct di_sampling {
+  float temperature;        /* 0 = greedy */
+  int top_k;                /* 0 = off */
+  float top_p;              /* 1 = off; must be in (0, 1] */
+  float min_p;              /* 0 = off */
+  float repetition_penalty; /* 1 = off */
+  float frequency_penalty, presence_penalty;
+  uint64_t seed;            /* per-request RNG */
+  int n_logit_bias;
+  const int32_t *logit_bias_ids;
+  const float *logit_bias_values;
+} di_sampling;
+
+typedef struct di_event {
+  uint64_t request_id;
+  int index;                /* completion index when n > 1 */
+  int32_t token;            /* -1 on a final event that carries no token */
+  const char *text;         /* newly complete UTF-8 text (may be empty), stop strings removed */
+  size_t text_len;
+  float logprob;
+  int n_top;                /* top alternatives when logprobs were asked for */
+  const int32_t *top_ids;
+  const float *top_logprobs;
+  di_finish finish;         /* != NONE on the last event of this completion */
+  const char *error;        /* message when finish == DI_FINISH_ERROR */
+  int prompt_tokens, cached_tokens, completion_tokens;
+} di_event;
+
+typedef void (*di_event_cb)(const di_event *ev, void *user);
+
+typedef struct di_request_params {
+  const int32_t *prompt_ids; /* either ids ... */
+  size_t n_prompt;
+  const char *prompt_text;   /* ... or text, tokenized with the model's tokenizer */
+  size_t prompt_text_len;
+  di_sampling sampling;
+  int max_tokens;            /* 0 = until the context is full */
+  int ignore_eos;
+  const char *const *stop;   /* stop strings */
+  int n_stop;
+  const int32_t *stop_ids;
+  int n_stop_ids;
+  int logprobs;              /* 1 = report logprob of each sampled token */
+  int top_logprobs;          /* 0..20 */
+  int n;                     /* completions sharing the prompt; 0 or 1 = one */
+  int priority;              /* larger runs first; ties FCFS */
+  di_event_cb cb;
+  void *user;
+} di_request_params;
+
+void di_request_params_default(di_request_params *p);
+di_code di_engine_submit(di_engine *e, const di_request_params *p, uint64_t *id, char *err, size_t errlen);
+di_code di_engine_cancel(di_engine *e, uint64_t id);
+/* Runs one scheduler step; returns the number of unfinished requests. */
+int di_engine_step(di_engine *e);
+di_code di_engine_start(di_engine *e); /* background stepping thread */
+void di_engine_stop(di_engine *e);
+
+typedef struct di_engine_stats {
+  int running, waiting;
+  uint64_t finished, preemptions;
+  uint64_t prompt_tokens, generated_tokens;
+  uint64_t prefix_queries, prefix_hit_tokens;
+  int kv_blocks_total, kv_blocks_used, kv_blocks_high_water;
+} di_engine_stats;
+void di_engine_stats_get(di_engine *e, di_engine_stats *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,28 @@
+/* One forward step's input: tokens of several sequences, each with its
+ * absolute position and the block table through which its KV is addressed.
+ * The engine builds it; graph/ runs it. A token attends to positions
+ * [0, pos] of its own sequence (or the sliding window of them); its own K/V is
+ * written to block table[pos / block_size], slot pos % block_size, before
+ * attention, so tokens of one sequence in one batch see each other causally. */
+#ifndef DI_GRAPH_BATCH_H
+#define DI_GRAPH_BATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct di_batch_seq {
+  const int32_t *blocks; /* block table: blocks[i] holds positions [i*bs, (i+1)*bs) */
+  int n_blocks;
+} di_batch_seq;
+
+typedef struct di_batch {
+  int n_tokens;
+  const int32_t *tokens;      /* [n_tokens] token ids */
+  const int32_t *pos;         /* [n_tokens] absolute positions */
+  const int32_t *seq;         /* [n_tokens] index into seqs */
+  const bool *want_logits;    /* [n_tokens]; NULL = only the last token */
+  int n_seqs;
+  const di_batch_seq *seqs;   /* [n_seqs] */
+} di_batch;
+
+#endif

@@ -1,0 +1,72 @@
+#include "kv/pool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/mem.h"
+
+size_t di_kv_block_bytes(int block_size, int n_layers, int kv_dim, di_kv_type type) {
+  size_t elt = type == DI_KV_F32 ? 4 : 2;
+  return (size_t)n_layers * 2 * (size_t)block_size * (size_t)kv_dim * elt;
+}
+
+di_code di_kv_pool_create(di_kv_pool **out, size_t mem_bytes, int block_size, int n_layers, int kv_dim,
+                          di_kv_type type, di_status *st) {
+  *out = NULL;
+  if (block_size <= 0 || n_layers <= 0 || kv_dim <= 0)
+    return di_errorf(st, DI_ERR_INVALID, "kv pool: bad geometry (block %d, layers %d, kv_dim %d)", block_size,
+                     n_layers, kv_dim);
+  size_t bb = di_kv_block_bytes(block_size, n_layers, kv_dim, type);
+  size_t n = mem_bytes / bb;
+  if (n < 1)
+    return di_errorf(st, DI_ERR_INVALID, "kv pool: --kv-mem %zu bytes is less than one block (%zu bytes)",
+                     mem_bytes, bb);
+  if (n > INT32_MAX / 2) n = INT32_MAX / 2;
+  di_kv_pool *p = calloc(1, sizeof *p);
+  if (!p) return di_errorf(st, DI_ERR_NOMEM, "kv pool: out of memory");
+  p->block_size = block_size;
+  p->n_blocks = (int)n;
+  p->n_layers = n_layers;
+  p->kv_dim = kv_dim;
+  p->type = type;
+  p->elt_bytes = type == DI_KV_F32 ? 4 : 2;
+  p->block_bytes = bb;
+  p->layer_bytes = bb / (size_t)n_layers;
+  p->base = di_alloc_aligned(bb * n, true);
+  p->refcount = calloc(n, sizeof *p->refcount);
+  p->free_list = malloc(n * sizeof *p->free_list);
+  if (!p->base || !p->refcount || !p->free_list) {
+    di_kv_pool_destroy(p);
+    return di_errorf(st, DI_ERR_NOMEM, "kv pool: cannot allocate %zu bytes for %zu blocks", bb * n, n);
+  }
+  /* Stack order: block 0 is handed out first. */
+  for (size_t i = 0; i < n; i++) p->free_list[i] = (int32_t)(n - 1 - i);
+  p->n_free = (int)n;
+  *out = p;
+  return DI_OK;
+}
+
+void di_kv_pool_destroy(di_kv_pool *p) {
+  if (!p) return;
+  di_free_aligned(p->base, p->block_bytes * (size_t)p->n_blocks);
+  free(p->refcount);
+  free(p->free_list);
+  free(p);
+}
+
+int32_t di_kv_alloc(di_kv_pool *p) {
+  if (p->n_free == 0) return -1;
+  int32_t b = p->free_list[--p->n_free];
+  p->refcount[b] = 1;
+  int used = p->n_blocks - p->n_free;
+  if (used > p->high_water) p->high_water = used;
+  return b;
+}
+
+void di_kv_ref(di_kv_pool *p, int32_t block) { p->refcount[block]++; }
+
+void di_kv_unref(di_kv_pool *p, int32_t block) {
+  if (--p->refcount[block] == 0) p->free_list[p->n_free++] = block;
+}
+
+int di_kv_n_free(const di_kv_pool *p) { return p->n_free; }

@@ -1,0 +1,60 @@
+/* The KV block pool: one allocation made at start-up from --kv-mem, cut into
+ * fixed-size blocks of `block_size` token positions. A block holds K and V of
+ * every layer for those positions:
+ *
+ *   block b, layer l:  K at  base + b*block_bytes + l*layer_bytes             [block_size][kv_dim]
+ *                      V at  base + b*block_bytes + l*layer_bytes + half      [block_size][kv_dim]
+ *
+ * (kv_dim = n_kv_heads * head_dim; element type = kv_type). Blocks are
+ * reference-counted so prefix-cache hits and n>1 completions share them.
+ * Allocation bookkeeping (free list, refcounts, prefix hashes) is owned by the
+ * engine layer (kv/*.c); the forward pass only uses the address helpers. */
+#ifndef DI_KV_POOL_H
+#define DI_KV_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/status.h"
+
+typedef enum di_kv_type { DI_KV_F16 = 0, DI_KV_F32 = 1, DI_KV_BF16 = 2 } di_kv_type;
+
+typedef struct di_kv_pool {
+  int block_size;     /* token positions per block */
+  int n_blocks;
+  int n_layers;
+  int kv_dim;         /* n_kv_heads * head_dim */
+  di_kv_type type;
+  size_t elt_bytes;   /* 2 or 4 */
+  size_t layer_bytes; /* K + V of one layer in one block */
+  size_t block_bytes;
+  uint8_t *base;
+  /* bookkeeping */
+  int32_t *refcount;  /* [n_blocks] */
+  int32_t *free_list; /* stack of free block ids */
+  int n_free;
+  int high_water;     /* most blocks ever in use */
+  void *prefix;       /* prefix-cache index, owned by kv/prefix.c (NULL = disabled) */
+} di_kv_pool;
+
+/* Creates a pool of as many blocks as fit in mem_bytes. */
+di_code di_kv_pool_create(di_kv_pool **out, size_t mem_bytes, int block_size, int n_layers, int kv_dim,
+                          di_kv_type type, di_status *st);
+void di_kv_pool_destroy(di_kv_pool *p);
+size_t di_kv_block_bytes(int block_size, int n_layers, int kv_dim, di_kv_type type);
+
+/* Takes a free block (refcount 1); returns -1 when none is free. */
+int32_t di_kv_alloc(di_kv_pool *p);
+void di_kv_ref(di_kv_pool *p, int32_t block);
+/* Drops one reference; the block returns to the free list at zero. */
+void di_kv_unref(di_kv_pool *p, int32_t block);
+int di_kv_n_free(const di_kv_pool *p);
+
+static inline void *di_kv_k(const di_kv_pool *p, int32_t block, int layer) {
+  return p->base + (size_t)block * p->block_bytes + (size_t)layer * p->layer_bytes;
+}
+static inline void *di_kv_v(const di_kv_pool *p, int32_t block, int layer) {
+  return p->base + (size_t)block * p->block_bytes + (size_t)layer * p->layer_bytes + p->layer_bytes / 2;
+}
+
+#endif
