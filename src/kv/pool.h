@@ -8,7 +8,7 @@
  * (kv_dim = n_kv_heads * head_dim; element type = kv_type). Blocks are
  * reference-counted so prefix-cache hits and n>1 completions share them.
  * Allocation bookkeeping (free list, refcounts, prefix hashes) is owned by the
- * engine layer (kv/*.c); the forward pass only uses the address helpers. */
+ * engine layer (the kv/ sources); the forward pass only uses the address helpers. */
 #ifndef DI_KV_POOL_H
 #define DI_KV_POOL_H
 
