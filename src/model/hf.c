@@ -1,0 +1,272 @@
+#include "model/hf.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model/arch.h"
+#include "model/safetensors.h"
+
+typedef struct di_st_model {
+  di_st_file *files;
+  int n_files;
+} di_st_model;
+
+static const di_st_tensor *find(const di_st_model *s, const char *name) {
+  for (int i = 0; i < s->n_files; i++)
+    for (size_t j = 0; j < s->files[i].n_tensors; j++)
+      if (!strcmp(s->files[i].tensors[j].name, name)) return &s->files[i].tensors[j];
+  return NULL;
+}
+
+static di_code cfg_int(json_t *cfg, const char *key, int *out, bool required, const char *path, di_status *st) {
+  json_t *v = json_object_get(cfg, key);
+  if (!v || json_is_null(v)) {
+    if (required) return di_errorf(st, DI_ERR_FORMAT, "%s/config.json: missing key %s", path, key);
+    return DI_OK;
+  }
+  if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+    return di_errorf(st, DI_ERR_FORMAT, "%s/config.json: key %s must be a non-negative integer", path, key);
+  *out = (int)json_integer_value(v);
+  return DI_OK;
+}
+
+static di_code cfg_float(json_t *cfg, const char *key, float *out, const char *path, di_status *st) {
+  json_t *v = json_object_get(cfg, key);
+  if (!v || json_is_null(v)) return DI_OK;
+  if (!json_is_number(v)) return di_errorf(st, DI_ERR_FORMAT, "%s/config.json: key %s must be a number", path, key);
+  *out = (float)json_number_value(v);
+  return DI_OK;
+}
+
+static di_code read_config(di_model *m, json_t *cfg, float *norm_offset, di_status *st) {
+  di_hparams *hp = &m->hp;
+  const char *path = m->path;
+  json_t *mt = json_object_get(cfg, "model_type");
+  if (!json_is_string(mt)) return di_errorf(st, DI_ERR_FORMAT, "%s/config.json: missing key model_type", path);
+  /* Multimodal configs nest the language model under text_config. */
+  json_t *tc = json_object_get(cfg, "text_config");
+  if (json_is_object(tc)) cfg = tc;
+  const di_arch_desc *ad = di_arch_find_hf(json_string_value(mt));
+  if (!ad)
+    return di_errorf(st, DI_ERR_UNSUPPORTED, "%s/config.json: unknown model_type '%s'", path, json_string_value(mt));
+  di_arch_apply(ad, hp);
+  *norm_offset = ad->norm_offset_hf;
+  hp->rope_type = DI_ROPE_NEOX; /* HF applies rotate-half RoPE to unpermuted weights */
+  di_code rc;
+  if ((rc = cfg_int(cfg, "hidden_size", &hp->n_embd, true, path, st)) ||
+      (rc = cfg_int(cfg, "num_hidden_layers", &hp->n_layer, true, path, st)) ||
+      (rc = cfg_int(cfg, "intermediate_size", &hp->n_ff, true, path, st)) ||
+      (rc = cfg_int(cfg, "num_attention_heads", &hp->n_head, true, path, st)) ||
+      (rc = cfg_int(cfg, "vocab_size", &hp->n_vocab, true, path, st)))
+    return rc;
+  if (hp->n_head <= 0 || hp->n_embd <= 0 || hp->n_layer <= 0)
+    return di_errorf(st, DI_ERR_FORMAT, "%s/config.json: sizes must be positive", path);
+  hp->n_head_kv = hp->n_head;
+  hp->head_dim = hp->n_embd / hp->n_head;
+  hp->n_ctx_train = 2048;
+  hp->rms_eps = 1e-6f;
+  hp->rope_base = 10000.0f;
+  if ((rc = cfg_int(cfg, "num_key_value_heads", &hp->n_head_kv, false, path, st)) ||
+      (rc = cfg_int(cfg, "head_dim", &hp->head_dim, false, path, st)) ||
+      (rc = cfg_int(cfg, "max_position_embeddings", &hp->n_ctx_train, false, path, st)) ||
+      (rc = cfg_int(cfg, "sliding_window", &hp->sliding_window, false, path, st)) ||
+      (rc = cfg_float(cfg, "rms_norm_eps", &hp->rms_eps, path, st)) ||
+      (rc = cfg_float(cfg, "rope_theta", &hp->rope_base, path, st)) ||
+      (rc = cfg_float(cfg, "rope_local_base_freq", &hp->rope_base_local, path, st)) ||
+      (rc = cfg_float(cfg, "attn_logit_softcapping", &hp->attn_softcap, path, st)) ||
+      (rc = cfg_float(cfg, "final_logit_softcapping", &hp->final_softcap, path, st)))
+    return rc;
+  if (hp->rope_base_local == 0) hp->rope_base_local = hp->rope_base;
+  json_t *uw = json_object_get(cfg, "use_sliding_window");
+  if (json_is_false(uw)) hp->sliding_window = 0;
+  float qpas = 0;
+  if ((rc = cfg_float(cfg, "query_pre_attn_scalar", &qpas, path, st))) return rc;
+  if (qpas > 0) hp->attn_scale = 1.0f / sqrtf(qpas);
+  json_t *bias = json_object_get(cfg, "attention_bias");
+  if (json_is_true(bias)) hp->qkv_bias = true;
+  hp->rope_dim = hp->head_dim;
+  json_t *rs = json_object_get(cfg, "rope_scaling");
+  if (json_is_object(rs)) {
+    json_t *t = json_object_get(rs, "rope_type");
+    if (!t) t = json_object_get(rs, "type");
+    const char *ts = json_is_string(t) ? json_string_value(t) : "";
+    if (!strcmp(ts, "linear")) hp->rope_scaling = DI_ROPE_SCALE_LINEAR;
+    else if (!strcmp(ts, "yarn")) hp->rope_scaling = DI_ROPE_SCALE_YARN;
+    else if (!strcmp(ts, "llama3")) hp->rope_scaling = DI_ROPE_SCALE_LLAMA3;
+    else if (strcmp(ts, "default") != 0)
+      return di_errorf(st, DI_ERR_UNSUPPORTED, "%s/config.json: rope_scaling type '%s' not supported", path, ts);
+    hp->rope_factor = 1;
+    hp->rope_low_freq_factor = 1;
+    hp->rope_high_freq_factor = 4;
+    hp->rope_orig_ctx = 8192;
+    if ((rc = cfg_float(rs, "factor", &hp->rope_factor, path, st)) ||
+        (rc = cfg_float(rs, "low_freq_factor", &hp->rope_low_freq_factor, path, st)) ||
+        (rc = cfg_float(rs, "high_freq_factor", &hp->rope_high_freq_factor, path, st)) ||
+        (rc = cfg_int(rs, "original_max_position_embeddings", &hp->rope_orig_ctx, false, path, st)))
+      return rc;
+  }
+  json_t *tie = json_object_get(cfg, "tie_word_embeddings");
+  hp->tied_output = tie ? json_is_true(tie) : false;
+  int bos = -1, eos = -1;
+  json_t *b = json_object_get(cfg, "bos_token_id"), *e = json_object_get(cfg, "eos_token_id");
+  if (json_is_integer(b)) bos = (int)json_integer_value(b);
+  if (json_is_integer(e)) eos = (int)json_integer_value(e);
+  if (json_is_array(e) && json_array_size(e) && json_is_integer(json_array_get(e, 0)))
+    eos = (int)json_integer_value(json_array_get(e, 0));
+  hp->bos_id = bos;
+  hp->eos_id = eos;
+  return DI_OK;
+}
+
+static di_code open_shards(di_model *m, bool use_mmap, di_status *st) {
+  di_st_model *s = calloc(1, sizeof *s);
+  if (!s) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+  m->st = s;
+  char p[4096];
+  struct stat sb;
+  snprintf(p, sizeof p, "%s/model.safetensors", m->path);
+  if (stat(p, &sb) == 0) {
+    s->files = calloc(1, sizeof *s->files);
+    if (!s->files) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+    s->n_files = 1;
+    return di_st_open(p, use_mmap, &s->files[0], st);
+  }
+  snprintf(p, sizeof p, "%s/model.safetensors.index.json", m->path);
+  json_error_t jerr;
+  json_t *idx = json_load_file(p, 0, &jerr);
+  if (!idx)
+    return di_errorf(st, DI_ERR_FORMAT, "%s: no model.safetensors, and model.safetensors.index.json: %s", m->path,
+                     jerr.text);
+  json_t *wm = json_object_get(idx, "weight_map");
+  if (!json_is_object(wm)) {
+    json_decref(idx);
+    return di_errorf(st, DI_ERR_FORMAT, "%s: missing object weight_map", p);
+  }
+  /* Distinct shard names, in first-seen order. */
+  const char *key;
+  json_t *val;
+  const char **names = calloc(json_object_size(wm) + 1, sizeof *names);
+  int n = 0;
+  di_code rc = DI_OK;
+  json_object_foreach(wm, key, val) {
+    if (!json_is_string(val) || strchr(json_string_value(val), '/')) {
+      rc = di_errorf(st, DI_ERR_FORMAT, "%s: weight_map[%s] is not a plain file name", p, key);
+      break;
+    }
+    int k;
+    for (k = 0; k < n; k++)
+      if (!strcmp(names[k], json_string_value(val))) break;
+    if (k == n) names[n++] = json_string_value(val);
+  }
+  if (!rc) {
+    s->files = calloc((size_t)n + 1, sizeof *s->files);
+    for (int i = 0; i < n && !rc; i++) {
+      char fp[4096];
+      snprintf(fp, sizeof fp, "%s/%s", m->path, names[i]);
+      rc = di_st_open(fp, use_mmap, &s->files[i], st);
+      s->n_files = i + 1;
+    }
+  }
+  free(names);
+  json_decref(idx);
+  return rc;
+}
+
+static di_code bind(di_model *m, di_tensor *t, const char *name, int64_t ne0, int64_t ne1, bool required,
+                    di_status *st) {
+  memset(t, 0, sizeof *t);
+  const di_st_tensor *s = find(m->st, name);
+  if (!s) {
+    if (required) return di_errorf(st, DI_ERR_FORMAT, "%s: missing tensor %s", m->path, name);
+    return DI_OK;
+  }
+  int64_t cols = s->n_dims ? s->shape[s->n_dims - 1] : 1, rows = 1;
+  for (int d = 0; d + 1 < s->n_dims; d++) rows *= s->shape[d];
+  if (cols != ne0 || rows != ne1)
+    return di_errorf(st, DI_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld], expected [%lld, %lld]", m->path, name,
+                     (long long)rows, (long long)cols, (long long)ne1, (long long)ne0);
+  t->type = s->type;
+  t->ne[0] = cols;
+  t->ne[1] = rows;
+  t->row_bytes = di_dtype_row_bytes(s->type, cols);
+  t->data = s->data;
+  t->name = s->name;
+  m->weight_bytes += s->nbytes;
+  m->n_params += (uint64_t)(rows * cols);
+  return DI_OK;
+}
+
+di_code di_hf_load(di_model *m, bool use_mmap, di_status *st) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/config.json", m->path);
+  json_error_t jerr;
+  json_t *cfg = json_load_file(p, 0, &jerr);
+  if (!cfg)
+    return di_errorf(st, DI_ERR_FORMAT, "%s: %s (line %d, column %d)", p, jerr.text, jerr.line, jerr.column);
+  float norm_offset = 0;
+  di_code rc = read_config(m, cfg, &norm_offset, st);
+  json_decref(cfg);
+  if (rc) return rc;
+  if ((rc = open_shards(m, use_mmap, st))) return rc;
+  di_hparams *hp = &m->hp;
+  int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+  /* Gemma 3 HF checkpoints prefix the text model. */
+  const char *pre = find(m->st, "model.embed_tokens.weight") ? "model" : "language_model.model";
+  char n[160];
+  snprintf(n, sizeof n, "%s.embed_tokens.weight", pre);
+  if ((rc = bind(m, &m->tok_embd, n, hp->n_embd, hp->n_vocab, true, st))) return rc;
+  snprintf(n, sizeof n, "%s.norm.weight", pre);
+  if ((rc = bind(m, &m->output_norm, n, hp->n_embd, 1, true, st))) return rc;
+  if ((rc = bind(m, &m->output, "lm_head.weight", hp->n_embd, hp->n_vocab, !hp->tied_output, st))) return rc;
+  m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+  if (!m->layers) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+  for (int il = 0; il < hp->n_layer; il++) {
+    di_layer_weights *L = &m->layers[il];
+    bool g = hp->post_norms; /* Gemma names its four norms differently */
+    struct {
+      di_tensor *t;
+      const char *n;
+      int64_t ne0, ne1;
+      bool req, norm;
+    } binds[] = {
+        {&L->attn_norm, "input_layernorm.weight", hp->n_embd, 1, true, true},
+        {&L->wq, "self_attn.q_proj.weight", hp->n_embd, q_dim, true, false},
+        {&L->wk, "self_attn.k_proj.weight", hp->n_embd, kv_dim, true, false},
+        {&L->wv, "self_attn.v_proj.weight", hp->n_embd, kv_dim, true, false},
+        {&L->wo, "self_attn.o_proj.weight", q_dim, hp->n_embd, true, false},
+        {&L->bq, "self_attn.q_proj.bias", q_dim, 1, hp->qkv_bias, false},
+        {&L->bk, "self_attn.k_proj.bias", kv_dim, 1, hp->qkv_bias, false},
+        {&L->bv, "self_attn.v_proj.bias", kv_dim, 1, hp->qkv_bias, false},
+        {&L->q_norm, "self_attn.q_norm.weight", hp->head_dim, 1, hp->qk_norm, true},
+        {&L->k_norm, "self_attn.k_norm.weight", hp->head_dim, 1, hp->qk_norm, true},
+        {g ? &L->attn_post_norm : &L->ffn_norm, "post_attention_layernorm.weight", hp->n_embd, 1, true, true},
+        {g ? &L->ffn_norm : NULL, "pre_feedforward_layernorm.weight", hp->n_embd, 1, g, true},
+        {g ? &L->ffn_post_norm : NULL, "post_feedforward_layernorm.weight", hp->n_embd, 1, g, true},
+        {&L->w_gate, "mlp.gate_proj.weight", hp->n_embd, hp->n_ff, true, false},
+        {&L->w_up, "mlp.up_proj.weight", hp->n_embd, hp->n_ff, true, false},
+        {&L->w_down, "mlp.down_proj.weight", hp->n_ff, hp->n_embd, true, false},
+    };
+    for (size_t i = 0; i < sizeof binds / sizeof binds[0]; i++) {
+      if (!binds[i].t) continue;
+      snprintf(n, sizeof n, "%s.layers.%d.%s", pre, il, binds[i].n);
+      if ((rc = bind(m, binds[i].t, n, binds[i].ne0, binds[i].ne1, binds[i].req, st))) return rc;
+      if (binds[i].norm && binds[i].t->data && norm_offset != 0 &&
+          (rc = di_model_to_f32(m, binds[i].t, norm_offset, st)))
+        return rc;
+    }
+  }
+  if (norm_offset != 0 && (rc = di_model_to_f32(m, &m->output_norm, norm_offset, st))) return rc;
+  return DI_OK;
+}
+
+void di_hf_close(di_model *m) {
+  if (!m->st) return;
+  for (int i = 0; i < m->st->n_files; i++) di_st_close(&m->st->files[i]);
+  free(m->st->files);
+  free(m->st);
+  m->st = NULL;
+}
