@@ -1,0 +1,139 @@
+#include "backend/cpu/ops.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "util/fp16.h"
+
+void di_cpu_rms_norm(const float *x, const float *w, float *y, int n, float eps) {
+  float sum = 0;
+  for (int i = 0; i < n; i++) sum += x[i] * x[i];
+  float s = 1.0f / sqrtf(sum / (float)n + eps);
+  for (int i = 0; i < n; i++) y[i] = x[i] * s * w[i];
+}
+
+/* Per-dimension inverse frequency, with the context-extension schemes. */
+static double inv_freq(int i, int rope_dim, float base, const di_hparams *hp, bool scaled, const float *ff,
+                       double *mscale) {
+  double f = pow((double)base, -2.0 * i / rope_dim);
+  if (ff) f /= ff[i];
+  if (!scaled) return f;
+  switch (hp->rope_scaling) {
+    case DI_ROPE_SCALE_LINEAR: return f / hp->rope_factor;
+    case DI_ROPE_SCALE_LLAMA3: {
+      if (ff) return f; /* GGUF stores the llama3 factors as rope_freqs */
+      double wavelen = 2 * M_PI / f, orig = hp->rope_orig_ctx;
+      double lo = orig / hp->rope_low_freq_factor, hi = orig / hp->rope_high_freq_factor;
+      if (wavelen < hi) return f;
+      if (wavelen > lo) return f / hp->rope_factor;
+      double smooth = (orig / wavelen - hp->rope_low_freq_factor) /
+                      (hp->rope_high_freq_factor - hp->rope_low_freq_factor);
+      return (1 - smooth) * f / hp->rope_factor + smooth * f;
+    }
+    case DI_ROPE_SCALE_YARN: {
+      /* YaRN: interpolate low frequencies, keep high ones, ramp between the
+       * dims whose wavelength fits beta_fast=32 / beta_slow=1 rotations. */
+      double orig = hp->rope_orig_ctx > 0 ? hp->rope_orig_ctx : hp->n_ctx_train;
+      double lo_d = floor(rope_dim * log(orig / (32 * 2 * M_PI)) / (2 * log(base)));
+      double hi_d = ceil(rope_dim * log(orig / (1 * 2 * M_PI)) / (2 * log(base)));
+      if (lo_d < 0) lo_d = 0;
+      if (hi_d > rope_dim - 1) hi_d = rope_dim - 1;
+      if (hi_d == lo_d) hi_d += 0.001;
+      double ramp = (i - lo_d) / (hi_d - lo_d);
+      ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+      double extrap = 1 - ramp;
+      *mscale = 0.1 * log(hp->rope_factor) + 1.0;
+      return f / hp->rope_factor * (1 - extrap) + f * extrap;
+    }
+    default: return f;
+  }
+}
+
+void di_cpu_rope_cache(float *cs, int pos, int rope_dim, float base, const di_hparams *hp, bool scaled,
+                       const float *freq_factors) {
+  for (int i = 0; i < rope_dim / 2; i++) {
+    double mscale = 1.0;
+    double theta = pos * inv_freq(i, rope_dim, base, hp, scaled, freq_factors, &mscale);
+    cs[2 * i] = (float)(cos(theta) * mscale);
+    cs[2 * i + 1] = (float)(sin(theta) * mscale);
+  }
+}
+
+void di_cpu_rope(float *h, const float *cs, int rope_dim, di_rope_type type) {
+  int half = rope_dim / 2;
+  for (int i = 0; i < half; i++) {
+    int a = type == DI_ROPE_NEOX ? i : 2 * i, b = type == DI_ROPE_NEOX ? i + half : 2 * i + 1;
+    float c = cs[2 * i], s = cs[2 * i + 1], x0 = h[a], x1 = h[b];
+    h[a] = x0 * c - x1 * s;
+    h[b] = x0 * s + x1 * c;
+  }
+}
+
+void di_cpu_glu(float *g, const float *u, int n, di_act act) {
+  if (act == DI_ACT_SILU) {
+    for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+  } else {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int i = 0; i < n; i++) {
+      float x = g[i];
+      g[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * u[i];
+    }
+  }
+}
+
+void di_cpu_add(float *x, const float *y, int n) {
+  for (int i = 0; i < n; i++) x[i] += y[i];
+}
+
+void di_cpu_softcap(float *x, int n, float cap) {
+  for (int i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
+}
+
+void di_cpu_kv_store(void *dst, const float *src, int n, di_kv_type type) {
+  if (type == DI_KV_F32) {
+    memcpy(dst, src, (size_t)n * 4);
+  } else if (type == DI_KV_F16) {
+    uint16_t *d = dst;
+    for (int i = 0; i < n; i++) d[i] = di_f32_to_f16(src[i]);
+  } else {
+    uint16_t *d = dst;
+    for (int i = 0; i < n; i++) d[i] = di_f32_to_bf16(src[i]);
+  }
+}
+
+static inline float load_elt(const void *base, size_t i, di_kv_type t) {
+  if (t == DI_KV_F32) return ((const float *)base)[i];
+  uint16_t h = ((const uint16_t *)base)[i];
+  return t == DI_KV_F16 ? di_f16_to_f32(h) : di_bf16_to_f32(h);
+}
+
+void di_cpu_attention(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim,
+                      const float *q, int lo, int hi, float scale, float softcap, float *scores, float *out) {
+  const int bs = kv->block_size;
+  const size_t off = (size_t)kvh * head_dim;
+  float mx = -INFINITY;
+  for (int j = lo; j <= hi; j++) {
+    const void *kb = di_kv_k(kv, blocks[j / bs], layer);
+    size_t base = (size_t)(j % bs) * kv->kv_dim + off;
+    float s = 0;
+    for (int d = 0; d < head_dim; d++) s += q[d] * load_elt(kb, base + d, kv->type);
+    s *= scale;
+    if (softcap > 0) s = softcap * tanhf(s / softcap);
+    scores[j - lo] = s;
+    if (s > mx) mx = s;
+  }
+  float sum = 0;
+  for (int j = lo; j <= hi; j++) {
+    float e = expf(scores[j - lo] - mx);
+    scores[j - lo] = e;
+    sum += e;
+  }
+  float inv = 1.0f / sum;
+  for (int d = 0; d < head_dim; d++) out[d] = 0;
+  for (int j = lo; j <= hi; j++) {
+    const void *vb = di_kv_v(kv, blocks[j / bs], layer);
+    size_t base = (size_t)(j % bs) * kv->kv_dim + off;
+    float p = scores[j - lo] * inv;
+    for (int d = 0; d < head_dim; d++) out[d] += p * load_elt(vb, base + d, kv->type);
+  }
+}

@@ -1,0 +1,33 @@
+/* CPU kernels for the non-matmul ops of the op program. Every op reduces in
+ * a fixed order per row (row invariance, DESIGN section 1). */
+#ifndef DI_BACKEND_CPU_OPS_H
+#define DI_BACKEND_CPU_OPS_H
+
+#include <stdint.h>
+
+#include "kv/pool.h"
+#include "model/model.h"
+
+/* y = x / rms(x) * w over n elements (y may alias x). */
+void di_cpu_rms_norm(const float *x, const float *w, float *y, int n, float eps);
+/* Rotates pairs of one head in place; cs holds (cos, sin) per pair. */
+void di_cpu_rope(float *head, const float *cs, int rope_dim, di_rope_type type);
+/* Fills cs[rope_dim] with (cos, sin) for position pos. */
+void di_cpu_rope_cache(float *cs, int pos, int rope_dim, float base, const di_hparams *hp, bool scaled,
+                       const float *freq_factors);
+/* g[i] = act(g[i]) * u[i] */
+void di_cpu_glu(float *g, const float *u, int n, di_act act);
+void di_cpu_add(float *x, const float *y, int n);
+void di_cpu_softcap(float *x, int n, float cap);
+
+/* Stores n floats into the KV cache element type. */
+void di_cpu_kv_store(void *dst, const float *src, int n, di_kv_type type);
+
+/* One query head against positions [lo, hi] of a sequence whose K/V live in
+ * `blocks` of pool layer `layer`, kv head `kvh`. out[head_dim]; scores is
+ * scratch of at least hi-lo+1 floats. Positions are visited in ascending
+ * order whatever the batch, so the result is row invariant. */
+void di_cpu_attention(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim,
+                      const float *q, int lo, int hi, float scale, float softcap, float *scores, float *out);
+
+#endif

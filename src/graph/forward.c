@@ -1,0 +1,289 @@
+/* The op program. One function, read top to bottom like the math, serves
+ * every architecture: descriptor flags in di_hparams pick the variant of each
+ * step (QKV bias, QK-norm, sandwich norms, GeGLU vs SwiGLU, sliding window,
+ * soft-capping, RoPE layout and scaling). */
+#include "graph/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "util/mem.h"
+#include "util/threadpool.h"
+
+struct di_forward_ctx {
+  const di_model *m;
+  int max_tokens;
+  di_threadpool *tp;
+  float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
+  float *rope_g, *rope_l; /* [T][rope_dim] (cos, sin) pairs per token */
+  void *xq;               /* prepared activations */
+  size_t xq_bytes;
+  float **scores;         /* per-thread attention scratch */
+  int scores_cap;
+  const float *freq_factors;
+};
+
+static size_t act_bytes_max(const di_model *m, int T) {
+  const di_hparams *hp = &m->hp;
+  size_t best = 0;
+  const di_tensor *ws[] = {&m->output, &m->layers[0].wq, &m->layers[0].wo, &m->layers[0].w_gate,
+                           &m->layers[0].w_down};
+  for (int il = 0; il < hp->n_layer; il++) {
+    const di_layer_weights *L = &m->layers[il];
+    const di_tensor *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    for (size_t i = 0; i < 7; i++) {
+      size_t b = di_cpu_act_bytes(lw[i]->type, T, lw[i]->ne[0]);
+      if (b > best) best = b;
+    }
+  }
+  size_t b = di_cpu_act_bytes(ws[0]->type, T, ws[0]->ne[0]);
+  return b > best ? b : best;
+}
+
+di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di_forward_ctx **out,
+                              di_status *st) {
+  *out = NULL;
+  const di_hparams *hp = &m->hp;
+  if (max_tokens <= 0) return di_errorf(st, DI_ERR_INVALID, "forward: max_tokens must be positive");
+  /* Every weight type must have a kernel before we promise to run. */
+  const di_tensor *all[] = {&m->tok_embd, &m->output};
+  for (int i = 0; i < 2; i++)
+    if (!di_cpu_dtype_supported(all[i]->type))
+      return di_errorf(st, DI_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s has no CPU kernel", m->path,
+                       all[i]->name, di_dtype_name(all[i]->type));
+  for (int il = 0; il < hp->n_layer; il++) {
+    const di_layer_weights *L = &m->layers[il];
+    const di_tensor *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    for (int i = 0; i < 7; i++)
+      if (!di_cpu_dtype_supported(lw[i]->type))
+        return di_errorf(st, DI_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s has no CPU kernel", m->path,
+                         lw[i]->name, di_dtype_name(lw[i]->type));
+  }
+  di_forward_ctx *f = calloc(1, sizeof *f);
+  if (!f) return di_errorf(st, DI_ERR_NOMEM, "forward: out of memory");
+  f->m = m;
+  f->max_tokens = max_tokens;
+  f->tp = di_threadpool_create(threads);
+  size_t T = (size_t)max_tokens;
+  size_t qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
+  size_t wide = qd > (size_t)hp->n_embd ? qd : (size_t)hp->n_embd;
+  f->x = malloc(T * hp->n_embd * sizeof(float));
+  f->xn = malloc(T * wide * sizeof(float));
+  f->q = malloc(T * qd * sizeof(float));
+  f->k = malloc(T * kvd * sizeof(float));
+  f->v = malloc(T * kvd * sizeof(float));
+  f->att = malloc(T * qd * sizeof(float));
+  f->gate = malloc(T * (size_t)hp->n_ff * sizeof(float));
+  f->up = malloc(T * (size_t)hp->n_ff * sizeof(float));
+  f->tmp = malloc(T * wide * sizeof(float));
+  f->rope_g = malloc(T * (size_t)hp->rope_dim * sizeof(float));
+  f->rope_l = malloc(T * (size_t)hp->rope_dim * sizeof(float));
+  f->xq_bytes = act_bytes_max(m, max_tokens);
+  f->xq = di_alloc_aligned(f->xq_bytes, false);
+  int nt = f->tp ? di_threadpool_size(f->tp) : 0;
+  f->scores = calloc((size_t)(nt > 0 ? nt : 1), sizeof *f->scores);
+  if (!f->tp || !f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->tmp ||
+      !f->rope_g || !f->rope_l || !f->xq || !f->scores) {
+    di_forward_ctx_free(f);
+    return di_errorf(st, DI_ERR_NOMEM, "forward: cannot allocate scratch for %d tokens", max_tokens);
+  }
+  *out = f;
+  return DI_OK;
+}
+
+void di_forward_ctx_free(di_forward_ctx *f) {
+  if (!f) return;
+  if (f->scores && f->tp)
+    for (int i = 0; i < di_threadpool_size(f->tp); i++) free(f->scores[i]);
+  free(f->scores);
+  di_threadpool_free(f->tp);
+  free(f->x), free(f->xn), free(f->q), free(f->k), free(f->v), free(f->att);
+  free(f->gate), free(f->up), free(f->tmp), free(f->rope_g), free(f->rope_l);
+  di_free_aligned(f->xq, f->xq_bytes);
+  free(f);
+}
+
+/* ---- parallel matmul: threads split output columns, never the reduction ---- */
+
+typedef struct mm_task {
+  const di_tensor *w;
+  const void *xq;
+  int64_t M;
+  float *y;
+  int64_t ldy;
+} mm_task;
+
+static void mm_run(void *p, int ith, int nth) {
+  mm_task *t = p;
+  int64_t N = t->w->ne[1];
+  /* Chunks rounded to 16 columns keep SIMD tiles whole. */
+  int64_t per = ((N + nth - 1) / nth + 15) / 16 * 16;
+  int64_t n0 = per * ith, n1 = n0 + per < N ? n0 + per : N;
+  if (n0 < n1)
+    di_cpu_matmul(t->w->type, t->w->data, t->w->row_bytes, t->xq, t->M, t->w->ne[0], t->y, t->ldy, n0, n1);
+}
+
+/* y[M][w.rows] = x[M][w.cols] * w^T */
+static void matmul(di_forward_ctx *f, const di_tensor *w, const float *x, int64_t M, float *y) {
+  di_cpu_act_prepare(w->type, x, M, w->ne[0], f->xq);
+  mm_task t = {w, f->xq, M, y, w->ne[1]};
+  di_threadpool_run(f->tp, mm_run, &t);
+}
+
+static void add_bias(float *y, const di_tensor *b, int T, int n) {
+  if (!b->data) return;
+  for (int t = 0; t < T; t++) di_cpu_add(y + (size_t)t * n, b->data, n);
+}
+
+/* ---- attention over the paged KV, parallel over (token, head) ---- */
+
+typedef struct attn_task {
+  di_forward_ctx *f;
+  di_kv_pool *kv;
+  const di_batch *b;
+  int layer;
+  bool swa;
+} attn_task;
+
+static void attn_run(void *p, int ith, int nth) {
+  attn_task *a = p;
+  const di_hparams *hp = &a->f->m->hp;
+  const di_batch *b = a->b;
+  int H = hp->n_head, hd = hp->head_dim, group = H / hp->n_head_kv;
+  float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hd);
+  float *scores = a->f->scores[ith];
+  for (int idx = ith; idx < b->n_tokens * H; idx += nth) {
+    int t = idx / H, h = idx % H;
+    int pos = b->pos[t];
+    int lo = a->swa && pos - hp->sliding_window + 1 > 0 ? pos - hp->sliding_window + 1 : 0;
+    const di_batch_seq *s = &b->seqs[b->seq[t]];
+    di_cpu_attention(a->kv, a->layer, s->blocks, h / group, hd, a->f->q + ((size_t)t * H + h) * hd, lo, pos, scale,
+                     hp->attn_softcap, scores, a->f->att + ((size_t)t * H + h) * hd);
+  }
+}
+
+static di_code ensure_scores(di_forward_ctx *f, const di_batch *b, di_status *st) {
+  int need = 1;
+  for (int t = 0; t < b->n_tokens; t++)
+    if (b->pos[t] + 1 > need) need = b->pos[t] + 1;
+  if (need <= f->scores_cap) return DI_OK;
+  for (int i = 0; i < di_threadpool_size(f->tp); i++) {
+    float *s = realloc(f->scores[i], (size_t)need * sizeof(float));
+    if (!s) return di_errorf(st, DI_ERR_NOMEM, "forward: attention scratch for %d positions", need);
+    f->scores[i] = s;
+  }
+  f->scores_cap = need;
+  return DI_OK;
+}
+
+static di_code check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const di_batch *b, di_status *st) {
+  const di_hparams *hp = &f->m->hp;
+  if (b->n_tokens <= 0 || b->n_tokens > f->max_tokens)
+    return di_errorf(st, DI_ERR_INVALID, "forward: batch of %d tokens (1..%d allowed)", b->n_tokens, f->max_tokens);
+  if (kv->n_layers != hp->n_layer || kv->kv_dim != hp->n_head_kv * hp->head_dim)
+    return di_errorf(st, DI_ERR_INVALID, "forward: KV pool geometry does not match the model");
+  for (int t = 0; t < b->n_tokens; t++) {
+    if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
+      return di_errorf(st, DI_ERR_RANGE, "token id %d out of range [0, %d)", b->tokens[t], hp->n_vocab);
+    if (b->seq[t] < 0 || b->seq[t] >= b->n_seqs)
+      return di_errorf(st, DI_ERR_INVALID, "forward: token %d has bad sequence index %d", t, b->seq[t]);
+    const di_batch_seq *s = &b->seqs[b->seq[t]];
+    if (b->pos[t] < 0 || b->pos[t] / kv->block_size >= s->n_blocks)
+      return di_errorf(st, DI_ERR_RANGE, "forward: position %d has no KV block (table of %d)", b->pos[t],
+                       s->n_blocks);
+  }
+  return DI_OK;
+}
+
+di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
+  di_code rc;
+  if ((rc = check_batch(f, kv, b, st)) || (rc = ensure_scores(f, b, st))) return rc;
+  const di_model *m = f->m;
+  const di_hparams *hp = &m->hp;
+  const int T = b->n_tokens, D = hp->n_embd, H = hp->n_head, HKV = hp->n_head_kv, hd = hp->head_dim;
+  const int qd = H * hd, kvd = HKV * hd, rd = hp->rope_dim;
+
+  /* token embeddings */
+  for (int t = 0; t < T; t++) {
+    const uint8_t *row = (const uint8_t *)m->tok_embd.data + (size_t)b->tokens[t] * m->tok_embd.row_bytes;
+    di_cpu_dequant_row(m->tok_embd.type, row, f->x + (size_t)t * D, D);
+    if (hp->embd_scale)
+      for (int i = 0; i < D; i++) f->x[(size_t)t * D + i] *= sqrtf((float)D);
+  }
+  /* RoPE tables per token: global layers and sliding-window layers */
+  bool local_unscaled = hp->swa_pattern > 0; /* gemma3 scales only its global layers */
+  for (int t = 0; t < T; t++) {
+    di_cpu_rope_cache(f->rope_g + (size_t)t * rd, b->pos[t], rd, hp->rope_base, hp, true, f->freq_factors);
+    di_cpu_rope_cache(f->rope_l + (size_t)t * rd, b->pos[t], rd, hp->rope_base_local, hp, !local_unscaled,
+                      f->freq_factors);
+  }
+
+  for (int il = 0; il < hp->n_layer; il++) {
+    const di_layer_weights *L = &m->layers[il];
+    bool swa = di_hparams_layer_is_swa(hp, il);
+    const float *rope = swa ? f->rope_l : f->rope_g;
+
+    /* attention block */
+    for (int t = 0; t < T; t++)
+      di_cpu_rms_norm(f->x + (size_t)t * D, L->attn_norm.data, f->xn + (size_t)t * D, D, hp->rms_eps);
+    matmul(f, &L->wq, f->xn, T, f->q);
+    matmul(f, &L->wk, f->xn, T, f->k);
+    matmul(f, &L->wv, f->xn, T, f->v);
+    add_bias(f->q, &L->bq, T, qd);
+    add_bias(f->k, &L->bk, T, kvd);
+    add_bias(f->v, &L->bv, T, kvd);
+    for (int t = 0; t < T; t++) {
+      for (int h = 0; h < H; h++) {
+        float *qh = f->q + ((size_t)t * H + h) * hd;
+        if (hp->qk_norm) di_cpu_rms_norm(qh, L->q_norm.data, qh, hd, hp->rms_eps);
+        di_cpu_rope(qh, rope + (size_t)t * rd, rd, hp->rope_type);
+      }
+      for (int h = 0; h < HKV; h++) {
+        float *kh = f->k + ((size_t)t * HKV + h) * hd;
+        if (hp->qk_norm) di_cpu_rms_norm(kh, L->k_norm.data, kh, hd, hp->rms_eps);
+        di_cpu_rope(kh, rope + (size_t)t * rd, rd, hp->rope_type);
+      }
+      const di_batch_seq *s = &b->seqs[b->seq[t]];
+      int32_t blk = s->blocks[b->pos[t] / kv->block_size];
+      size_t slot = (size_t)(b->pos[t] % kv->block_size) * kvd * kv->elt_bytes;
+      di_cpu_kv_store((uint8_t *)di_kv_k(kv, blk, il) + slot, f->k + (size_t)t * kvd, kvd, kv->type);
+      di_cpu_kv_store((uint8_t *)di_kv_v(kv, blk, il) + slot, f->v + (size_t)t * kvd, kvd, kv->type);
+    }
+    attn_task at = {f, kv, b, il, swa};
+    di_threadpool_run(f->tp, attn_run, &at);
+    matmul(f, &L->wo, f->att, T, f->tmp);
+    if (hp->post_norms)
+      for (int t = 0; t < T; t++)
+        di_cpu_rms_norm(f->tmp + (size_t)t * D, L->attn_post_norm.data, f->tmp + (size_t)t * D, D, hp->rms_eps);
+    di_cpu_add(f->x, f->tmp, T * D);
+
+    /* feed-forward block */
+    for (int t = 0; t < T; t++)
+      di_cpu_rms_norm(f->x + (size_t)t * D, L->ffn_norm.data, f->xn + (size_t)t * D, D, hp->rms_eps);
+    matmul(f, &L->w_gate, f->xn, T, f->gate);
+    matmul(f, &L->w_up, f->xn, T, f->up);
+    di_cpu_glu(f->gate, f->up, T * hp->n_ff, hp->act);
+    matmul(f, &L->w_down, f->gate, T, f->tmp);
+    if (hp->post_norms)
+      for (int t = 0; t < T; t++)
+        di_cpu_rms_norm(f->tmp + (size_t)t * D, L->ffn_post_norm.data, f->tmp + (size_t)t * D, D, hp->rms_eps);
+    di_cpu_add(f->x, f->tmp, T * D);
+  }
+
+  /* classifier for the tokens that want logits */
+  int n_out = 0;
+  for (int t = 0; t < T; t++) {
+    bool want = b->want_logits ? b->want_logits[t] : t == T - 1;
+    if (!want) continue;
+    di_cpu_rms_norm(f->x + (size_t)t * D, m->output_norm.data, f->xn + (size_t)n_out * D, D, hp->rms_eps);
+    n_out++;
+  }
+  if (n_out) {
+    matmul(f, &m->output, f->xn, n_out, logits);
+    if (hp->final_softcap > 0) di_cpu_softcap(logits, n_out * hp->n_vocab, hp->final_softcap);
+  }
+  return DI_OK;
+}

@@ -1,0 +1,18 @@
+/* A fixed pool of worker threads that run one parallel task at a time.
+ * Workers spin briefly between tasks (decode issues hundreds of small
+ * parallel ops per token) and then sleep on a condition variable. */
+#ifndef DI_UTIL_THREADPOOL_H
+#define DI_UTIL_THREADPOOL_H
+
+typedef struct di_threadpool di_threadpool;
+typedef void (*di_task_fn)(void *ctx, int ith, int nth);
+
+/* n_threads includes the calling thread; <= 0 means the number of cores. */
+di_threadpool *di_threadpool_create(int n_threads);
+void di_threadpool_free(di_threadpool *tp);
+int di_threadpool_size(const di_threadpool *tp);
+/* Runs fn(ctx, ith, nth) for ith = 0..nth-1 (ith 0 on the caller) and waits. */
+void di_threadpool_run(di_threadpool *tp, di_task_fn fn, void *ctx);
+int di_cpu_count(void);
+
+#endif
