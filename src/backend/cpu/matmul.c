@@ -1,0 +1,263 @@
+/* Matmul dispatcher and the portable scalar kernels (the reference every SIMD
+ * path is tested against). */
+#include "backend/cpu/matmul.h"
+
+#include <stdbool.h>
+
+#include "backend/cpu/isa.h"
+#include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/quant.h"
+
+static di_cpu_act_kind act_kind(di_dtype t) {
+  switch (t) {
+  case DI_Q4_0: case DI_Q4_1: case DI_Q5_0: case DI_Q5_1: case DI_Q8_0: return DI_ACT_Q8;
+  case DI_Q4_K: case DI_Q5_K: case DI_Q6_K: return DI_ACT_Q8K;
+  default: return DI_ACT_F32;
+  }
+}
+
+bool di_cpu_dtype_supported(di_dtype t) {
+  switch (t) {
+  case DI_F32: case DI_F16: case DI_BF16: case DI_Q4_0: case DI_Q4_1: case DI_Q5_0:
+  case DI_Q5_1: case DI_Q8_0: case DI_Q4_K: case DI_Q5_K: case DI_Q6_K: return true;
+  default: return false;
+  }
+}
+
+static size_t act_row_bytes(di_dtype t, int64_t K) {
+  switch (act_kind(t)) {
+  case DI_ACT_Q8: return (size_t)(K / DI_QK32) * sizeof(di_act_q8);
+  case DI_ACT_Q8K: return (size_t)(K / DI_QKK) * sizeof(di_act_q8k);
+  default: return (size_t)K * sizeof(float);
+  }
+}
+
+size_t di_cpu_act_bytes(di_dtype wtype, int64_t M, int64_t K) {
+  return (size_t)M * act_row_bytes(wtype, K);
+}
+
+/* ---- scalar kernels ---- */
+
+static void actq_f32(const float *x, void *y, int64_t k) { memcpy(y, x, (size_t)k * 4); }
+static void actq_q8(const float *x, void *y, int64_t k) { di_cpu_quantize_act_q8(x, y, k); }
+static void actq_q8k(const float *x, void *y, int64_t k) { di_cpu_quantize_act_q8k(x, y, k); }
+
+static float dot_f32(const void *w, const float *x, int64_t k) {
+  const float *a = w;
+  float s = 0;
+  for (int64_t i = 0; i < k; i++) s += a[i] * x[i];
+  return s;
+}
+static float dot_f16(const void *w, const float *x, int64_t k) {
+  const di_fp16 *a = w;
+  float s = 0;
+  for (int64_t i = 0; i < k; i++) s += di_cpu_fp16_to_f32(a[i]) * x[i];
+  return s;
+}
+static float dot_bf16(const void *w, const float *x, int64_t k) {
+  const di_bf16 *a = w;
+  float s = 0;
+  for (int64_t i = 0; i < k; i++) s += di_cpu_bf16_to_f32(a[i]) * x[i];
+  return s;
+}
+
+/* A 32-element weight block as integers: value = d * (q[j] + off) + m. */
+typedef struct { int8_t q[32]; float d, m; int off; } wblock32;
+
+static void unpack_nibbles(const uint8_t *qs, uint32_t qh, int8_t *q) {
+  for (int j = 0; j < 16; j++) {
+    q[j] = (int8_t)((qs[j] & 0x0f) | ((qh >> j) & 1) << 4);
+    q[j + 16] = (int8_t)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+  }
+}
+
+static uint32_t le32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void unpack32(di_dtype t, const void *p, wblock32 *b) {
+  b->m = 0;
+  b->off = 0;
+  switch (t) {
+  case DI_Q4_0: {
+    const di_block_q4_0 *w = p;
+    unpack_nibbles(w->qs, 0, b->q);
+    b->d = di_cpu_fp16_to_f32(w->d);
+    b->off = -8;
+    break;
+  }
+  case DI_Q4_1: {
+    const di_block_q4_1 *w = p;
+    unpack_nibbles(w->qs, 0, b->q);
+    b->d = di_cpu_fp16_to_f32(w->d);
+    b->m = di_cpu_fp16_to_f32(w->m);
+    break;
+  }
+  case DI_Q5_0: {
+    const di_block_q5_0 *w = p;
+    unpack_nibbles(w->qs, le32(w->qh), b->q);
+    b->d = di_cpu_fp16_to_f32(w->d);
+    b->off = -16;
+    break;
+  }
+  case DI_Q5_1: {
+    const di_block_q5_1 *w = p;
+    unpack_nibbles(w->qs, le32(w->qh), b->q);
+    b->d = di_cpu_fp16_to_f32(w->d);
+    b->m = di_cpu_fp16_to_f32(w->m);
+    break;
+  }
+  default: { /* Q8_0 */
+    const di_block_q8_0 *w = p;
+    memcpy(b->q, w->qs, 32);
+    b->d = di_cpu_fp16_to_f32(w->d);
+    break;
+  }
+  }
+}
+
+static float dot_q32(di_dtype t, const void *w, const di_act_q8 *x, int64_t k) {
+  size_t bb = di_dtype_block_bytes(t);
+  float s = 0;
+  for (int64_t i = 0; i < k / 32; i++) {
+    wblock32 b;
+    unpack32(t, (const uint8_t *)w + (size_t)i * bb, &b);
+    int32_t isum = 0;
+    for (int j = 0; j < 32; j++) isum += b.q[j] * x[i].qs[j];
+    isum += b.off * x[i].sum;
+    s += b.d * x[i].d * (float)isum + b.m * x[i].d * (float)x[i].sum;
+  }
+  return s;
+}
+
+/* A 256-element K-quant block as integers: value = d * sc[g] * q - dmin * mn[g],
+ * g the 16-element group. */
+typedef struct { int8_t q[256]; int sc[16], mn[16]; float d, dmin; } wblockk;
+
+static void unpackk(di_dtype t, const void *p, wblockk *b) {
+  if (t == DI_Q6_K) {
+    const di_block_q6_K *w = p;
+    for (int half = 0; half < 2; half++) {
+      const uint8_t *ql = w->ql + 64 * half, *qh = w->qh + 32 * half;
+      int8_t *o = b->q + 128 * half;
+      for (int l = 0; l < 32; l++) {
+        o[l] = (int8_t)(((ql[l] & 0x0f) | ((qh[l] >> 0) & 3) << 4) - 32);
+        o[l + 32] = (int8_t)(((ql[l + 32] & 0x0f) | ((qh[l] >> 2) & 3) << 4) - 32);
+        o[l + 64] = (int8_t)(((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32);
+        o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32);
+      }
+    }
+    for (int g = 0; g < 16; g++) {
+      b->sc[g] = w->scales[g];
+      b->mn[g] = 0;
+    }
+    b->d = di_cpu_fp16_to_f32(w->d);
+    b->dmin = 0;
+    return;
+  }
+  const uint8_t *scales, *qs, *qh = NULL;
+  if (t == DI_Q4_K) {
+    const di_block_q4_K *w = p;
+    scales = w->scales, qs = w->qs;
+    b->d = di_cpu_fp16_to_f32(w->d), b->dmin = di_cpu_fp16_to_f32(w->dmin);
+  } else {
+    const di_block_q5_K *w = p;
+    scales = w->scales, qs = w->qs, qh = w->qh;
+    b->d = di_cpu_fp16_to_f32(w->d), b->dmin = di_cpu_fp16_to_f32(w->dmin);
+  }
+  for (int j = 0; j < 8; j++) {
+    uint8_t sc, m;
+    di_cpu_k_scale_min(scales, j, &sc, &m);
+    b->sc[2 * j] = b->sc[2 * j + 1] = sc;
+    b->mn[2 * j] = b->mn[2 * j + 1] = m;
+    for (int l = 0; l < 32; l++) {
+      int v = (qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0x0f;
+      if (qh) v |= ((qh[l] >> j) & 1) << 4;
+      b->q[32 * j + l] = (int8_t)v;
+    }
+  }
+}
+
+static float dot_qk(di_dtype t, const void *w, const di_act_q8k *x, int64_t k) {
+  size_t bb = di_dtype_block_bytes(t);
+  float s = 0;
+  for (int64_t i = 0; i < k / 256; i++) {
+    wblockk b;
+    unpackk(t, (const uint8_t *)w + (size_t)i * bb, &b);
+    int32_t isum = 0, imin = 0;
+    for (int g = 0; g < 16; g++) {
+      int32_t gs = 0;
+      for (int l = 16 * g; l < 16 * g + 16; l++) gs += b.q[l] * x[i].qs[l];
+      isum += b.sc[g] * gs;
+      imin += b.mn[g] * x[i].bsums[g];
+    }
+    s += b.d * x[i].d * (float)isum - b.dmin * x[i].d * (float)imin;
+  }
+  return s;
+}
+
+/* One generic loop; the per-type work is in the dot functions above. */
+#define SCALAR_MM(name, call)                                                                \
+  static void name(const void *W, size_t wrow, const void *x, size_t xrow, int64_t M,        \
+                   int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1, di_dtype t) {    \
+    for (int64_t m = 0; m < M; m++)                                                          \
+      for (int64_t n = n0; n < n1; n++) {                                                    \
+        const void *w = (const uint8_t *)W + (size_t)n * wrow;                               \
+        const void *xr = (const uint8_t *)x + (size_t)m * xrow;                              \
+        Y[m * ldy + n] = call;                                                               \
+      }                                                                                      \
+  }
+SCALAR_MM(mm_scalar_q32, dot_q32(t, w, xr, K))
+SCALAR_MM(mm_scalar_qk, dot_qk(t, w, xr, K))
+SCALAR_MM(mm_scalar_f32, t == DI_F32 ? dot_f32(w, xr, K) : t == DI_F16 ? dot_f16(w, xr, K)
+                                                                      : dot_bf16(w, xr, K))
+
+/* ---- dispatch ---- */
+
+typedef struct {
+  int level; /* the di_cpu_isa() the table was built for, -1 before */
+  di_cpu_mm_fn mm[DI_DTYPE_COUNT];
+  di_cpu_actq_fn actq[3];
+} kernel_table;
+
+static kernel_table g_tab = {.level = -1};
+
+static const kernel_table *kernels(void) {
+  int level = (int)di_cpu_isa();
+  if (g_tab.level == level) return &g_tab;
+  kernel_table t = {.level = level};
+  t.actq[DI_ACT_F32] = actq_f32;
+  t.actq[DI_ACT_Q8] = actq_q8;
+  t.actq[DI_ACT_Q8K] = actq_q8k;
+  if (level >= DI_ISA_AVX2) {
+    for (int i = 0; i < DI_DTYPE_COUNT; i++)
+      if (di_cpu_dtype_supported((di_dtype)i)) t.mm[i] = di_cpu_mm_avx2((di_dtype)i);
+    for (int k = 0; k < 3; k++)
+      if (di_cpu_actq_avx2((di_cpu_act_kind)k)) t.actq[k] = di_cpu_actq_avx2((di_cpu_act_kind)k);
+  }
+  g_tab = t;
+  return &g_tab;
+}
+
+void di_cpu_act_prepare(di_dtype wtype, const float *X, int64_t M, int64_t K, void *xq) {
+  di_cpu_act_kind kind = act_kind(wtype);
+  di_cpu_actq_fn fn = kernels()->actq[kind];
+  size_t rb = act_row_bytes(wtype, K);
+  for (int64_t m = 0; m < M; m++) fn(X + m * K, (uint8_t *)xq + (size_t)m * rb, K);
+}
+
+void di_cpu_matmul(di_dtype wtype, const void *W, size_t w_row_bytes, const void *xq, int64_t M,
+                   int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
+  if (M <= 0 || n1 <= n0) return;
+  size_t xrow = act_row_bytes(wtype, K);
+  di_cpu_mm_fn fn = kernels()->mm[wtype];
+  if (fn) {
+    fn(W, w_row_bytes, xq, xrow, M, K, Y, ldy, n0, n1);
+    return;
+  }
+  switch (act_kind(wtype)) {
+  case DI_ACT_Q8: mm_scalar_q32(W, w_row_bytes, xq, xrow, M, K, Y, ldy, n0, n1, wtype); break;
+  case DI_ACT_Q8K: mm_scalar_qk(W, w_row_bytes, xq, xrow, M, K, Y, ldy, n0, n1, wtype); break;
+  default: mm_scalar_f32(W, w_row_bytes, xq, xrow, M, K, Y, ldy, n0, n1, wtype); break;
+  }
+}

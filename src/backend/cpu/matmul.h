@@ -1,0 +1,45 @@
+/* CPU matmul against weights in GGUF layout: Y = X · Wᵀ.
+ *
+ * Activations are prepared once per matmul input: each row on its own is
+ * quantized to the weight type's partner format (int8 blocks of 32 with an f32
+ * scale for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0; int8 blocks of 256 with 16-element sums
+ * for Q4_K/Q5_K/Q6_K) or kept as f32 (F32/F16/BF16 weights). Then any thread
+ * computes any output columns.
+ *
+ * Row invariance: Y[m][n] is computed by the same instruction sequence whatever
+ * M, n0..n1 or thread count (threads split N, never K), so a token's result is
+ * bit-identical alone or inside a batch. The ISA (isa.h) is chosen once per
+ * process; scalar and SIMD results agree within float rounding, not bitwise. */
+#ifndef DI_CPU_MATMUL_H
+#define DI_CPU_MATMUL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/gguf.h"
+
+/* True for the weight types below: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K. */
+bool di_cpu_dtype_supported(di_dtype t);
+
+/* Bytes of prepared activations for M rows of K (K a multiple of the weight's
+ * block size). The buffer needs only 4-byte alignment; 64 is best. */
+size_t di_cpu_act_bytes(di_dtype wtype, int64_t M, int64_t K);
+void di_cpu_act_prepare(di_dtype wtype, const float *X, int64_t M, int64_t K, void *xq);
+
+/* Y[m*ldy + n] = sum_k W[n][k] * X[m][k] for m in [0,M), n in [n0,n1).
+ * W: rows of K elements in GGUF layout of wtype, row stride w_row_bytes (row n at
+ * W + n*w_row_bytes); xq from di_cpu_act_prepare with the same wtype, M, K. */
+void di_cpu_matmul(di_dtype wtype, const void *W, size_t w_row_bytes, const void *xq,
+                   int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
+
+/* Dequantize n elements (a multiple of the block size) of one row: embedding
+ * lookup, tests. Bit-exact with gguf-py's dequantize. */
+void di_cpu_dequant_row(di_dtype t, const void *src, float *dst, int64_t n);
+
+/* Quantize n floats into t like ggml's reference quantizers (bit-exact with
+ * gguf-py's quantize): F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0. For the
+ * random-weight model generator and tests. Returns false for other types. */
+bool di_cpu_quantize_row(di_dtype t, const float *src, void *dst, int64_t n);
+
+#endif
