@@ -89,6 +89,60 @@ static void check_logits(const char *model_path, const char *name, int chunk) {
   free(ids);
 }
 
+static int argmax(const float *x, int n) {
+  int b = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[b]) b = i;
+  return b;
+}
+
+/* Greedy decode one token at a time, as llama2.c run.c does. */
+static void check_greedy(const char *model_path) {
+  char p[512];
+  json_t *j = json_load_file(di_test_data("models/stories260K/refs/greedy_llama2c.json", p, sizeof p), 0, NULL);
+  CHECK(j != NULL);
+  if (!j) return;
+  runner r;
+  runner_open(&r, model_path, 64, DI_KV_F32);
+  json_t *runs = json_object_get(j, "runs");
+  int ok = 0, total = (int)json_array_size(runs);
+  for (int k = 0; k < total; k++) {
+    json_t *run = json_array_get(runs, k);
+    json_t *pj = json_object_get(run, "prompt_ids"), *gj = json_object_get(run, "generated_ids");
+    int np = (int)json_array_size(pj), ng = (int)json_array_size(gj);
+    int32_t ids[512];
+    for (int i = 0; i < np; i++) ids[i] = (int32_t)json_integer_value(json_array_get(pj, i));
+    float *logits = malloc((size_t)np * 512 * sizeof(float));
+    run_all(&r, ids, np, 64, logits);
+    int next = argmax(logits + (size_t)(np - 1) * 512, 512);
+    int n = np, match = 1;
+    for (int g = 0; g < ng; g++) {
+      if (next != json_integer_value(json_array_get(gj, g))) {
+        match = 0;
+        break;
+      }
+      ids[n] = next;
+      int32_t pos = n, seq = 0;
+      bool want = true;
+      di_batch_seq s = {r.blocks, 32};
+      di_batch b = {1, &ids[n], &pos, &seq, &want, 1, &s};
+      di_status st = {0};
+      if (g + 1 < ng || json_is_true(json_object_get(run, "stopped_on_bos"))) {
+        CHECK(di_forward(r.f, r.kv, &b, logits, &st) == DI_OK);
+        next = argmax(logits, 512);
+      }
+      n++;
+    }
+    if (match && json_is_true(json_object_get(run, "stopped_on_bos"))) match = next == 1;
+    CHECKF(match, "greedy run %d (%s) differs from llama2.c", k, json_string_value(json_object_get(run, "prompt")));
+    ok += match;
+    free(logits);
+  }
+  printf("greedy %s: %d/%d runs identical to llama2.c\n", strstr(model_path, "hf") ? "hf  " : "gguf", ok, total);
+  runner_close(&r);
+  json_decref(j);
+}
+
 int main(void) {
   char gguf[512], hf[512];
   di_test_data("models/stories260K/stories260K.gguf", gguf, sizeof gguf);
@@ -97,5 +151,7 @@ int main(void) {
   for (int i = 0; i < 4; i++) check_logits(gguf, names[i], 64);
   check_logits(hf, "story", 7);
   check_logits(hf, "greedy512", 512);
+  check_greedy(gguf);
+  check_greedy(hf);
   return di_test_finish("test_forward_stories");
 }
