@@ -29,8 +29,9 @@ typedef enum di_code {
  * Thread model: di_engine_submit / di_engine_cancel / di_engine_stats are
  * safe from any thread. Steps run either on the caller's thread
  * (di_engine_step) or on a background thread (di_engine_start). Event
- * callbacks are invoked on the thread that runs the step and must not block.
- * (DRAFT: owned by the serving-engine issue; see docs/API.md when it lands.)
+ * callbacks are invoked on the thread that runs the step and must not block;
+ * they may call di_engine_submit / di_engine_cancel. Pointers inside an event
+ * are valid only during the callback. See docs/API.md.
  * ---------------------------------------------------------------------- */
 
 typedef struct di_engine di_engine;
@@ -47,7 +48,7 @@ typedef struct di_engine_opts {
   int max_batch_tokens;     /* tokens per step; 0 = 512 */
   int block_size;           /* KV block size in tokens; 0 = 16 */
   int prefix_cache;         /* 1 = on (default), 0 = off */
-  int allow_special_in_content; /* trusted callers only */
+  int allow_special_in_content; /* trusted callers only: prompt_text may spell special tokens */
 } di_engine_opts;
 
 void di_engine_opts_default(di_engine_opts *o);
@@ -72,6 +73,10 @@ typedef struct di_sampling {
   const float *logit_bias_values;
 } di_sampling;
 
+/* Events of one completion: one per sampled output token (finish == NONE),
+ * then exactly one final event (token == -1, finish != NONE) that carries any
+ * text still held back and the usage counts. A stop token (EOS, stop_ids) or
+ * the token that completes a stop string gets no text of its own. */
 typedef struct di_event {
   uint64_t request_id;
   int index;                /* completion index when n > 1 */
@@ -84,7 +89,7 @@ typedef struct di_event {
   const float *top_logprobs;
   di_finish finish;         /* != NONE on the last event of this completion */
   const char *error;        /* message when finish == DI_FINISH_ERROR */
-  int prompt_tokens, cached_tokens, completion_tokens;
+  int prompt_tokens, cached_tokens, completion_tokens; /* cached = prefix-cache hit tokens */
 } di_event;
 
 typedef void (*di_event_cb)(const di_event *ev, void *user);
@@ -95,7 +100,7 @@ typedef struct di_request_params {
   const char *prompt_text;   /* ... or text, tokenized with the model's tokenizer */
   size_t prompt_text_len;
   di_sampling sampling;
-  int max_tokens;            /* 0 = until the context is full */
+  int max_tokens;            /* 0 = until the context is full; < 0 is an error */
   int ignore_eos;
   const char *const *stop;   /* stop strings */
   int n_stop;
@@ -103,26 +108,43 @@ typedef struct di_request_params {
   int n_stop_ids;
   int logprobs;              /* 1 = report logprob of each sampled token */
   int top_logprobs;          /* 0..20 */
-  int n;                     /* completions sharing the prompt; 0 or 1 = one */
+  int n;                     /* completions sharing the prompt's KV blocks; 0 = one; < 0 error */
   int priority;              /* larger runs first; ties FCFS */
   di_event_cb cb;
   void *user;
 } di_request_params;
 
 void di_request_params_default(di_request_params *p);
+/* Validates and queues a request (all arrays and strings are copied). A bad
+ * request is rejected here with a message and never affects others. */
 di_code di_engine_submit(di_engine *e, const di_request_params *p, uint64_t *id, char *err, size_t errlen);
+/* Finishes every completion of the request with DI_FINISH_CANCELLED at the
+ * next step and returns its KV blocks. DI_ERR_INVALID if the id is unknown. */
 di_code di_engine_cancel(di_engine *e, uint64_t id);
 /* Runs one scheduler step; returns the number of unfinished requests. */
 int di_engine_step(di_engine *e);
 di_code di_engine_start(di_engine *e); /* background stepping thread */
-void di_engine_stop(di_engine *e);
+void di_engine_stop(di_engine *e);     /* stops and joins it; queued requests stay queued */
+
+/* The engine's tokenizer (src/tokenizer/tokenizer.h), for callers that render
+ * chat templates; NULL if the engine has none. */
+struct di_tokenizer;
+const struct di_tokenizer *di_engine_tokenizer(const di_engine *e);
+/* Context length per sequence and vocabulary size. */
+int di_engine_ctx(const di_engine *e);
+int di_engine_n_vocab(const di_engine *e);
 
 typedef struct di_engine_stats {
   int running, waiting;
   uint64_t finished, preemptions;
   uint64_t prompt_tokens, generated_tokens;
-  uint64_t prefix_queries, prefix_hit_tokens;
+  uint64_t prefix_queries, prefix_hit_tokens; /* lookups; prompt tokens served from the cache */
   int kv_blocks_total, kv_blocks_used, kv_blocks_high_water;
+  uint64_t prefix_query_tokens;  /* prompt tokens looked up: hit rate = hit_tokens / query_tokens */
+  int kv_blocks_cached;          /* blocks indexed by the prefix cache (in use or parked) */
+  int kv_block_size;
+  uint64_t steps, batch_tokens;  /* forward steps run and tokens they carried */
+  double step_seconds, sched_seconds; /* time in forward+sampling, and in scheduling alone */
 } di_engine_stats;
 void di_engine_stats_get(di_engine *e, di_engine_stats *s);
 

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv/prefix.h"
 #include "util/mem.h"
 
 size_t di_kv_block_bytes(int block_size, int n_layers, int kv_dim, di_kv_type type) {
@@ -48,6 +49,7 @@ di_code di_kv_pool_create(di_kv_pool **out, size_t mem_bytes, int block_size, in
 
 void di_kv_pool_destroy(di_kv_pool *p) {
   if (!p) return;
+  di_kv_prefix_disable(p);
   di_free_aligned(p->base, p->block_bytes * (size_t)p->n_blocks);
   free(p->refcount);
   free(p->free_list);
@@ -55,10 +57,13 @@ void di_kv_pool_destroy(di_kv_pool *p) {
 }
 
 int32_t di_kv_alloc(di_kv_pool *p) {
-  if (p->n_free == 0) return -1;
-  int32_t b = p->free_list[--p->n_free];
+  int32_t b;
+  if (p->n_free > 0)
+    b = p->free_list[--p->n_free];
+  else if ((b = di_kv_prefix_evict(p)) < 0) /* reuse the least recently used cached block */
+    return -1;
   p->refcount[b] = 1;
-  int used = p->n_blocks - p->n_free;
+  int used = di_kv_n_used(p);
   if (used > p->high_water) p->high_water = used;
   return b;
 }
@@ -66,7 +71,19 @@ int32_t di_kv_alloc(di_kv_pool *p) {
 void di_kv_ref(di_kv_pool *p, int32_t block) { p->refcount[block]++; }
 
 void di_kv_unref(di_kv_pool *p, int32_t block) {
-  if (--p->refcount[block] == 0) p->free_list[p->n_free++] = block;
+  if (block < 0 || block >= p->n_blocks || p->refcount[block] <= 0) return; /* defensive: double free */
+  if (--p->refcount[block] > 0) return;
+  /* A block that holds a cached prefix stays readable until evicted. */
+  if (di_kv_prefix_park(p, block)) return;
+  p->free_list[p->n_free++] = block;
 }
 
 int di_kv_n_free(const di_kv_pool *p) { return p->n_free; }
+
+int di_kv_n_available(const di_kv_pool *p) { return p->n_free + di_kv_prefix_n_parked(p); }
+
+int di_kv_n_used(const di_kv_pool *p) { return p->n_blocks - di_kv_n_available(p); }
+
+void di_kv_copy_block(di_kv_pool *p, int32_t dst, int32_t src) {
+  memcpy(p->base + (size_t)dst * p->block_bytes, p->base + (size_t)src * p->block_bytes, p->block_bytes);
+}

@@ -49,6 +49,14 @@ void di_kv_ref(di_kv_pool *p, int32_t block);
 /* Drops one reference; the block returns to the free list at zero. */
 void di_kv_unref(di_kv_pool *p, int32_t block);
 int di_kv_n_free(const di_kv_pool *p);
+/* Blocks an allocation can still obtain: free ones plus unreferenced blocks
+ * kept by the prefix cache (evicted LRU-first on demand). */
+int di_kv_n_available(const di_kv_pool *p);
+/* Blocks referenced by at least one sequence. */
+int di_kv_n_used(const di_kv_pool *p);
+/* Copies the whole K/V content (every layer) of block src into dst; used for
+ * copy-on-write of a shared partial block. */
+void di_kv_copy_block(di_kv_pool *p, int32_t dst, int32_t src);
 
 static inline void *di_kv_k(const di_kv_pool *p, int32_t block, int layer) {
   return p->base + (size_t)block * p->block_bytes + (size_t)layer * p->layer_bytes;

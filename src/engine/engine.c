@@ -1,0 +1,628 @@
+/* The engine: request intake and validation, the step loop, sampling and the
+ * event stream (streaming detokenizer + stop strings). Scheduling lives in
+ * scheduler.c; the model behind di_engine_backend in engine_model.c. */
+#define _GNU_SOURCE /* memmem */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine_internal.h"
+#include "kv/prefix.h"
+
+#define DI_ENGINE_DEFAULT_KV_CAP ((size_t)1 << 30)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void di_engine_opts_default(di_engine_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->max_seqs = 16;
+  o->max_batch_tokens = 512;
+  o->block_size = 16;
+  o->prefix_cache = 1;
+}
+
+void di_request_params_default(di_request_params *p) {
+  memset(p, 0, sizeof *p);
+  p->sampling.top_p = 1.0f;
+  p->sampling.repetition_penalty = 1.0f;
+  p->n = 1;
+}
+
+/* ---------------------------------------------------------------- create */
+
+di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backend *be, di_engine **out,
+                                 di_status *st) {
+  *out = NULL;
+  di_engine *e = calloc(1, sizeof *e);
+  if (!e) return di_errorf(st, DI_ERR_NOMEM, "engine: out of memory");
+  e->be = *be;
+  e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 16;
+  e->max_batch_tokens = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
+  e->ctx = o->ctx > 0 && o->ctx < be->n_ctx ? o->ctx : be->n_ctx;
+  int bs = o->block_size > 0 ? o->block_size : 16;
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv, NULL);
+  e->next_id = 1;
+  if (o->max_seqs < 0 || o->max_batch_tokens < 0 || o->block_size < 0 || o->ctx < 0) {
+    di_engine_destroy(e);
+    return di_errorf(st, DI_ERR_INVALID, "engine: max_seqs, max_batch_tokens, block_size and ctx must be >= 0");
+  }
+  size_t kv_mem = o->kv_mem;
+  if (kv_mem == 0) { /* enough for max_seqs full contexts, capped */
+    kv_mem = di_kv_block_bytes(bs, be->n_layers, be->kv_dim, (di_kv_type)o->kv_type) *
+             (size_t)((e->ctx + bs - 1) / bs + 1) * (size_t)e->max_seqs;
+    if (kv_mem > DI_ENGINE_DEFAULT_KV_CAP) kv_mem = DI_ENGINE_DEFAULT_KV_CAP;
+  }
+  di_code rc = di_kv_pool_create(&e->pool, kv_mem, bs, be->n_layers, be->kv_dim, (di_kv_type)o->kv_type, st);
+  if (rc == DI_OK && o->prefix_cache && be->policy != DI_KV_POLICY_WINDOW) rc = di_kv_prefix_enable(e->pool, st);
+  if (rc == DI_OK) rc = di_sampler_init(&e->sampler, be->n_vocab, st);
+  if (rc != DI_OK) {
+    di_engine_destroy(e);
+    return rc;
+  }
+  int nt = e->max_batch_tokens, ns = e->max_seqs;
+  e->b_tokens = malloc((size_t)nt * sizeof *e->b_tokens);
+  e->b_pos = malloc((size_t)nt * sizeof *e->b_pos);
+  e->b_seq = malloc((size_t)nt * sizeof *e->b_seq);
+  e->b_want = malloc((size_t)nt * sizeof *e->b_want);
+  e->b_seqs = malloc((size_t)ns * sizeof *e->b_seqs);
+  e->b_owner = malloc((size_t)ns * sizeof *e->b_owner);
+  e->logits = malloc((size_t)ns * (size_t)be->n_vocab * sizeof *e->logits);
+  e->running.v = malloc((size_t)ns * sizeof *e->running.v);
+  e->running.cap = ns;
+  if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->logits ||
+      !e->running.v) {
+    di_engine_destroy(e);
+    return di_errorf(st, DI_ERR_NOMEM, "engine: cannot allocate batch buffers (%d tokens, %d sequences)", nt, ns);
+  }
+  *out = e;
+  return DI_OK;
+}
+
+static void seq_free(di_engine *e, di_seq *s) {
+  if (!s) return;
+  if (e->pool) di_kv_table_release(e->pool, &s->table);
+  di_kv_table_free(&s->table);
+  if (s->detok && e->be.detok_free) e->be.detok_free(s->detok);
+  free(s->tokens);
+  free(s->pending);
+  free(s);
+}
+
+static void req_free(di_engine *e, di_req *r) {
+  if (!r) return;
+  for (int i = 0; i < r->n; i++) seq_free(e, r->seqs ? r->seqs[i] : NULL);
+  free(r->seqs);
+  free(r->prompt);
+  for (int i = 0; i < r->p.n_stop; i++) free(r->stop ? r->stop[i] : NULL);
+  free(r->stop);
+  free(r->stop_len);
+  free(r->stop_ids);
+  free(r->bias_ids);
+  free(r->bias_vals);
+  free(r);
+}
+
+void di_engine_destroy(di_engine *e) {
+  if (!e) return;
+  di_engine_stop(e);
+  for (di_req *r = e->reqs, *n; r; r = n) {
+    n = r->next;
+    req_free(e, r);
+  }
+  for (di_req *r = e->inbox_head, *n; r; r = n) {
+    n = r->next;
+    req_free(e, r);
+  }
+  free(e->waiting.v);
+  free(e->running.v);
+  free(e->b_tokens);
+  free(e->b_pos);
+  free(e->b_seq);
+  free(e->b_want);
+  free(e->b_seqs);
+  free(e->b_owner);
+  free(e->logits);
+  free(e->cancels);
+  di_sampler_free(&e->sampler);
+  di_kv_pool_destroy(e->pool);
+  if (e->be.destroy) e->be.destroy(e->be.user);
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv);
+  free(e);
+}
+
+const struct di_tokenizer *di_engine_tokenizer(const di_engine *e) { return e->be.tokenizer; }
+int di_engine_ctx(const di_engine *e) { return e->ctx; }
+int di_engine_n_vocab(const di_engine *e) { return e->be.n_vocab; }
+
+/* ---------------------------------------------------------------- submit */
+
+static di_code validate(const di_engine *e, const di_request_params *p, di_status *st) {
+  if (p->max_tokens < 0) return di_errorf(st, DI_ERR_INVALID, "max_tokens must be >= 0 (got %d)", p->max_tokens);
+  if (p->n < 0) return di_errorf(st, DI_ERR_INVALID, "n must be >= 1 (got %d)", p->n);
+  if (p->n > e->max_seqs)
+    return di_errorf(st, DI_ERR_INVALID, "n = %d exceeds the engine's max_seqs (%d)", p->n, e->max_seqs);
+  if (p->logprobs < 0 || p->top_logprobs < 0 || p->top_logprobs > DI_MAX_TOP_LOGPROBS)
+    return di_errorf(st, DI_ERR_INVALID, "top_logprobs must be in [0, %d] (got %d)", DI_MAX_TOP_LOGPROBS,
+                     p->top_logprobs);
+  if (p->n_stop < 0 || (p->n_stop > 0 && !p->stop)) return di_errorf(st, DI_ERR_INVALID, "stop: bad array");
+  if (p->n_stop > 0 && !e->be.detok_new)
+    return di_errorf(st, DI_ERR_UNSUPPORTED, "stop strings need a tokenizer, and this engine has none");
+  for (int i = 0; i < p->n_stop; i++)
+    if (!p->stop[i] || !p->stop[i][0]) return di_errorf(st, DI_ERR_INVALID, "stop[%d] is empty", i);
+  if (p->n_stop_ids < 0 || (p->n_stop_ids > 0 && !p->stop_ids)) return di_errorf(st, DI_ERR_INVALID, "stop_ids: bad array");
+  for (int i = 0; i < p->n_stop_ids; i++)
+    if (p->stop_ids[i] < 0 || p->stop_ids[i] >= e->be.n_vocab)
+      return di_errorf(st, DI_ERR_RANGE, "stop_ids[%d] = %d is outside the vocabulary [0, %d)", i, p->stop_ids[i],
+                       e->be.n_vocab);
+  if (!p->cb) return di_errorf(st, DI_ERR_INVALID, "a request needs an event callback");
+  return di_sampling_validate(&p->sampling, e->be.n_vocab, st);
+}
+
+static di_code prompt_tokens(const di_engine *e, const di_request_params *p, di_req *r, di_status *st) {
+  if (p->prompt_ids && p->prompt_text) return di_errorf(st, DI_ERR_INVALID, "give prompt ids or prompt text, not both");
+  if (p->prompt_text) {
+    if (!e->be.encode) return di_errorf(st, DI_ERR_UNSUPPORTED, "text prompts need a tokenizer, and this engine has none");
+    size_t n = 0;
+    if (e->be.encode(e->be.user, p->prompt_text, p->prompt_text_len, false, &r->prompt, &n, st) != DI_OK)
+      return di_error_wrap(st, "prompt: ");
+    if (n > (size_t)e->ctx) return di_errorf(st, DI_ERR_RANGE, "prompt has %zu tokens; the context is %d", n, e->ctx);
+    r->n_prompt = (int)n;
+  } else {
+    if (p->n_prompt > (size_t)e->ctx)
+      return di_errorf(st, DI_ERR_RANGE, "prompt has %zu tokens; the context is %d", p->n_prompt, e->ctx);
+    if (p->n_prompt && !p->prompt_ids) return di_errorf(st, DI_ERR_INVALID, "prompt_ids is NULL");
+    r->prompt = malloc((p->n_prompt ? p->n_prompt : 1) * sizeof *r->prompt);
+    if (!r->prompt) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < p->n_prompt; i++) {
+      if (p->prompt_ids[i] < 0 || p->prompt_ids[i] >= e->be.n_vocab)
+        return di_errorf(st, DI_ERR_RANGE, "prompt token %zu: id %d is outside the vocabulary [0, %d)", i,
+                         p->prompt_ids[i], e->be.n_vocab);
+      r->prompt[i] = p->prompt_ids[i];
+    }
+    r->n_prompt = (int)p->n_prompt;
+  }
+  if (r->n_prompt == 0) return di_errorf(st, DI_ERR_INVALID, "the prompt is empty");
+  if (r->n_prompt >= e->ctx)
+    return di_errorf(st, DI_ERR_RANGE, "prompt has %d tokens; the context is %d (no room to generate)", r->n_prompt,
+                     e->ctx);
+  int bs = e->pool->block_size;
+  if ((r->n_prompt + 1 + bs - 1) / bs > e->pool->n_blocks)
+    return di_errorf(st, DI_ERR_RANGE, "prompt has %d tokens; the whole KV pool holds %d", r->n_prompt,
+                     e->pool->n_blocks * bs - 1);
+  return DI_OK;
+}
+
+static void *dup_array(const void *src, size_t n, size_t elt) {
+  void *d = malloc(n ? n * elt : 1);
+  if (d && n) memcpy(d, src, n * elt);
+  return d;
+}
+
+static di_code build_request(di_engine *e, const di_request_params *p, di_req *r, di_status *st) {
+  r->p = *p;
+  r->n = p->n > 0 ? p->n : 1;
+  r->priority = p->priority;
+  if (prompt_tokens(e, p, r, st) != DI_OK) return st->code;
+  r->p.prompt_ids = NULL;
+  r->p.prompt_text = NULL;
+  r->stop = calloc((size_t)p->n_stop + 1, sizeof *r->stop);
+  r->stop_len = calloc((size_t)p->n_stop + 1, sizeof *r->stop_len);
+  r->stop_ids = dup_array(p->stop_ids, (size_t)p->n_stop_ids, sizeof *r->stop_ids);
+  r->bias_ids = dup_array(p->sampling.logit_bias_ids, (size_t)p->sampling.n_logit_bias, sizeof *r->bias_ids);
+  r->bias_vals = dup_array(p->sampling.logit_bias_values, (size_t)p->sampling.n_logit_bias, sizeof *r->bias_vals);
+  r->seqs = calloc((size_t)r->n, sizeof *r->seqs);
+  if (!r->stop || !r->stop_len || !r->stop_ids || !r->bias_ids || !r->bias_vals || !r->seqs)
+    return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < p->n_stop; i++) {
+    r->stop_len[i] = strlen(p->stop[i]);
+    if (!(r->stop[i] = dup_array(p->stop[i], r->stop_len[i] + 1, 1))) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+  }
+  r->p.stop = (const char *const *)r->stop;
+  r->p.stop_ids = r->stop_ids;
+  r->p.sampling.logit_bias_ids = r->bias_ids;
+  r->p.sampling.logit_bias_values = r->bias_vals;
+  int cap = r->p.max_tokens > 0 && r->n_prompt + r->p.max_tokens < e->ctx ? r->n_prompt + r->p.max_tokens : e->ctx;
+  for (int i = 0; i < r->n; i++) {
+    di_seq *s = calloc(1, sizeof *s);
+    if (!s) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+    r->seqs[i] = s;
+    s->req = r;
+    s->index = i;
+    s->cap = cap;
+    s->tokens = malloc((size_t)cap * sizeof *s->tokens);
+    if (!s->tokens || di_kv_table_init(&s->table, e->pool->block_size, cap, st) != DI_OK)
+      return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+    s->rng = di_sampler_seed(p->sampling.seed, i);
+    s->logits_row = -1;
+  }
+  di_seq *s0 = r->seqs[0];
+  memcpy(s0->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s0->tokens);
+  s0->len = r->n_prompt;
+  r->n_seqs = 1;
+  return DI_OK;
+}
+
+static void set_err(char *err, size_t errlen, const di_status *st) {
+  if (err && errlen) snprintf(err, errlen, "%s", st->msg);
+}
+
+di_code di_engine_submit(di_engine *e, const di_request_params *p, uint64_t *id, char *err, size_t errlen) {
+  di_status st = {0};
+  if (!e || !p) return DI_ERR_INVALID;
+  if (validate(e, p, &st) != DI_OK) {
+    set_err(err, errlen, &st);
+    return st.code;
+  }
+  di_req *r = calloc(1, sizeof *r);
+  if (!r) {
+    di_errorf(&st, DI_ERR_NOMEM, "out of memory");
+  } else if (build_request(e, p, r, &st) != DI_OK) {
+    req_free(e, r);
+    r = NULL;
+  }
+  if (!r) {
+    set_err(err, errlen, &st);
+    return st.code;
+  }
+  pthread_mutex_lock(&e->mu);
+  r->id = e->next_id++;
+  r->arrival = e->next_arrival++;
+  if (e->inbox_tail) e->inbox_tail->next = r; else e->inbox_head = r;
+  e->inbox_tail = r;
+  e->n_unfinished++;
+  pthread_cond_signal(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  if (id) *id = r->id;
+  return DI_OK;
+}
+
+di_code di_engine_cancel(di_engine *e, uint64_t id) {
+  pthread_mutex_lock(&e->mu);
+  di_code rc = DI_OK;
+  if (id == 0 || id >= e->next_id) {
+    rc = DI_ERR_INVALID;
+  } else {
+    if (e->n_cancels == e->cap_cancels) {
+      int cap = e->cap_cancels ? e->cap_cancels * 2 : 16;
+      uint64_t *v = realloc(e->cancels, (size_t)cap * sizeof *v);
+      if (v) {
+        e->cancels = v;
+        e->cap_cancels = cap;
+      }
+    }
+    if (e->n_cancels < e->cap_cancels) e->cancels[e->n_cancels++] = id; else rc = DI_ERR_NOMEM;
+    pthread_cond_signal(&e->cv);
+  }
+  pthread_mutex_unlock(&e->mu);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- events */
+
+static void emit(di_engine *e, di_seq *s, int32_t token, const char *text, size_t len, const di_sample_out *so,
+                 di_finish finish, const char *error) {
+  di_req *r = s->req;
+  di_event ev = {0};
+  ev.request_id = r->id;
+  ev.index = s->index;
+  ev.token = token;
+  ev.text = text ? text : "";
+  ev.text_len = len;
+  if (so) {
+    ev.logprob = so->logprob;
+    if (r->p.top_logprobs > 0) {
+      ev.n_top = so->n_top;
+      ev.top_ids = so->top_ids;
+      ev.top_logprobs = so->top_logprobs;
+    }
+  }
+  ev.finish = finish;
+  ev.error = error;
+  ev.prompt_tokens = r->n_prompt;
+  ev.cached_tokens = r->cached_tokens;
+  ev.completion_tokens = s->n_gen;
+  r->p.cb(&ev, r->p.user);
+}
+
+static bool pending_append(di_seq *s, const char *text, size_t len) {
+  if (s->pending_len + len + 1 > s->pending_cap) {
+    size_t cap = (s->pending_len + len + 1) * 2;
+    char *p = realloc(s->pending, cap < 64 ? 64 : cap);
+    if (!p) return false;
+    s->pending = p;
+    s->pending_cap = cap < 64 ? 64 : cap;
+  }
+  memcpy(s->pending + s->pending_len, text, len);
+  s->pending_len += len;
+  s->pending[s->pending_len] = 0;
+  return true;
+}
+
+/* Earliest occurrence of any stop string in the pending text, or -1. */
+static long find_stop(const di_seq *s) {
+  const di_req *r = s->req;
+  long best = -1;
+  for (int i = 0; i < r->p.n_stop; i++) {
+    const char *m = memmem(s->pending, s->pending_len, r->stop[i], r->stop_len[i]);
+    if (m && (best < 0 || m - s->pending < best)) best = m - s->pending;
+  }
+  return best;
+}
+
+/* Bytes at the end of the pending text that could begin a stop string. */
+static size_t holdback(const di_seq *s) {
+  const di_req *r = s->req;
+  size_t hold = 0;
+  for (int i = 0; i < r->p.n_stop; i++) {
+    size_t k = r->stop_len[i] - 1 < s->pending_len ? r->stop_len[i] - 1 : s->pending_len;
+    for (; k > hold; k--)
+      if (!memcmp(s->pending + s->pending_len - k, r->stop[i], k)) {
+        hold = k;
+        break;
+      }
+  }
+  return hold;
+}
+
+static void seq_unlist(di_engine *e, di_seq *s) {
+  if (s->state == DI_SEQ_RUNNING) di_seq_list_remove(&e->running, s);
+  else if (s->state == DI_SEQ_WAITING) di_seq_list_remove(&e->waiting, s);
+}
+
+/* Finished requests are freed only here, at the end of a step, so no loop
+ * over a batch or a request's completions ever touches freed memory. */
+static void sweep_finished(di_engine *e) {
+  int n = 0;
+  for (di_req **l = &e->reqs; *l;) {
+    di_req *r = *l;
+    if (r->n_done < r->n) {
+      l = &r->next;
+      continue;
+    }
+    *l = r->next;
+    e->n_reqs--;
+    e->acc.finished++;
+    req_free(e, r);
+    n++;
+  }
+  if (!n) return;
+  pthread_mutex_lock(&e->mu);
+  e->n_unfinished -= n;
+  pthread_mutex_unlock(&e->mu);
+}
+
+void di_engine_finish_seq(di_engine *e, di_seq *s, di_finish why, const char *error) {
+  if (s->state == DI_SEQ_DONE) return;
+  di_req *r = s->req;
+  /* The rest of the text: flush the detokenizer, and a stop string may still
+   * complete in what it releases. */
+  if (s->detok && why != DI_FINISH_ERROR && e->be.detok_flush) {
+    const char *t = NULL;
+    size_t n = 0;
+    e->be.detok_flush(s->detok, &t, &n);
+    if (n) pending_append(s, t, n);
+    long at = find_stop(s);
+    if (at >= 0) {
+      s->pending_len = (size_t)at;
+      if (why == DI_FINISH_LENGTH) why = DI_FINISH_STOP;
+    }
+  }
+  seq_unlist(e, s);
+  s->state = DI_SEQ_DONE;
+  di_kv_table_release(e->pool, &s->table);
+  emit(e, s, -1, s->pending, s->pending_len, NULL, why, why == DI_FINISH_ERROR ? (error ? error : "error") : NULL);
+  s->pending_len = 0;
+  /* Siblings not forked yet (n > 1 whose prompt never finished) end too. */
+  if (s->index == 0 && r->n_seqs < r->n) {
+    for (int i = r->n_seqs; i < r->n; i++) {
+      r->seqs[i]->state = DI_SEQ_DONE;
+      emit(e, r->seqs[i], -1, NULL, 0, NULL, why, why == DI_FINISH_ERROR ? (error ? error : "error") : NULL);
+    }
+    r->n_done += r->n - r->n_seqs;
+    r->n_seqs = r->n;
+  }
+  r->n_done++;
+}
+
+static bool is_stop_token(const di_engine *e, const di_req *r, int32_t t) {
+  for (int i = 0; i < r->p.n_stop_ids; i++)
+    if (r->stop_ids[i] == t) return true;
+  if (!r->p.ignore_eos)
+    for (int i = 0; i < e->be.n_eos; i++)
+      if (e->be.eos_ids[i] == t) return true;
+  return false;
+}
+
+static void sample_and_emit(di_engine *e, di_seq *s, const float *logits) {
+  di_req *r = s->req;
+  di_sample_in in = {.p = &r->p.sampling, .history = s->tokens, .n_history = s->len, .n_prompt = r->n_prompt,
+                     .rng = &s->rng, .top_logprobs = r->p.top_logprobs, .logprob = r->p.logprobs > 0};
+  di_sample_out so;
+  di_sampler_sample(&e->sampler, logits, &in, &so);
+  s->n_gen++;
+  e->acc.generated_tokens++;
+  if (is_stop_token(e, r, so.token)) {
+    di_engine_finish_seq(e, s, DI_FINISH_STOP, NULL);
+    return;
+  }
+  s->tokens[s->len++] = so.token;
+  size_t release = 0;
+  bool stopped = false;
+  if (s->detok) {
+    const char *t = NULL;
+    size_t n = 0;
+    e->be.detok_push(s->detok, so.token, &t, &n);
+    if (n) pending_append(s, t, n);
+    long at = find_stop(s);
+    if (at >= 0) {
+      s->pending_len = (size_t)at;
+      release = (size_t)at;
+      stopped = true;
+    } else {
+      release = s->pending_len - holdback(s);
+    }
+  }
+  emit(e, s, so.token, s->pending, release, &so, DI_FINISH_NONE, NULL);
+  memmove(s->pending, s->pending + release, s->pending_len - release);
+  s->pending_len -= release;
+  if (stopped) di_engine_finish_seq(e, s, DI_FINISH_STOP, NULL);
+  else if ((r->p.max_tokens > 0 && s->n_gen >= r->p.max_tokens) || s->len >= s->cap)
+    di_engine_finish_seq(e, s, DI_FINISH_LENGTH, NULL);
+}
+
+/* Called for a sequence whose last token got logits this step. The first
+ * completion of an n > 1 request forks its siblings here: they share every
+ * prompt block (the partial last one is copied on first write). */
+void di_engine_after_forward(di_engine *e, di_seq *s, const float *logits) {
+  di_req *r = s->req;
+  if (s->index == 0 && r->n_seqs < r->n) {
+    for (int i = 1; i < r->n; i++) {
+      di_seq *c = r->seqs[i];
+      memcpy(c->tokens, s->tokens, (size_t)s->len * sizeof *c->tokens);
+      c->len = s->len;
+      c->n_computed = s->n_computed;
+      di_kv_table_fork(e->pool, &c->table, &s->table);
+      c->state = DI_SEQ_RUNNING;
+      di_seq_list_insert(&e->running, c);
+    }
+    r->n_seqs = r->n;
+    for (int i = 0; i < r->n; i++) {
+      di_seq *c = r->seqs[i];
+      if (!c->detok && e->be.detok_new) c->detok = e->be.detok_new(e->be.user);
+      sample_and_emit(e, c, logits);
+    }
+    return;
+  }
+  if (!s->detok && e->be.detok_new) s->detok = e->be.detok_new(e->be.user);
+  sample_and_emit(e, s, logits);
+}
+
+/* ---------------------------------------------------------------- step */
+
+static void drain_inbox(di_engine *e) {
+  pthread_mutex_lock(&e->mu);
+  di_req *in = e->inbox_head;
+  e->inbox_head = e->inbox_tail = NULL;
+  int nc = e->n_cancels;
+  uint64_t cancels[64];
+  if (nc > 64) nc = 64; /* the rest wait for the next step */
+  if (nc > 0) {
+    memcpy(cancels, e->cancels, (size_t)nc * sizeof *cancels);
+    memmove(e->cancels, e->cancels + nc, (size_t)(e->n_cancels - nc) * sizeof *cancels);
+    e->n_cancels -= nc;
+  }
+  pthread_mutex_unlock(&e->mu);
+  while (in) {
+    di_req *r = in;
+    in = in->next;
+    r->next = e->reqs;
+    e->reqs = r;
+    e->n_reqs++;
+    e->acc.prompt_tokens += (uint64_t)r->n_prompt;
+    di_seq_list_insert(&e->waiting, r->seqs[0]);
+  }
+  for (int i = 0; i < nc; i++) {
+    for (di_req *r = e->reqs; r; r = r->next) {
+      if (r->id != cancels[i]) continue;
+      r->cancelled = true;
+      for (int k = 0; k < r->n_seqs; k++) di_engine_finish_seq(e, r->seqs[k], DI_FINISH_CANCELLED, NULL);
+      break;
+    }
+  }
+}
+
+static void publish_stats(di_engine *e) {
+  di_engine_stats s = e->acc;
+  s.running = e->running.n;
+  s.waiting = e->waiting.n;
+  s.kv_blocks_total = e->pool->n_blocks;
+  s.kv_blocks_used = di_kv_n_used(e->pool);
+  s.kv_blocks_high_water = e->pool->high_water;
+  s.kv_blocks_cached = di_kv_prefix_n_cached(e->pool);
+  s.kv_block_size = e->pool->block_size;
+  pthread_mutex_lock(&e->mu);
+  e->stats = s;
+  pthread_mutex_unlock(&e->mu);
+}
+
+int di_engine_step(di_engine *e) {
+  drain_inbox(e);
+  double t0 = now_s();
+  di_batch b;
+  int n = di_sched_build(e, &b);
+  double t1 = now_s();
+  e->acc.sched_seconds += t1 - t0;
+  if (n > 0) {
+    di_status st = {0};
+    if (e->be.forward(e->be.user, e->pool, &b, e->logits, &st) != DI_OK) {
+      /* An internal failure ends the sequences of this batch, not the engine. */
+      for (int i = 0; i < b.n_seqs; i++) di_engine_finish_seq(e, e->b_owner[i], DI_FINISH_ERROR, st.msg);
+    } else {
+      e->acc.steps++;
+      e->acc.batch_tokens += (uint64_t)n;
+      for (int i = 0; i < b.n_seqs; i++) {
+        di_seq *s = e->b_owner[i];
+        s->n_computed += s->take;
+        di_kv_table_commit(e->pool, &s->table, s->tokens, s->n_computed);
+      }
+      for (int i = 0; i < b.n_seqs; i++) {
+        di_seq *s = e->b_owner[i];
+        if (s->logits_row >= 0 && s->state == DI_SEQ_RUNNING)
+          di_engine_after_forward(e, s, e->logits + (size_t)s->logits_row * (size_t)e->be.n_vocab);
+      }
+    }
+    e->acc.step_seconds += now_s() - t1;
+  }
+  sweep_finished(e);
+  publish_stats(e);
+  pthread_mutex_lock(&e->mu);
+  int left = e->n_unfinished;
+  pthread_mutex_unlock(&e->mu);
+  return left;
+}
+
+void di_engine_stats_get(di_engine *e, di_engine_stats *s) {
+  pthread_mutex_lock(&e->mu);
+  *s = e->stats;
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* ---------------------------------------------------------------- thread */
+
+static void *engine_thread(void *arg) {
+  di_engine *e = arg;
+  for (;;) {
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop && e->n_unfinished == 0 && e->n_cancels == 0) pthread_cond_wait(&e->cv, &e->mu);
+    bool stop = e->stop;
+    pthread_mutex_unlock(&e->mu);
+    if (stop) break;
+    di_engine_step(e);
+  }
+  return NULL;
+}
+
+di_code di_engine_start(di_engine *e) {
+  if (e->thread_on) return DI_OK;
+  e->stop = false;
+  if (pthread_create(&e->thread, NULL, engine_thread, e) != 0) return DI_ERR_INTERNAL;
+  e->thread_on = true;
+  return DI_OK;
+}
+
+void di_engine_stop(di_engine *e) {
+  if (!e->thread_on) return;
+  pthread_mutex_lock(&e->mu);
+  e->stop = true;
+  pthread_cond_signal(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  pthread_join(e->thread, NULL);
+  e->thread_on = false;
+}

@@ -1,0 +1,109 @@
+/* The real model behind the engine: loader, forward pass and tokenizer,
+ * adapted to di_engine_backend. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+#include "graph/forward.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct di_model_backend {
+  di_model *model;
+  di_forward_ctx *fwd;
+  di_tokenizer *tok;
+  bool parse_special;
+  int32_t eos[16];
+} di_model_backend;
+
+static di_code mb_forward(void *u, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
+  di_model_backend *m = u;
+  return di_forward(m->fwd, kv, b, logits, st);
+}
+
+static di_code mb_encode(void *u, const char *text, size_t len, bool parse_special, int32_t **ids, size_t *n,
+                         di_status *st) {
+  di_model_backend *m = u;
+  return di_tokenizer_encode(m->tok, text, len, true, parse_special || m->parse_special, ids, n, st);
+}
+
+static void *mb_detok_new(void *u) {
+  di_model_backend *m = u;
+  di_detok_stream *s = NULL;
+  di_status st = {0};
+  return di_detok_stream_new(m->tok, true, &s, &st) == DI_OK ? s : NULL;
+}
+
+static void mb_detok_push(void *s, int32_t id, const char **text, size_t *len) {
+  di_status st = {0};
+  if (di_detok_stream_push(s, id, text, len, &st) != DI_OK) *len = 0;
+}
+
+static void mb_detok_flush(void *s, const char **text, size_t *len) {
+  di_status st = {0};
+  if (di_detok_stream_flush(s, text, len, &st) != DI_OK) *len = 0;
+}
+
+static void mb_detok_free(void *s) { di_detok_stream_free(s); }
+
+static void mb_destroy(void *u) {
+  di_model_backend *m = u;
+  if (!m) return;
+  di_forward_ctx_free(m->fwd);
+  di_tokenizer_free(m->tok);
+  di_model_free(m->model);
+  free(m);
+}
+
+di_code di_engine_create(const di_engine_opts *o, di_engine **out, char *err, size_t errlen) {
+  di_status st = {0};
+  *out = NULL;
+  di_model_backend *m = calloc(1, sizeof *m);
+  di_code rc = m ? DI_OK : di_errorf(&st, DI_ERR_NOMEM, "engine: out of memory");
+  if (rc == DI_OK && !o->model_path) rc = di_errorf(&st, DI_ERR_INVALID, "engine: no model path");
+  di_model_opts mo = {0};
+  if (rc == DI_OK) rc = di_model_load(o->model_path, &mo, &m->model, &st);
+  if (rc == DI_OK)
+    rc = m->model->gguf ? di_tokenizer_from_gguf(m->model->gguf, &m->tok, &st)
+                        : di_tokenizer_load(o->model_path, &m->tok, &st);
+  int max_batch = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
+  if (rc == DI_OK) rc = di_forward_ctx_create(m->model, max_batch, o->threads, &m->fwd, &st);
+  di_engine_backend be = {0};
+  if (rc == DI_OK) {
+    const di_hparams *hp = &m->model->hp;
+    m->parse_special = o->allow_special_in_content != 0;
+    be.n_vocab = hp->n_vocab;
+    be.n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
+    be.n_layers = hp->n_layer;
+    be.kv_dim = hp->n_head_kv * hp->head_dim;
+    /* One layer group per pool today: the window policy applies only when
+     * every layer slides (see kv/table.h). */
+    bool all_swa = hp->sliding_window > 0;
+    for (int il = 0; il < hp->n_layer && all_swa; il++) all_swa = di_hparams_layer_is_swa(hp, il);
+    be.policy = all_swa ? DI_KV_POLICY_WINDOW : DI_KV_POLICY_FULL;
+    be.window = all_swa ? hp->sliding_window : 0;
+    const int32_t *eos = NULL;
+    size_t n_eos = di_tokenizer_eos(m->tok, &eos);
+    int k = 0;
+    if (hp->eos_id >= 0) m->eos[k++] = hp->eos_id;
+    for (size_t i = 0; i < n_eos && k < 16; i++)
+      if (eos[i] != hp->eos_id) m->eos[k++] = eos[i];
+    be.eos_ids = m->eos;
+    be.n_eos = k;
+    be.user = m;
+    be.forward = mb_forward;
+    be.encode = mb_encode;
+    be.detok_new = mb_detok_new;
+    be.detok_push = mb_detok_push;
+    be.detok_flush = mb_detok_flush;
+    be.detok_free = mb_detok_free;
+    be.tokenizer = m->tok;
+    be.destroy = mb_destroy;
+    rc = di_engine_create_backend(o, &be, out, &st); /* owns m from here, even on failure */
+    m = NULL;
+  }
+  mb_destroy(m);
+  if (rc != DI_OK && err && errlen) snprintf(err, errlen, "%s", st.msg);
+  return rc;
+}

@@ -1,0 +1,226 @@
+#include "engine/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+di_code di_sampler_init(di_sampler *s, int n_vocab, di_status *st) {
+  memset(s, 0, sizeof *s);
+  s->n_vocab = n_vocab;
+  s->logits = malloc((size_t)n_vocab * sizeof *s->logits);
+  s->pairs = malloc((size_t)n_vocab * sizeof *s->pairs);
+  s->count = calloc((size_t)n_vocab, sizeof *s->count);
+  if (!s->logits || !s->pairs || !s->count) {
+    di_sampler_free(s);
+    return di_errorf(st, DI_ERR_NOMEM, "sampler: cannot allocate scratch for %d logits", n_vocab);
+  }
+  return DI_OK;
+}
+
+void di_sampler_free(di_sampler *s) {
+  free(s->logits);
+  free(s->pairs);
+  free(s->count);
+  memset(s, 0, sizeof *s);
+}
+
+di_code di_sampling_validate(const di_sampling *p, int n_vocab, di_status *st) {
+  if (!(p->temperature >= 0) || !isfinite(p->temperature))
+    return di_errorf(st, DI_ERR_INVALID, "temperature must be >= 0 (got %g)", p->temperature);
+  if (!(p->top_p > 0 && p->top_p <= 1)) return di_errorf(st, DI_ERR_INVALID, "top_p must be in (0, 1] (got %g)", p->top_p);
+  if (p->top_k < 0) return di_errorf(st, DI_ERR_INVALID, "top_k must be >= 0 (got %d)", p->top_k);
+  if (!(p->min_p >= 0 && p->min_p <= 1)) return di_errorf(st, DI_ERR_INVALID, "min_p must be in [0, 1] (got %g)", p->min_p);
+  if (!(p->repetition_penalty > 0) || !isfinite(p->repetition_penalty))
+    return di_errorf(st, DI_ERR_INVALID, "repetition_penalty must be > 0 (got %g)", p->repetition_penalty);
+  if (!isfinite(p->frequency_penalty) || fabsf(p->frequency_penalty) > 2)
+    return di_errorf(st, DI_ERR_INVALID, "frequency_penalty must be in [-2, 2] (got %g)", p->frequency_penalty);
+  if (!isfinite(p->presence_penalty) || fabsf(p->presence_penalty) > 2)
+    return di_errorf(st, DI_ERR_INVALID, "presence_penalty must be in [-2, 2] (got %g)", p->presence_penalty);
+  if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && (!p->logit_bias_ids || !p->logit_bias_values)))
+    return di_errorf(st, DI_ERR_INVALID, "logit_bias: bad array");
+  for (int i = 0; i < p->n_logit_bias; i++) {
+    if (p->logit_bias_ids[i] < 0 || p->logit_bias_ids[i] >= n_vocab)
+      return di_errorf(st, DI_ERR_RANGE, "logit_bias: token id %d is outside the vocabulary [0, %d)",
+                       p->logit_bias_ids[i], n_vocab);
+    if (!(fabsf(p->logit_bias_values[i]) <= 100))
+      return di_errorf(st, DI_ERR_INVALID, "logit_bias: value for token %d must be in [-100, 100]",
+                       p->logit_bias_ids[i]);
+  }
+  return DI_OK;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t di_sampler_seed(uint64_t seed, int index) {
+  uint64_t x = seed ^ ((uint64_t)(index + 1) * 0xD1B54A32D192ED03ull);
+  return splitmix64(&x);
+}
+
+/* Uniform double in [0, 1) from 53 random bits. */
+static double rng_uniform(uint64_t *rng) { return (double)(splitmix64(rng) >> 11) * (1.0 / 9007199254740992.0); }
+
+/* Total order: larger value first, then smaller id, so every selection is
+ * deterministic even with ties. */
+static inline bool pair_before(di_sampler_pair a, di_sampler_pair b) { return a.v > b.v || (a.v == b.v && a.id < b.id); }
+
+static int pair_cmp(const void *a, const void *b) {
+  di_sampler_pair x = *(const di_sampler_pair *)a, y = *(const di_sampler_pair *)b;
+  return pair_before(x, y) ? -1 : pair_before(y, x) ? 1 : 0;
+}
+
+/* Moves the m best pairs to the front (quickselect), then sorts them. */
+static void select_top(di_sampler_pair *a, int n, int m) {
+  if (m < n) {
+    int lo = 0, hi = n - 1, k = m - 1;
+    while (lo < hi) {
+      di_sampler_pair pivot = a[lo + (hi - lo) / 2];
+      int i = lo, j = hi;
+      while (i <= j) {
+        while (pair_before(a[i], pivot)) i++;
+        while (pair_before(pivot, a[j])) j--;
+        if (i <= j) {
+          di_sampler_pair t = a[i];
+          a[i++] = a[j];
+          a[j--] = t;
+        }
+      }
+      if (k <= j) hi = j;
+      else if (k >= i) lo = i;
+      else break;
+    }
+  }
+  qsort(a, (size_t)m, sizeof *a, pair_cmp);
+}
+
+static void apply_penalties(di_sampler *s, const di_sample_in *in) {
+  const di_sampling *p = in->p;
+  float *l = s->logits;
+  if (p->repetition_penalty != 1.0f) { /* HF: every distinct token seen, prompt included */
+    for (int i = 0; i < in->n_history; i++) {
+      int32_t t = in->history[i];
+      if (s->count[t]) continue;
+      s->count[t] = 1;
+      l[t] = l[t] > 0 ? l[t] / p->repetition_penalty : l[t] * p->repetition_penalty;
+    }
+    for (int i = 0; i < in->n_history; i++) s->count[in->history[i]] = 0;
+  }
+  if (p->frequency_penalty != 0 || p->presence_penalty != 0) { /* OpenAI: generated tokens only */
+    for (int i = in->n_prompt; i < in->n_history; i++) s->count[in->history[i]]++;
+    for (int i = in->n_prompt; i < in->n_history; i++) {
+      int32_t t = in->history[i];
+      if (!s->count[t]) continue;
+      l[t] -= (float)s->count[t] * p->frequency_penalty + p->presence_penalty;
+      s->count[t] = 0;
+    }
+  }
+}
+
+static void fill_logprobs(const float *raw, int n, const di_sample_in *in, di_sample_out *out) {
+  float mx = -INFINITY;
+  for (int i = 0; i < n; i++) mx = raw[i] > mx ? raw[i] : mx;
+  double z = 0;
+  for (int i = 0; i < n; i++) z += exp((double)raw[i] - mx);
+  float lz = mx + (float)log(z);
+  out->logprob = raw[out->token] - lz;
+  int k = in->top_logprobs < n ? in->top_logprobs : n;
+  out->n_top = 0;
+  for (int i = 0; i < n; i++) { /* insertion into a sorted top-k list */
+    di_sampler_pair c = {raw[i], i};
+    int j = out->n_top;
+    if (j == k) {
+      di_sampler_pair last = {out->top_logprobs[k - 1], out->top_ids[k - 1]};
+      if (k == 0 || !pair_before(c, last)) continue;
+      j--;
+    } else {
+      out->n_top++;
+    }
+    while (j > 0 && pair_before(c, (di_sampler_pair){out->top_logprobs[j - 1], out->top_ids[j - 1]})) {
+      out->top_logprobs[j] = out->top_logprobs[j - 1];
+      out->top_ids[j] = out->top_ids[j - 1];
+      j--;
+    }
+    out->top_logprobs[j] = c.v;
+    out->top_ids[j] = c.id;
+  }
+  for (int i = 0; i < out->n_top; i++) out->top_logprobs[i] -= lz;
+}
+
+static int32_t argmax(const float *l, int n) {
+  int32_t best = 0;
+  for (int i = 1; i < n; i++)
+    if (l[i] > l[best]) best = i;
+  return best;
+}
+
+static int32_t sample_dist(di_sampler *s, const di_sample_in *in) {
+  const di_sampling *p = in->p;
+  int n = s->n_vocab;
+  float inv_t = 1.0f / p->temperature;
+  for (int i = 0; i < n; i++) s->pairs[i] = (di_sampler_pair){s->logits[i] * inv_t, i};
+  int m = n;
+  bool sorted = false;
+  if (p->top_k > 0 && p->top_k < n) {
+    select_top(s->pairs, n, p->top_k);
+    m = p->top_k;
+    sorted = true;
+  }
+  float mx = s->pairs[0].v;
+  if (!sorted)
+    for (int i = 1; i < m; i++) mx = s->pairs[i].v > mx ? s->pairs[i].v : mx;
+  if (p->min_p > 0) { /* keep tokens with p >= min_p * p_max (order preserved) */
+    float thr = mx + logf(p->min_p);
+    int w = 0;
+    for (int i = 0; i < m; i++)
+      if (s->pairs[i].v >= thr) s->pairs[w++] = s->pairs[i];
+    m = w;
+  }
+  if (p->top_p < 1) {
+    /* The smallest head with mass >= top_p; sort only as much of the
+     * distribution as that needs: start with 64 candidates and widen. */
+    double z = 0;
+    for (int i = 0; i < m; i++) z += exp((double)s->pairs[i].v - mx);
+    int k = m < 64 ? m : 64;
+    for (;;) {
+      if (!sorted) select_top(s->pairs, m, k);
+      double c = 0;
+      int cut = 0;
+      while (cut < k) {
+        c += exp((double)s->pairs[cut++].v - mx);
+        if (c >= p->top_p * z) break;
+      }
+      if (c >= p->top_p * z || k == m) {
+        m = cut;
+        break;
+      }
+      k = k * 8 < m ? k * 8 : m;
+    }
+  }
+  double z = 0;
+  for (int i = 0; i < m; i++) z += exp((double)s->pairs[i].v - mx);
+  double u = rng_uniform(in->rng) * z, c = 0;
+  for (int i = 0; i < m; i++) {
+    c += exp((double)s->pairs[i].v - mx);
+    if (u < c) return s->pairs[i].id;
+  }
+  return s->pairs[m - 1].id;
+}
+
+void di_sampler_sample(di_sampler *s, const float *logits, const di_sample_in *in, di_sample_out *out) {
+  const di_sampling *p = in->p;
+  int n = s->n_vocab;
+  memcpy(s->logits, logits, (size_t)n * sizeof *logits);
+  for (int i = 0; i < p->n_logit_bias; i++) s->logits[p->logit_bias_ids[i]] += p->logit_bias_values[i];
+  apply_penalties(s, in);
+  if (p->temperature == 0 || p->top_k == 1)
+    out->token = argmax(s->logits, n);
+  else
+    out->token = sample_dist(s, in);
+  out->logprob = 0;
+  out->n_top = 0;
+  if (in->logprob || in->top_logprobs > 0) fill_logprobs(logits, n, in, out);
+}

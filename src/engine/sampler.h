@@ -1,0 +1,58 @@
+/* Per-request sampling: logits processors (logit_bias, repetition /
+ * frequency / presence penalties, temperature, top-k, min-p, top-p) and a
+ * seeded RNG owned by each completion, so a seeded request samples the same
+ * tokens whatever else shares its batch (the logits are row invariant).
+ * All scratch is allocated once per engine: sampling never mallocs. */
+#ifndef DI_ENGINE_SAMPLER_H
+#define DI_ENGINE_SAMPLER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "deepinfer.h"
+#include "util/status.h"
+
+#define DI_MAX_TOP_LOGPROBS 20
+
+typedef struct di_sampler_pair {
+  float v;
+  int32_t id;
+} di_sampler_pair;
+
+typedef struct di_sampler {
+  int n_vocab;
+  float *logits;          /* [n_vocab] working copy */
+  di_sampler_pair *pairs; /* [n_vocab] candidates */
+  int32_t *count;         /* [n_vocab] zero between calls */
+} di_sampler;
+
+di_code di_sampler_init(di_sampler *s, int n_vocab, di_status *st);
+void di_sampler_free(di_sampler *s);
+
+/* Checks a request's sampling parameters against the vocabulary. */
+di_code di_sampling_validate(const di_sampling *p, int n_vocab, di_status *st);
+
+/* Seeds the RNG of completion `index` of a request. */
+uint64_t di_sampler_seed(uint64_t seed, int index);
+
+typedef struct di_sample_in {
+  const di_sampling *p;
+  const int32_t *history; /* prompt followed by generated tokens */
+  int n_history, n_prompt;
+  uint64_t *rng;
+  int top_logprobs;       /* 0..DI_MAX_TOP_LOGPROBS */
+  bool logprob;           /* compute the sampled token's logprob */
+} di_sample_in;
+
+typedef struct di_sample_out {
+  int32_t token;
+  float logprob;          /* of the model's distribution (raw logits) */
+  int n_top;
+  int32_t top_ids[DI_MAX_TOP_LOGPROBS];
+  float top_logprobs[DI_MAX_TOP_LOGPROBS];
+} di_sample_out;
+
+/* Samples one token from a logits row (not modified). */
+void di_sampler_sample(di_sampler *s, const float *logits, const di_sample_in *in, di_sample_out *out);
+
+#endif

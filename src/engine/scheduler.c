@@ -1,0 +1,200 @@
+/* The scheduler: every step builds one batch under max_batch_tokens.
+ *
+ * Order of service (each pass in (priority desc, arrival asc) order):
+ *  1. decode tokens of running sequences (one each), so TPOT stays flat;
+ *  2. the next prompt chunk of running sequences still in prefill;
+ *  3. admission of waiting sequences (new requests and preempted ones, which
+ *     keep their arrival order so they resume first: no starvation), while
+ *     running + n <= max_seqs and the budget lasts.
+ *
+ * Preemption by recompute: when a running sequence needs a block and the pool
+ * (free + parked prefix blocks) is empty, the lowest-priority, latest-arrived
+ * running sequence not yet scheduled this step gives back all its blocks and
+ * returns to the waiting queue with its token history; when readmitted it
+ * recomputes its K/V (hitting the prefix cache where its blocks survived) and
+ * continues exactly where it stopped: it samples nothing during recompute, so
+ * its RNG stream and outputs are unchanged. If no other victim exists the
+ * sequence itself yields; a sequence alone in the pool that still cannot grow
+ * finishes with "length". Admission never preempts. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+static bool seq_before(const di_seq *a, const di_seq *b) {
+  if (a->req->priority != b->req->priority) return a->req->priority > b->req->priority;
+  if (a->req->arrival != b->req->arrival) return a->req->arrival < b->req->arrival;
+  return a->index < b->index;
+}
+
+void di_seq_list_insert(di_seq_list *l, di_seq *s) {
+  if (l->n == l->cap) { /* grows with submissions, never during a step's hot loop */
+    int cap = l->cap ? l->cap * 2 : 64;
+    di_seq **v = realloc(l->v, (size_t)cap * sizeof *v);
+    if (!v) abort(); /* lists are presized for max_seqs; only a huge queue gets here */
+    l->v = v;
+    l->cap = cap;
+  }
+  int i = l->n;
+  while (i > 0 && seq_before(s, l->v[i - 1])) i--;
+  memmove(l->v + i + 1, l->v + i, (size_t)(l->n - i) * sizeof *l->v);
+  l->v[i] = s;
+  l->n++;
+}
+
+void di_seq_list_remove(di_seq_list *l, di_seq *s) {
+  for (int i = 0; i < l->n; i++)
+    if (l->v[i] == s) {
+      memmove(l->v + i, l->v + i + 1, (size_t)(l->n - i - 1) * sizeof *l->v);
+      l->n--;
+      return;
+    }
+}
+
+static void preempt(di_engine *e, di_seq *s) {
+  di_kv_table_release(e->pool, &s->table);
+  s->n_computed = 0;
+  s->n_preempted++;
+  s->state = DI_SEQ_WAITING;
+  di_seq_list_remove(&e->running, s);
+  di_seq_list_insert(&e->waiting, s);
+  e->acc.preemptions++;
+}
+
+/* Lowest-ranked running sequence that is not in this step's batch. */
+static di_seq *pick_victim(di_engine *e, const di_seq *except) {
+  for (int i = e->running.n - 1; i >= 0; i--) {
+    di_seq *v = e->running.v[i];
+    if (!v->scheduled && v != except) return v;
+  }
+  return NULL;
+}
+
+static int fits(di_engine *e, di_seq *s, int end) {
+  return di_kv_table_blocks_needed(e->pool, &s->table, s->n_computed, end) <= di_kv_n_available(e->pool);
+}
+
+/* Largest chunk end <= want that fits in the available blocks. */
+static int shrink_to_fit(di_engine *e, di_seq *s, int want) {
+  int bs = e->pool->block_size;
+  int avail = di_kv_n_available(e->pool);
+  if (di_kv_table_blocks_needed(e->pool, &s->table, s->n_computed, s->n_computed + 1) > avail) return s->n_computed;
+  int end = (s->table.n_blocks + avail) * bs;
+  if (di_kv_table_blocks_needed(e->pool, &s->table, s->n_computed, s->n_computed + 1) > 0 &&
+      s->table.n_blocks * bs > s->n_computed)
+    end -= bs; /* one block goes to a copy-on-write */
+  return end < want ? end : want;
+}
+
+static void add_to_batch(di_engine *e, di_batch *b, di_seq *s, int take, int *n_out) {
+  di_kv_table_prepare(e->pool, &s->table, s->n_computed, s->n_computed + take);
+  int slot = b->n_seqs++;
+  e->b_seqs[slot] = (di_batch_seq){s->table.blocks, s->table.n_blocks};
+  e->b_owner[slot] = s;
+  for (int i = 0; i < take; i++) {
+    int n = b->n_tokens++;
+    int pos = s->n_computed + i;
+    e->b_tokens[n] = s->tokens[pos];
+    e->b_pos[n] = pos;
+    e->b_seq[n] = slot;
+    e->b_want[n] = pos == s->len - 1;
+  }
+  s->logits_row = s->n_computed + take == s->len ? (*n_out)++ : -1;
+  s->take = take;
+  s->scheduled = true;
+}
+
+static void window_release(di_engine *e, di_seq *s) {
+  if (e->be.policy != DI_KV_POLICY_WINDOW || e->be.window <= 0) return;
+  int lo = s->n_computed - e->be.window + 1;
+  if (lo > 0) di_kv_table_release_before(e->pool, &s->table, lo);
+}
+
+/* Schedules running sequences of one kind (decode or prefill); returns true
+ * if the running list changed so the caller rescans. */
+static bool schedule_running(di_engine *e, di_batch *b, int *budget, int *n_out, bool decode) {
+  for (int i = 0; i < e->running.n && *budget > 0; i++) {
+    di_seq *s = e->running.v[i];
+    int need = s->len - s->n_computed;
+    if (s->scheduled || (need == 1) != decode) continue;
+    window_release(e, s);
+    int end = s->n_computed + (need < *budget ? need : *budget);
+    if (!decode && !fits(e, s, end)) {
+      int shrunk = shrink_to_fit(e, s, end);
+      if (shrunk > s->n_computed) end = shrunk;
+    }
+    bool changed = false;
+    while (!fits(e, s, end)) {
+      di_seq *v = pick_victim(e, s);
+      if (!v) break;
+      preempt(e, v);
+      changed = true;
+    }
+    if (!fits(e, s, end)) {
+      if (e->running.n == 1)
+        di_engine_finish_seq(e, s, s->n_gen > 0 ? DI_FINISH_LENGTH : DI_FINISH_ERROR,
+                             "the KV pool is too small for this sequence");
+      else
+        preempt(e, s);
+      return true;
+    }
+    add_to_batch(e, b, s, end - s->n_computed, n_out);
+    *budget -= end - s->n_computed;
+    if (changed) return true;
+  }
+  return false;
+}
+
+static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
+  while (e->waiting.n > 0 && *budget > 0) {
+    di_seq *s = e->waiting.v[0];
+    di_req *r = s->req;
+    int slots = (s->index == 0 && r->n_seqs == 1) ? r->n : 1; /* siblings are forked later */
+    if (e->running.n + slots > e->max_seqs && e->running.n > 0) break;
+    if (s->n_computed == 0 && s->table.n_blocks == 0 && e->be.policy != DI_KV_POLICY_WINDOW) {
+      int hit = di_kv_table_match_prefix(e->pool, &s->table, s->tokens, s->len);
+      s->n_computed = hit;
+      if (!r->admitted_once && s->index == 0) {
+        r->cached_tokens = hit;
+        e->acc.prefix_queries++;
+        e->acc.prefix_query_tokens += (uint64_t)r->n_prompt;
+        e->acc.prefix_hit_tokens += (uint64_t)hit;
+      }
+    }
+    int end = s->n_computed + (s->len - s->n_computed < *budget ? s->len - s->n_computed : *budget);
+    if (!fits(e, s, end)) end = shrink_to_fit(e, s, end);
+    if (end <= s->n_computed) {
+      di_kv_table_release(e->pool, &s->table); /* give back the prefix hits; retry later */
+      s->n_computed = 0;
+      if (e->running.n == 0 && b->n_tokens == 0)
+        di_engine_finish_seq(e, s, DI_FINISH_ERROR, "the KV pool is too small for this sequence");
+      break;
+    }
+    r->admitted_once = true;
+    di_seq_list_remove(&e->waiting, s);
+    s->state = DI_SEQ_RUNNING;
+    di_seq_list_insert(&e->running, s);
+    add_to_batch(e, b, s, end - s->n_computed, n_out);
+    *budget -= end - s->n_computed;
+  }
+}
+
+int di_sched_build(di_engine *e, di_batch *b) {
+  memset(b, 0, sizeof *b);
+  b->tokens = e->b_tokens;
+  b->pos = e->b_pos;
+  b->seq = e->b_seq;
+  b->want_logits = e->b_want;
+  b->seqs = e->b_seqs;
+  for (int i = 0; i < e->running.n; i++) {
+    e->running.v[i]->scheduled = false;
+    e->running.v[i]->logits_row = -1;
+  }
+  int budget = e->max_batch_tokens, n_out = 0;
+  while (schedule_running(e, b, &budget, &n_out, true)) {
+  }
+  while (schedule_running(e, b, &budget, &n_out, false)) {
+  }
+  admit(e, b, &budget, &n_out);
+  return b->n_tokens;
+}

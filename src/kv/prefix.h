@@ -1,0 +1,42 @@
+/* Automatic prefix caching: every full block is named by a hash chain of the
+ * token ids it holds (h_i = XXH64(tokens of block i, seed = h_{i-1})), so a
+ * new sequence reuses the longest run of blocks whose whole history matches.
+ * A cached block whose refcount drops to zero is "parked" on an LRU list
+ * instead of the free list; it can be revived by a hit until an allocation
+ * finds the free list empty and evicts the least recently used one.
+ * Only full blocks are cached, so a shared block is never written again;
+ * sequences that fork (n > 1) copy a shared partial block on first write
+ * (see kv/table.h). The index lives in di_kv_pool.prefix. */
+#ifndef DI_KV_PREFIX_H
+#define DI_KV_PREFIX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv/pool.h"
+
+#define DI_KV_PREFIX_ROOT 0x9E3779B97F4A7C15ull /* parent hash of a sequence's first block */
+
+di_code di_kv_prefix_enable(di_kv_pool *p, di_status *st);
+/* Drops the index (parked blocks return to the free list). */
+void di_kv_prefix_disable(di_kv_pool *p);
+static inline bool di_kv_prefix_enabled(const di_kv_pool *p) { return p->prefix != 0; }
+
+/* Chain hash of one full block given the hash of the block before it. */
+uint64_t di_kv_prefix_hash(uint64_t parent, const int32_t *tokens, int block_size);
+
+/* On a hit (hash, parent hash and tokens all equal) takes a reference and
+ * returns the block; otherwise -1. */
+int32_t di_kv_prefix_lookup(di_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens);
+/* Indexes a block whose block_size positions have just been computed. If an
+ * equal block is already cached this one stays anonymous. */
+void di_kv_prefix_insert(di_kv_pool *p, int32_t block, uint64_t hash, uint64_t parent, const int32_t *tokens);
+
+/* Pool hooks: park a block whose refcount reached zero (true if cached, so it
+ * must not go to the free list); evict the LRU parked block (-1 if none). */
+bool di_kv_prefix_park(di_kv_pool *p, int32_t block);
+int32_t di_kv_prefix_evict(di_kv_pool *p);
+int di_kv_prefix_n_parked(const di_kv_pool *p);
+int di_kv_prefix_n_cached(const di_kv_pool *p);
+
+#endif

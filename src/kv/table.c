@@ -1,0 +1,108 @@
+#include "kv/table.h"
+
+#include <stdlib.h>
+
+#include "kv/prefix.h"
+
+di_code di_kv_table_init(di_kv_table *t, int block_size, int max_positions, di_status *st) {
+  t->cap = (max_positions + block_size - 1) / block_size + 1;
+  t->n_blocks = t->n_hashed = t->n_released = 0;
+  t->blocks = malloc((size_t)t->cap * sizeof *t->blocks);
+  t->hashes = malloc((size_t)t->cap * sizeof *t->hashes);
+  if (!t->blocks || !t->hashes) {
+    di_kv_table_free(t);
+    return di_errorf(st, DI_ERR_NOMEM, "kv: cannot allocate a block table of %d entries", t->cap);
+  }
+  return DI_OK;
+}
+
+void di_kv_table_free(di_kv_table *t) {
+  free(t->blocks);
+  free(t->hashes);
+  t->blocks = NULL;
+  t->hashes = NULL;
+  t->cap = t->n_blocks = 0;
+}
+
+static bool shared_partial(const di_kv_pool *p, const di_kv_table *t, int start) {
+  int bi = start / p->block_size;
+  return start % p->block_size != 0 && bi < t->n_blocks && t->blocks[bi] >= 0 && p->refcount[t->blocks[bi]] > 1;
+}
+
+int di_kv_table_blocks_needed(const di_kv_pool *p, const di_kv_table *t, int start, int end) {
+  int want = (end + p->block_size - 1) / p->block_size;
+  int n = want > t->n_blocks ? want - t->n_blocks : 0;
+  return n + (end > start && shared_partial(p, t, start) ? 1 : 0);
+}
+
+void di_kv_table_prepare(di_kv_pool *p, di_kv_table *t, int start, int end) {
+  if (end > start && shared_partial(p, t, start)) {
+    int bi = start / p->block_size;
+    int32_t nb = di_kv_alloc(p);
+    di_kv_copy_block(p, nb, t->blocks[bi]);
+    di_kv_unref(p, t->blocks[bi]);
+    t->blocks[bi] = nb;
+  }
+  int want = (end + p->block_size - 1) / p->block_size;
+  while (t->n_blocks < want && t->n_blocks < t->cap) t->blocks[t->n_blocks++] = di_kv_alloc(p);
+}
+
+void di_kv_table_release(di_kv_pool *p, di_kv_table *t) {
+  for (int i = t->n_blocks - 1; i >= 0; i--)
+    if (t->blocks[i] >= 0) di_kv_unref(p, t->blocks[i]);
+  t->n_blocks = t->n_hashed = t->n_released = 0;
+}
+
+void di_kv_table_fork(di_kv_pool *p, di_kv_table *dst, const di_kv_table *src) {
+  for (int i = 0; i < src->n_blocks; i++) {
+    dst->blocks[i] = src->blocks[i];
+    if (src->blocks[i] >= 0) di_kv_ref(p, src->blocks[i]);
+  }
+  for (int i = 0; i < src->n_hashed; i++) dst->hashes[i] = src->hashes[i];
+  dst->n_blocks = src->n_blocks;
+  dst->n_hashed = src->n_hashed;
+  dst->n_released = src->n_released;
+}
+
+int di_kv_table_match_prefix(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, int n) {
+  if (!di_kv_prefix_enabled(p) || t->n_blocks != 0) return 0;
+  int bs = p->block_size;
+  int max_blocks = (n - 1) / bs; /* the last token must be computed to get logits */
+  uint64_t parent = DI_KV_PREFIX_ROOT;
+  while (t->n_blocks < max_blocks && t->n_blocks < t->cap) {
+    const int32_t *tok = tokens + (size_t)t->n_blocks * bs;
+    uint64_t h = di_kv_prefix_hash(parent, tok, bs);
+    int32_t b = di_kv_prefix_lookup(p, h, parent, tok);
+    if (b < 0) break;
+    t->hashes[t->n_blocks] = h;
+    t->blocks[t->n_blocks++] = b;
+    parent = h;
+  }
+  t->n_hashed = t->n_blocks;
+  return t->n_blocks * bs;
+}
+
+void di_kv_table_commit(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, int n_computed) {
+  int bs = p->block_size;
+  int full = n_computed / bs;
+  if (full > t->n_blocks) full = t->n_blocks;
+  while (t->n_hashed < full) {
+    int i = t->n_hashed;
+    uint64_t parent = i ? t->hashes[i - 1] : DI_KV_PREFIX_ROOT;
+    const int32_t *tok = tokens + (size_t)i * bs;
+    uint64_t h = di_kv_prefix_hash(parent, tok, bs);
+    t->hashes[i] = h;
+    if (t->blocks[i] >= 0) di_kv_prefix_insert(p, t->blocks[i], h, parent, tok);
+    t->n_hashed++;
+  }
+}
+
+void di_kv_table_release_before(di_kv_pool *p, di_kv_table *t, int lo) {
+  int first_kept = lo / p->block_size; /* block holding position lo */
+  if (first_kept > t->n_blocks) first_kept = t->n_blocks;
+  for (; t->n_released < first_kept; t->n_released++) {
+    int i = t->n_released;
+    if (t->blocks[i] >= 0) di_kv_unref(p, t->blocks[i]);
+    t->blocks[i] = -1;
+  }
+}

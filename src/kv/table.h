@@ -1,0 +1,62 @@
+/* A sequence's block table and the cache policies that manage it.
+ *
+ * Layer groups and policies. A pool block holds every layer of the model for
+ * block_size positions, so today one table serves one layer group:
+ *  - FULL:   append-only; block i holds positions [i*bs, (i+1)*bs).
+ *  - WINDOW: (models whose every layer is sliding-window, width W) blocks that
+ *            lie wholly before pos - W + 1 of the next token to compute are
+ *            returned to the pool and their table entries become -1, so a
+ *            sequence holds O(W) memory. The forward pass never reads them.
+ *  - LATENT: reserved for MLA (one compressed vector + rope key per token):
+ *            same table mechanics, a different per-token payload in the pool.
+ * Mixed models (gemma3: 5 local + 1 global) use FULL for every layer until
+ * the pool is split into one region per layer group.
+ *
+ * Every table also keeps the chain hash of each full block it computed, so
+ * prefix-cache registration does not depend on which block ended up cached. */
+#ifndef DI_KV_TABLE_H
+#define DI_KV_TABLE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv/pool.h"
+
+typedef enum di_kv_policy { DI_KV_POLICY_FULL = 0, DI_KV_POLICY_WINDOW = 1, DI_KV_POLICY_LATENT = 2 } di_kv_policy;
+
+typedef struct di_kv_table {
+  int32_t *blocks;   /* [cap]; -1 = released (outside the window) */
+  uint64_t *hashes;  /* [cap] chain hash of full block i (valid for i < n_hashed) */
+  int n_blocks, cap;
+  int n_hashed;      /* leading full blocks whose hash is known */
+  int n_released;    /* leading blocks released by the window policy */
+} di_kv_table;
+
+/* max_positions: the most positions the sequence can ever hold. */
+di_code di_kv_table_init(di_kv_table *t, int block_size, int max_positions, di_status *st);
+void di_kv_table_free(di_kv_table *t);
+
+/* Blocks needed (new blocks + a copy for a shared partial block) so that
+ * positions [start, end) can be written. */
+int di_kv_table_blocks_needed(const di_kv_pool *p, const di_kv_table *t, int start, int end);
+/* Makes positions [start, end) writable: allocates missing blocks and copies a
+ * shared block that will be written (copy-on-write). Call only after
+ * di_kv_table_blocks_needed <= di_kv_n_available. */
+void di_kv_table_prepare(di_kv_pool *p, di_kv_table *t, int start, int end);
+/* Drops every reference (last block first, so the LRU evicts tails before the
+ * prefixes other requests are likely to share) and empties the table. */
+void di_kv_table_release(di_kv_pool *p, di_kv_table *t);
+/* Shares all blocks of src (refcount +1 each); dst must be empty. */
+void di_kv_table_fork(di_kv_pool *p, di_kv_table *dst, const di_kv_table *src);
+
+/* Prefix cache: maps the longest cached run of full blocks of tokens[0..n)
+ * (leaving at least one token to compute) into the empty table and returns
+ * the number of positions it covers. */
+int di_kv_table_match_prefix(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, int n);
+/* Registers full blocks among positions [0, n_computed) not yet hashed. */
+void di_kv_table_commit(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, int n_computed);
+
+/* WINDOW policy: releases blocks wholly before position lo. */
+void di_kv_table_release_before(di_kv_pool *p, di_kv_table *t, int lo);
+
+#endif

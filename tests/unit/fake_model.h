@@ -1,0 +1,124 @@
+/* A tiny deterministic "model" for engine tests. Its logits for a token are
+ * a hash of the whole token history *read back from the KV pool through the
+ * block table*, so any paging, chunking, copy-on-write, prefix-cache or
+ * preemption bug changes the output. Text: ids < 26 are the letters a..z,
+ * others two letters, id 2 is EOS ("") — enough for stop-string tests. */
+#ifndef DI_TEST_FAKE_MODEL_H
+#define DI_TEST_FAKE_MODEL_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+#define FAKE_VOCAB 300
+#define FAKE_EOS 2
+
+static const int32_t fake_eos_ids[1] = {FAKE_EOS};
+static int fake_forward_calls;
+
+static uint64_t fake_mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+
+static di_code fake_forward(void *user, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
+  (void)user;
+  fake_forward_calls++;
+  int bs = kv->block_size;
+  for (int i = 0; i < b->n_tokens; i++) { /* write K (token, pos) of every token first */
+    const di_batch_seq *s = &b->seqs[b->seq[i]];
+    int bi = b->pos[i] / bs;
+    if (bi >= s->n_blocks || s->blocks[bi] < 0 || s->blocks[bi] >= kv->n_blocks || kv->refcount[s->blocks[bi]] != 1)
+      return di_errorf(st, DI_ERR_INTERNAL, "fake: token %d pos %d writes a bad/shared block", i, b->pos[i]);
+    float *k = (float *)di_kv_k(kv, s->blocks[bi], 0) + (size_t)(b->pos[i] % bs) * kv->kv_dim;
+    k[0] = (float)b->tokens[i];
+    k[1] = (float)b->pos[i];
+  }
+  int row = 0;
+  for (int i = 0; i < b->n_tokens; i++) {
+    bool want = b->want_logits ? b->want_logits[i] : i == b->n_tokens - 1;
+    if (!want) continue;
+    const di_batch_seq *s = &b->seqs[b->seq[i]];
+    uint64_t h = 1469598103934665603ull;
+    for (int p = 0; p <= b->pos[i]; p++) {
+      int32_t blk = s->blocks[p / bs];
+      if (blk < 0 || blk >= kv->n_blocks || kv->refcount[blk] < 1)
+        return di_errorf(st, DI_ERR_INTERNAL, "fake: pos %d reads a bad block", p);
+      const float *k = (const float *)di_kv_k(kv, blk, 0) + (size_t)(p % bs) * kv->kv_dim;
+      if ((int)k[1] != p) return di_errorf(st, DI_ERR_INTERNAL, "fake: pos %d holds pos %d", p, (int)k[1]);
+      h = fake_mix(h ^ (uint64_t)(int)k[0]) + (uint64_t)p;
+    }
+    float *l = logits + (size_t)row++ * FAKE_VOCAB;
+    for (int v = 0; v < FAKE_VOCAB; v++) l[v] = (float)(fake_mix(h + (uint64_t)v * 0x9E3779B97F4A7C15ull) % 1000) / 200.0f;
+    l[FAKE_EOS] = h % 29 == 0 ? 10.0f : -5.0f; /* EOS now and then */
+  }
+  return DI_OK;
+}
+
+typedef struct fake_detok {
+  char buf[4];
+} fake_detok;
+
+static size_t fake_piece(int32_t id, char *out) {
+  if (id == FAKE_EOS) return 0;
+  if (id < 26) {
+    out[0] = (char)('a' + id);
+    return 1;
+  }
+  out[0] = (char)('a' + id % 26);
+  out[1] = (char)('a' + (id / 26) % 26);
+  return 2;
+}
+
+static void *fake_detok_new(void *u) {
+  (void)u;
+  return calloc(1, sizeof(fake_detok));
+}
+static void fake_detok_push(void *s, int32_t id, const char **t, size_t *n) {
+  fake_detok *d = s;
+  *n = fake_piece(id, d->buf);
+  *t = d->buf;
+}
+static void fake_detok_flush(void *s, const char **t, size_t *n) {
+  (void)s;
+  *t = "";
+  *n = 0;
+}
+static void fake_detok_free(void *s) { free(s); }
+
+static di_code fake_encode(void *u, const char *text, size_t len, bool ps, int32_t **ids, size_t *n, di_status *st) {
+  (void)u;
+  (void)ps;
+  *ids = malloc((len ? len : 1) * sizeof **ids);
+  if (!*ids) return di_errorf(st, DI_ERR_NOMEM, "oom");
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)text[i];
+    (*ids)[i] = c >= 'a' && c <= 'z' ? c - 'a' : 26 + c % 200;
+  }
+  *n = len;
+  return DI_OK;
+}
+
+static di_engine_backend fake_backend(int n_ctx) {
+  di_engine_backend be = {0};
+  be.n_vocab = FAKE_VOCAB;
+  be.n_ctx = n_ctx;
+  be.n_layers = 1;
+  be.kv_dim = 2;
+  be.policy = DI_KV_POLICY_FULL;
+  be.eos_ids = fake_eos_ids;
+  be.n_eos = 1;
+  be.forward = fake_forward;
+  be.encode = fake_encode;
+  be.detok_new = fake_detok_new;
+  be.detok_push = fake_detok_push;
+  be.detok_flush = fake_detok_flush;
+  be.detok_free = fake_detok_free;
+  return be;
+}
+
+#endif
