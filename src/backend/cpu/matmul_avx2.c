@@ -1,14 +1,436 @@
-/* AVX2 + FMA + F16C kernels. */
+/* AVX2 + FMA + F16C kernels.
+ *
+ * Each kernel computes a tile of MT activation rows x NT weight rows. Every
+ * output (m,n) owns one accumulator chain that sees the weight blocks in K
+ * order with the same instructions whatever the tile shape, and ends with the
+ * same horizontal sum, so Y[m][n] does not depend on M, on n0..n1 or on which
+ * tile it fell in (row invariance). Tiles only share loads: a weight block is
+ * unpacked once for MT rows, an activation block loaded once for NT columns.
+ * Integer dot products: _mm256_maddubs_epi16 (unsigned weight x signed
+ * activation, exact: |pair sum| <= 2*63*127 < 2^15), then _mm256_madd_epi16. */
 #include <immintrin.h>
 
 #include "backend/cpu/matmul_kernels.h"
 
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+AI float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+AI __m256 fp16x1(di_fp16 h) { return _mm256_set1_ps(_cvtsh_ss(h)); }
+
+/* ---------------- tile drivers (shared by all types) ----------------
+ * A type provides: W (unpacked weight block), load(t, block, &W), and
+ * step(t, &W, act_block, &acc) for one (m,n) and block; fin(acc) -> float. */
+
+#define MT_MAX 4
+
+/* Runs tile shapes over [0,M) x [n0,n1). GEMV (M == 1) takes NT_GEMV columns at a
+ * time for independent chains; GEMM takes MT_MAX x NT_GEMM. */
+#define DEFINE_DRIVER(PFX, NT_GEMV, NT_GEMM)                                                     \
+  AI void PFX##_mm(di_dtype t, const void *W, size_t wrow, const void *X, size_t xrow,       \
+                       int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {     \
+    const uint8_t *w = W, *x = X;                                                                \
+    int64_t nb = K / PFX##_QK;                                                                   \
+    if (M == 1) {                                                                                \
+      int64_t n = n0;                                                                            \
+      for (; n + NT_GEMV <= n1; n += NT_GEMV)                                                    \
+        PFX##_tile(t, 1, NT_GEMV, w + n * wrow, wrow, x, xrow, nb, K, Y + n, ldy);               \
+      for (; n < n1; n++) PFX##_tile(t, 1, 1, w + n * wrow, wrow, x, xrow, nb, K, Y + n, ldy);   \
+      return;                                                                                    \
+    }                                                                                            \
+    for (int64_t m = 0; m < M; m += MT_MAX) {                                                    \
+      int64_t mt = M - m < MT_MAX ? M - m : MT_MAX;                                              \
+      const uint8_t *xm = x + m * xrow;                                                          \
+      float *ym = Y + m * ldy;                                                                   \
+      switch (mt) {                                                                              \
+      case 4: PFX##_cols(t, 4, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, n0, n1); break;       \
+      case 3: PFX##_cols(t, 3, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, n0, n1); break;       \
+      case 2: PFX##_cols(t, 2, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, n0, n1); break;       \
+      default: PFX##_cols(t, 1, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, n0, n1); break;      \
+      }                                                                                          \
+    }                                                                                            \
+  }
+
+#define DEFINE_COLS(PFX)                                                                         \
+  AI void PFX##_cols(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const uint8_t *x, \
+                     size_t xrow, int64_t nb, int64_t K, float *Y, int64_t ldy, int64_t n0,      \
+                     int64_t n1) {                                                               \
+    int64_t n = n0;                                                                              \
+    for (; n + NT <= n1; n += NT) PFX##_tile(t, MT, NT, w + n * wrow, wrow, x, xrow, nb, K, Y + n, ldy); \
+    for (; n < n1; n++) PFX##_tile(t, MT, 1, w + n * wrow, wrow, x, xrow, nb, K, Y + n, ldy);     \
+  }
+
+/* ---------------- F32 / F16 / BF16 weights, f32 activations ---------------- */
+
+#define fl_QK 8
+
+AI __m256 fl_load(di_dtype t, const uint8_t *p) {
+  if (t == DI_F32) return _mm256_loadu_ps((const float *)p);
+  __m128i h = _mm_loadu_si128((const __m128i *)p);
+  if (t == DI_F16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+AI float fl_scalar(di_dtype t, const uint8_t *row, int64_t k) {
+  if (t == DI_F32) return ((const float *)row)[k];
+  di_fp16 h;
+  memcpy(&h, row + 2 * k, 2);
+  return t == DI_F16 ? _cvtsh_ss(h) : di_cpu_bf16_to_f32(h);
+}
+
+AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const uint8_t *x,
+                size_t xrow, int64_t nb, int64_t K, float *Y, int64_t ldy) {
+  const int64_t es = t == DI_F32 ? 4 : 2;
+  __m256 acc[MT_MAX][4];
+  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    __m256 wv[4];
+    UNROLL for (int j = 0; j < NT; j++) wv[j] = fl_load(t, w + j * wrow + b * 8 * es);
+    UNROLL for (int i = 0; i < MT; i++) {
+      __m256 xv = _mm256_loadu_ps((const float *)(x + i * xrow) + b * 8);
+      UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(wv[j], xv, acc[i][j]);
+    }
+  }
+  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++) {
+    const float *xr = (const float *)(x + i * xrow);
+    float tail = 0;
+    for (int64_t k = nb * 8; k < K; k++) tail += fl_scalar(t, w + j * wrow, k) * xr[k];
+    Y[i * ldy + j] = hsum8(acc[i][j]) + tail;
+  }
+}
+DEFINE_COLS(fl)
+DEFINE_DRIVER(fl, 4, 2)
+
+/* ---------------- 32-element blocks with Q8 activations ---------------- */
+
+#define q32_QK 32
+
+typedef struct {
+  __m256i q;  /* 32 weights as bytes: unsigned for Q4/Q5 (offset or min applied apart), signed for Q8_0 */
+  __m256 d;   /* weight scale, broadcast */
+  float m;    /* Q4_1/Q5_1 min */
+} q32_w;
+
+AI __m256i nibbles16(const uint8_t *qs) {
+  __m128i v = _mm_loadu_si128((const __m128i *)qs);
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0f));
+}
+
+/* 0x10 in byte i where bit i of the 32-bit qh is set. */
+AI __m256i fifth_bits(const uint8_t *qh) {
+  uint32_t h;
+  memcpy(&h, qh, 4);
+  __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                  _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                    0x0101010101010101, 0x0000000000000000));
+  const __m256i bm = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+  v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bm), bm);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+AI void q32_load(di_dtype t, const uint8_t *p, q32_w *w) {
+  di_fp16 d, m;
+  memcpy(&d, p, 2);
+  w->d = fp16x1(d);
+  w->m = 0;
+  switch (t) {
+  case DI_Q4_0: w->q = nibbles16(p + 2); break;
+  case DI_Q4_1: w->q = nibbles16(p + 4); break;
+  case DI_Q5_0: w->q = _mm256_or_si256(nibbles16(p + 6), fifth_bits(p + 2)); break;
+  case DI_Q5_1: w->q = _mm256_or_si256(nibbles16(p + 8), fifth_bits(p + 4)); break;
+  default: w->q = _mm256_loadu_si256((const __m256i *)(p + 2)); break; /* Q8_0 */
+  }
+  if (t == DI_Q4_1 || t == DI_Q5_1) {
+    memcpy(&m, p + 2, 2);
+    w->m = _cvtsh_ss(m);
+  }
+}
+
+typedef struct { __m256 v; float m; } q32_acc;
+
+AI void q32_step(di_dtype t, const q32_w *w, const di_act_q8 *a, q32_acc *acc) {
+  __m256i xv = _mm256_loadu_si256((const __m256i *)a->qs), p;
+  if (t == DI_Q8_0)
+    p = _mm256_maddubs_epi16(_mm256_abs_epi8(w->q), _mm256_sign_epi8(xv, w->q));
+  else
+    p = _mm256_maddubs_epi16(w->q, xv);
+  __m256i s = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+  /* sum (q - off) x = sum q x - off * sum x: spread off*sum over the 8 lanes. */
+  if (t == DI_Q4_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(a->sum));
+  if (t == DI_Q5_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(2 * a->sum));
+  __m256 dd = _mm256_mul_ps(w->d, _mm256_broadcast_ss(&a->d));
+  acc->v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, acc->v);
+  if (t == DI_Q4_1 || t == DI_Q5_1) acc->m += w->m * (a->d * (float)a->sum);
+}
+
+AI size_t block_bytes(di_dtype t) {
+  switch (t) {
+  case DI_Q4_0: return sizeof(di_block_q4_0);
+  case DI_Q4_1: return sizeof(di_block_q4_1);
+  case DI_Q5_0: return sizeof(di_block_q5_0);
+  case DI_Q5_1: return sizeof(di_block_q5_1);
+  case DI_Q8_0: return sizeof(di_block_q8_0);
+  case DI_Q4_K: return sizeof(di_block_q4_K);
+  case DI_Q5_K: return sizeof(di_block_q5_K);
+  default: return sizeof(di_block_q6_K);
+  }
+}
+
+AI void q32_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const uint8_t *x,
+                 size_t xrow, int64_t nb, int64_t K, float *Y, int64_t ldy) {
+  const size_t bb = block_bytes(t);
+  q32_acc acc[MT_MAX][4];
+  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++) {
+    acc[i][j].v = _mm256_setzero_ps();
+    acc[i][j].m = 0;
+  }
+  for (int64_t b = 0; b < nb; b++) {
+    q32_w wv[4];
+    UNROLL for (int j = 0; j < NT; j++) q32_load(t, w + j * wrow + b * bb, &wv[j]);
+    UNROLL for (int i = 0; i < MT; i++) {
+      const di_act_q8 *a = (const di_act_q8 *)(x + i * xrow) + b;
+      UNROLL for (int j = 0; j < NT; j++) q32_step(t, &wv[j], a, &acc[i][j]);
+    }
+  }
+  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++)
+    Y[i * ldy + j] = hsum8(acc[i][j].v) + acc[i][j].m;
+}
+DEFINE_COLS(q32)
+DEFINE_DRIVER(q32, 4, 2)
+
+/* ---------------- K-quants (256-element super-blocks) with Q8_K activations ----------------
+ * Per super-block and (m,n): isum = sum over 32-element chunks of
+ * madd(maddubs(q, x), scale), imin = madd(bsums, mins) in int32 lanes, then two
+ * fused multiply-adds into the chain. NT is 1: the unpacked super-block is 8
+ * registers, so it is unpacked chunk by chunk and reused across MT rows. */
+
+#define qk_QK 256
+
+typedef struct {
+  const uint8_t *p;
+  __m256 d, dmin;
+  __m256i mins; /* 16 x int16 in bsums order (Q4_K/Q5_K), or the 16 Q6_K scales */
+  __m128i sc8;  /* Q6_K: the 16 int8 scales */
+  int16_t sc[8];
+} qk_w;
+
+AI void qk_load(di_dtype t, const uint8_t *p, qk_w *w) {
+  w->p = p;
+  if (t == DI_Q6_K) {
+    di_fp16 d;
+    memcpy(&d, p + 208, 2);
+    w->d = fp16x1(d);
+    w->sc8 = _mm_loadu_si128((const __m128i *)(p + 192));
+    w->mins = _mm256_cvtepi8_epi16(w->sc8);
+    return;
+  }
+  di_fp16 d, dmin;
+  memcpy(&d, p, 2);
+  memcpy(&dmin, p + 2, 2);
+  w->d = fp16x1(d);
+  w->dmin = fp16x1(dmin);
+  /* 6-bit scales/mins: bytes 0-3 hold sc0-3 (+ top bits of sc4-7), 4-7 m0-3 (+ top of m4-7),
+   * 8-11 the low nibbles of sc4-7 and m4-7. */
+  uint32_t a, b, c;
+  memcpy(&a, p + 4, 4);
+  memcpy(&b, p + 8, 4);
+  memcpy(&c, p + 12, 4);
+  uint32_t sc_lo = a & 0x3f3f3f3f, m_lo = b & 0x3f3f3f3f;
+  uint32_t sc_hi = (c & 0x0f0f0f0f) | ((a >> 2) & 0x30303030);
+  uint32_t m_hi = ((c >> 4) & 0x0f0f0f0f) | ((b >> 2) & 0x30303030);
+  uint8_t sc[8], mn[8];
+  memcpy(sc, &sc_lo, 4);
+  memcpy(sc + 4, &sc_hi, 4);
+  memcpy(mn, &m_lo, 4);
+  memcpy(mn + 4, &m_hi, 4);
+  for (int j = 0; j < 8; j++) w->sc[j] = sc[j];
+  __m128i m8 = _mm_loadl_epi64((const __m128i *)mn);
+  w->mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* each min covers two bsums */
+}
+
+/* Chunk c (0..7) of 32 unsigned weights. */
+AI __m256i qk_chunk(di_dtype t, const qk_w *w, int c) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  if (t == DI_Q6_K) {
+    int half = c / 4, r = c % 4;
+    __m256i l = _mm256_loadu_si256((const __m256i *)(w->p + 64 * half + 32 * (r & 1)));
+    __m256i h = _mm256_loadu_si256((const __m256i *)(w->p + 128 + 32 * half));
+    l = r < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+    /* bits 2r, 2r+1 of qh to bits 4, 5 */
+    h = r == 0 ? _mm256_slli_epi16(h, 4) : r == 1 ? _mm256_slli_epi16(h, 2) : r == 2 ? h : _mm256_srli_epi16(h, 2);
+    return _mm256_or_si256(l, _mm256_and_si256(h, _mm256_set1_epi8(0x30)));
+  }
+  const uint8_t *qs = w->p + (t == DI_Q5_K ? 48 : 16);
+  __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * (c / 2)));
+  q = c & 1 ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) : _mm256_and_si256(q, m4);
+  if (t == DI_Q5_K) {
+    __m256i h = _mm256_loadu_si256((const __m256i *)(w->p + 16));
+    h = c <= 4 ? _mm256_slli_epi16(h, 4 - c) : _mm256_srli_epi16(h, c - 4); /* bit c -> bit 4 */
+    q = _mm256_or_si256(q, _mm256_and_si256(h, _mm256_set1_epi8(0x10)));
+  }
+  return q;
+}
+
+/* int16 multipliers for chunk c's 16 maddubs lanes. */
+AI __m256i qk_scale(di_dtype t, const qk_w *w, int c) {
+  if (t == DI_Q6_K) {
+    /* lanes 0-7 cover group 2c, lanes 8-15 group 2c+1 */
+    __m128i ctl = _mm_set_epi8(2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1,
+                               2 * c + 1, 2 * c + 1, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(w->sc8, ctl));
+  }
+  return _mm256_set1_epi16(w->sc[c]);
+}
+
+typedef struct { __m256 v; } qk_acc;
+
+AI void qk_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const uint8_t *x,
+                size_t xrow, int64_t nb, int64_t K, float *Y, int64_t ldy) {
+  (void)NT; /* always 1 */
+  const size_t bb = block_bytes(t);
+  __m256 acc[MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    qk_w wv;
+    qk_load(t, w + b * bb, &wv);
+    __m256i isum[MT_MAX];
+    UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_setzero_si256();
+    UNROLL for (int c = 0; c < 8; c++) {
+      __m256i q = qk_chunk(t, &wv, c), s = qk_scale(t, &wv, c);
+      UNROLL for (int i = 0; i < MT; i++) {
+        const di_act_q8k *a = (const di_act_q8k *)(x + i * xrow) + b;
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
+        isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), s));
+      }
+    }
+    UNROLL for (int i = 0; i < MT; i++) {
+      const di_act_q8k *a = (const di_act_q8k *)(x + i * xrow) + b;
+      __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+      __m256 dx = _mm256_broadcast_ss(&a->d);
+      __m256i corr = _mm256_madd_epi16(bs, wv.mins);
+      if (t == DI_Q6_K) { /* q - 32: subtract 32 * sum_g sc_g * bsum_g */
+        __m256i s = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(corr, 5));
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wv.d, dx), acc[i]);
+      } else {
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(wv.d, dx), acc[i]);
+        acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(wv.dmin, dx), acc[i]);
+      }
+    }
+  }
+  UNROLL for (int i = 0; i < MT; i++) Y[i * ldy] = hsum8(acc[i]);
+}
+DEFINE_COLS(qk)
+DEFINE_DRIVER(qk, 1, 1)
+
+/* ---------------- dispatch ---------------- */
+
+#define WRAP(NAME, PFX, T)                                                                      \
+  static void NAME(const void *W, size_t wrow, const void *x, size_t xrow, int64_t M, int64_t K, \
+                   float *Y, int64_t ldy, int64_t n0, int64_t n1) {                             \
+    PFX##_mm(T, W, wrow, x, xrow, M, K, Y, ldy, n0, n1);                                        \
+  }
+WRAP(mm_f32, fl, DI_F32)
+WRAP(mm_f16, fl, DI_F16)
+WRAP(mm_bf16, fl, DI_BF16)
+WRAP(mm_q4_0, q32, DI_Q4_0)
+WRAP(mm_q4_1, q32, DI_Q4_1)
+WRAP(mm_q5_0, q32, DI_Q5_0)
+WRAP(mm_q5_1, q32, DI_Q5_1)
+WRAP(mm_q8_0, q32, DI_Q8_0)
+WRAP(mm_q4_K, qk, DI_Q4_K)
+WRAP(mm_q5_K, qk, DI_Q5_K)
+WRAP(mm_q6_K, qk, DI_Q6_K)
+
 di_cpu_mm_fn di_cpu_mm_avx2(di_dtype t) {
-  (void)t;
-  return NULL;
+  switch (t) {
+  case DI_F32: return mm_f32;
+  case DI_F16: return mm_f16;
+  case DI_BF16: return mm_bf16;
+  case DI_Q4_0: return mm_q4_0;
+  case DI_Q4_1: return mm_q4_1;
+  case DI_Q5_0: return mm_q5_0;
+  case DI_Q5_1: return mm_q5_1;
+  case DI_Q8_0: return mm_q8_0;
+  case DI_Q4_K: return mm_q4_K;
+  case DI_Q5_K: return mm_q5_K;
+  case DI_Q6_K: return mm_q6_K;
+  default: return NULL;
+  }
+}
+
+/* ---------------- activation quantizers ----------------
+ * Bit-identical to the scalar ones in quant.c: same max, same division,
+ * round-to-nearest-even of the same product. */
+
+/* 32 floats times id, rounded, as 32 int8 in order; part[0] and part[1] get int32 lanes
+ * summing to the first and second 16 elements. */
+AI __m256i act_q32(const float *x, __m256 id, __m256i *part) {
+  __m256i q[4];
+  UNROLL for (int i = 0; i < 4; i++)
+    q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), id),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  /* per-16 partial sums for Q8_K's bsums: lanes of q0+q1 and q2+q3 */
+  part[0] = _mm256_add_epi32(q[0], q[1]);
+  part[1] = _mm256_add_epi32(q[2], q[3]);
+  /* packs work within 128-bit lanes; the permute restores element order */
+  __m256i a = _mm256_packs_epi32(q[0], q[1]), b = _mm256_packs_epi32(q[2], q[3]);
+  __m256i c = _mm256_packs_epi16(a, b);
+  return _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+AI float absmax(const float *x, int n) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+AI int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+static void actq_q8(const float *x, void *yv, int64_t k) {
+  di_act_q8 *y = yv;
+  for (int64_t i = 0; i < k / 32; i++, x += 32) {
+    float d = absmax(x, 32) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    __m256i part[2];
+    _mm256_storeu_si256((__m256i *)y[i].qs, act_q32(x, _mm256_set1_ps(id), part));
+    y[i].d = d;
+    y[i].sum = hsum_i32(_mm256_add_epi32(part[0], part[1]));
+  }
+}
+
+static void actq_q8k(const float *x, void *yv, int64_t k) {
+  di_act_q8k *y = yv;
+  for (int64_t i = 0; i < k / 256; i++, x += 256) {
+    float d = absmax(x, 256) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    __m256 idv = _mm256_set1_ps(id);
+    for (int c = 0; c < 8; c++) {
+      __m256i part[2];
+      _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * c), act_q32(x + 32 * c, idv, part));
+      y[i].bsums[2 * c] = (int16_t)hsum_i32(part[0]);
+      y[i].bsums[2 * c + 1] = (int16_t)hsum_i32(part[1]);
+    }
+    y[i].d = d;
+  }
 }
 
 di_cpu_actq_fn di_cpu_actq_avx2(di_cpu_act_kind kind) {
-  (void)kind;
-  return NULL;
+  switch (kind) {
+  case DI_ACT_Q8: return actq_q8;
+  case DI_ACT_Q8K: return actq_q8k;
+  default: return NULL;
+  }
 }

@@ -1,0 +1,210 @@
+/* Kernel micro-benchmark: decode GEMV bandwidth per weight type on a 1B-class
+ * layer shape, prefill GEMM throughput at M=512, and the machine's streaming
+ * read bandwidth measured in the same run, so GEMV is reported as a share of it.
+ *
+ *   bench_matmul [--threads N] [--quick] [--isa scalar|avx2] [--types q4_0,q8_0,...]
+ *
+ * Weights are cycled through enough copies (>= 384 MB) that they stream from
+ * DRAM like a real model's layers, not from the 32 MB L3. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cpu/isa.h"
+#include "backend/cpu/matmul.h"
+#include "model/gguf.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return v[n / 2];
+}
+
+/* ---- a minimal fork/join over threads, splitting N like the engine does ---- */
+
+typedef struct {
+  int kind; /* 0 read, 1 matmul */
+  const uint64_t *buf;
+  size_t words;
+  uint64_t sink;
+  di_dtype t;
+  const void *W;
+  size_t wrow;
+  const void *xq;
+  int64_t M, K, N;
+  float *Y;
+  int part, parts;
+} job;
+
+static void run_job(job *j) {
+  if (j->kind == 0) {
+    size_t lo = j->words * (size_t)j->part / (size_t)j->parts, hi = j->words * (size_t)(j->part + 1) / (size_t)j->parts;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+    for (size_t i = lo; i + 8 <= hi; i += 8) {
+      a0 ^= j->buf[i], a1 ^= j->buf[i + 1], a2 ^= j->buf[i + 2], a3 ^= j->buf[i + 3];
+      a4 ^= j->buf[i + 4], a5 ^= j->buf[i + 5], a6 ^= j->buf[i + 6], a7 ^= j->buf[i + 7];
+    }
+    j->sink = a0 ^ a1 ^ a2 ^ a3 ^ a4 ^ a5 ^ a6 ^ a7;
+    return;
+  }
+  int64_t n0 = j->N * j->part / j->parts, n1 = j->N * (j->part + 1) / j->parts;
+  di_cpu_matmul(j->t, j->W, j->wrow, j->xq, j->M, j->K, j->Y, j->N, n0, n1);
+}
+
+static void *thread_main(void *p) {
+  run_job(p);
+  return NULL;
+}
+
+static void run_parallel(job *proto, int threads) {
+  job jobs[64];
+  pthread_t th[64];
+  for (int i = 0; i < threads; i++) {
+    jobs[i] = *proto;
+    jobs[i].part = i;
+    jobs[i].parts = threads;
+  }
+  for (int i = 1; i < threads; i++) pthread_create(&th[i], NULL, thread_main, &jobs[i]);
+  run_job(&jobs[0]);
+  for (int i = 1; i < threads; i++) pthread_join(th[i], NULL);
+  proto->sink = jobs[0].sink;
+}
+
+static double read_bandwidth(int threads, int reps) {
+  size_t bytes = (size_t)512 << 20;
+  uint64_t *buf = aligned_alloc(64, bytes);
+  memset(buf, 1, bytes);
+  job j = {.kind = 0, .buf = buf, .words = bytes / 8};
+  double t[16];
+  for (int r = 0; r < reps; r++) {
+    double t0 = now();
+    run_parallel(&j, threads);
+    t[r] = now() - t0;
+  }
+  if (j.sink == 42) puts("");
+  free(buf);
+  return (double)bytes / median(t, reps) / 1e9;
+}
+
+static float rndf(uint64_t *s) {
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  return (float)(*s >> 40) / 16777216.0f * 2.0f - 1.0f;
+}
+
+/* One random weight matrix: quantized floats, or for K-quants random bytes
+ * with sane fp16 scales (we have no K-quant quantizer). */
+static void fill_weights(di_dtype t, uint8_t *w, int64_t N, int64_t K, uint64_t *seed) {
+  size_t rb = di_dtype_row_bytes(t, K), bb = di_dtype_block_bytes(t);
+  float *x = malloc((size_t)K * 4);
+  for (int64_t n = 0; n < N; n++) {
+    uint8_t *row = w + (size_t)n * rb;
+    for (int64_t k = 0; k < K; k++) x[k] = rndf(seed);
+    if (di_cpu_quantize_row(t, x, row, K)) continue;
+    for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)(rndf(seed) * 127 + 128);
+    const uint16_t half = 0x2000; /* 2^-7 */
+    for (size_t b = 0; b < rb / bb; b++) {
+      uint8_t *blk = row + b * bb;
+      if (t == DI_Q6_K) {
+        memcpy(blk + 208, &half, 2);
+      } else {
+        memcpy(blk, &half, 2);
+        memcpy(blk + 2, &half, 2);
+      }
+    }
+  }
+  free(x);
+}
+
+typedef struct { const char *name; di_dtype t; } tname;
+static const tname types[] = {{"f32", DI_F32},   {"f16", DI_F16},   {"bf16", DI_BF16},
+                              {"q8_0", DI_Q8_0}, {"q4_0", DI_Q4_0}, {"q4_1", DI_Q4_1},
+                              {"q5_0", DI_Q5_0}, {"q5_1", DI_Q5_1}, {"q4_k", DI_Q4_K},
+                              {"q5_k", DI_Q5_K}, {"q6_k", DI_Q6_K}};
+
+int main(int argc, char **argv) {
+  int threads = 1, quick = 0;
+  const char *only = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--quick")) quick = 1;
+    else if (!strcmp(argv[i], "--types") && i + 1 < argc) only = argv[++i];
+    else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+      const char *v = argv[++i];
+      di_cpu_isa_level l = !strcmp(v, "scalar") ? DI_ISA_SCALAR : !strcmp(v, "avx2") ? DI_ISA_AVX2 : DI_ISA_AVX512;
+      if (!di_cpu_isa_set(l)) {
+        fprintf(stderr, "bench_matmul: this CPU cannot run --isa %s\n", v);
+        return 2;
+      }
+    } else {
+      fprintf(stderr, "usage: bench_matmul [--threads N] [--quick] [--isa scalar|avx2] [--types q4_0,q8_0,...]\n");
+      return 2;
+    }
+  }
+  if (threads < 1 || threads > 64) threads = 1;
+  const int64_t N = 5632, K = 2048, MP = quick ? 64 : 512;
+  const int reps = quick ? 3 : 5;
+  double bw = read_bandwidth(threads, reps);
+  printf("isa %s, threads %d, read bandwidth %.1f GB/s (512 MB streaming read, median of %d)\n",
+         di_cpu_isa_name(di_cpu_isa()), threads, bw, reps);
+  printf("GEMV M=1 N=%ld K=%ld, GEMM M=%ld\n", (long)N, (long)K, (long)MP);
+  printf("%-5s %10s %8s %8s %11s\n", "type", "GEMV GB/s", "share", "us/GEMV", "GEMM GOP/s");
+  uint64_t seed = 0x12345678;
+  float *X = malloc((size_t)(MP * K) * 4), *Y = malloc((size_t)(MP * N) * 4);
+  for (int64_t i = 0; i < MP * K; i++) X[i] = rndf(&seed);
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    di_dtype t = types[ti].t;
+    if (only && !strstr(only, types[ti].name)) continue;
+    size_t rb = di_dtype_row_bytes(t, K), mat = rb * (size_t)N;
+    size_t copies = ((size_t)(quick ? 128 : 384) << 20) / mat + 1;
+    uint8_t *W = aligned_alloc(64, (mat * copies + 63) / 64 * 64);
+    fill_weights(t, W, N, K, &seed);
+    for (size_t c = 1; c < copies; c++) memcpy(W + c * mat, W, mat);
+    void *xq = aligned_alloc(64, (di_cpu_act_bytes(t, MP, K) + 63) / 64 * 64);
+    di_cpu_act_prepare(t, X, MP, K, xq);
+    /* GEMV: one pass over every copy, as decode streams every layer once */
+    double tv[16];
+    job j = {.kind = 1, .t = t, .wrow = rb, .xq = xq, .M = 1, .K = K, .N = N, .Y = Y};
+    for (int r = 0; r < reps; r++) {
+      double t0 = now();
+      for (size_t c = 0; c < copies; c++) {
+        j.W = W + c * mat;
+        run_parallel(&j, threads);
+      }
+      tv[r] = (now() - t0) / (double)copies;
+    }
+    double gemv = median(tv, reps), gbs = (double)mat / gemv / 1e9;
+    /* GEMM: the activations and one weight copy (prefill reuses each weight block MP times) */
+    j.M = MP;
+    j.W = W;
+    double tg[16];
+    for (int r = 0; r < (quick ? 1 : 3); r++) {
+      double t0 = now();
+      run_parallel(&j, threads);
+      tg[r] = now() - t0;
+    }
+    double gemm = median(tg, quick ? 1 : 3);
+    printf("%-5s %10.1f %7.0f%% %8.0f %11.1f\n", types[ti].name, gbs, 100 * gbs / bw, gemv * 1e6,
+           2.0 * (double)MP * (double)N * (double)K / gemm / 1e9);
+    fflush(stdout);
+    free(W);
+    free(xq);
+  }
+  free(X);
+  free(Y);
+  return 0;
+}
