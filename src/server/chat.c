@@ -1,0 +1,248 @@
+/* POST /v1/chat/completions: message validation, rendering through the
+ * model's chat template (backend), and the chat response shapes, streamed
+ * and not, with DeepSeek's reasoning_content split and prefix completion. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/internal.h"
+
+#define MAX_MESSAGES 4096
+
+static const char *const ROLES[] = {"system", "user", "assistant", "tool", "developer"};
+
+/* Content is a string or an array of text parts; parts are joined and the
+ * joined string is stored back into the body so its lifetime is the body's. */
+static bool msg_content(json_t *m, size_t i, const char **out, di_srv_err *e) {
+  char param[64];
+  snprintf(param, sizeof param, "messages[%zu].content", i);
+  json_t *c = json_object_get(m, "content");
+  if (!c || json_is_null(c)) {
+    *out = "";
+    return true;
+  }
+  if (json_is_string(c)) {
+    *out = json_string_value(c);
+    return true;
+  }
+  if (!json_is_array(c)) return di_srv_bad(e, param, "%s must be a string or an array of content parts", param);
+  di_srv_buf b = {0};
+  size_t k;
+  json_t *part;
+  json_array_foreach(c, k, part) {
+    const char *type = json_string_value(json_object_get(part, "type"));
+    json_t *text = json_object_get(part, "text");
+    if (!json_is_object(part) || !type || strcmp(type, "text") || !json_is_string(text)) {
+      di_srv_buf_free(&b);
+      return di_srv_bad(e, param, "%s[%zu]: only {\"type\":\"text\",\"text\":...} parts are supported", param, k);
+    }
+    di_srv_buf_put(&b, json_string_value(text), json_string_length(text));
+  }
+  if (b.oom || json_object_set_new(m, "content", json_stringn(b.p ? b.p : "", b.len))) {
+    di_srv_buf_free(&b);
+    return di_srv_fail(e, 500, "server_error", NULL, "out of memory");
+  }
+  di_srv_buf_free(&b);
+  *out = json_string_value(json_object_get(m, "content"));
+  return true;
+}
+
+static bool parse_messages(json_t *body, di_srv_msg **out, size_t *n_out, di_srv_err *e) {
+  json_t *ms = json_object_get(body, "messages");
+  if (!json_is_array(ms) || json_array_size(ms) == 0)
+    return di_srv_bad(e, "messages", "'messages' must be a non-empty array");
+  size_t n = json_array_size(ms);
+  if (n > MAX_MESSAGES) return di_srv_bad(e, "messages", "too many messages (%zu > %d)", n, MAX_MESSAGES);
+  di_srv_msg *msgs = calloc(n, sizeof *msgs);
+  if (!msgs) return di_srv_fail(e, 500, "server_error", NULL, "out of memory");
+  *out = msgs;
+  *n_out = n;
+  for (size_t i = 0; i < n; i++) {
+    json_t *m = json_array_get(ms, i);
+    char param[64];
+    snprintf(param, sizeof param, "messages[%zu]", i);
+    if (!json_is_object(m)) return di_srv_bad(e, param, "%s must be an object", param);
+    const char *role = json_string_value(json_object_get(m, "role"));
+    snprintf(param, sizeof param, "messages[%zu].role", i);
+    if (!role) return di_srv_bad(e, param, "%s must be a string", param);
+    size_t r = 0;
+    while (r < sizeof ROLES / sizeof ROLES[0] && strcmp(role, ROLES[r])) r++;
+    if (r == sizeof ROLES / sizeof ROLES[0])
+      return di_srv_bad(e, param, "%s: unknown role '%.40s' (system, user, assistant, tool)", param, role);
+    di_srv_msg *d = &msgs[i];
+    d->role = r == 4 ? "system" : ROLES[r]; /* "developer" is OpenAI's newer name for system */
+    if (!msg_content(m, i, &d->content, e)) return false;
+    const char *keys[] = {"name", "tool_call_id", "reasoning_content"};
+    const char **dst[] = {&d->name, &d->tool_call_id, &d->reasoning_content};
+    for (int k = 0; k < 3; k++) {
+      json_t *v = json_object_get(m, keys[k]);
+      snprintf(param, sizeof param, "messages[%zu].%s", i, keys[k]);
+      if (v && !json_is_null(v) && !json_is_string(v)) return di_srv_bad(e, param, "%s must be a string", param);
+      *dst[k] = json_string_value(v);
+    }
+    json_t *prefix = json_object_get(m, "prefix");
+    snprintf(param, sizeof param, "messages[%zu].prefix", i);
+    if (prefix && !json_is_null(prefix)) {
+      if (!json_is_boolean(prefix)) return di_srv_bad(e, param, "%s must be a boolean", param);
+      d->prefix = json_is_true(prefix);
+      if (d->prefix && (i != n - 1 || strcmp(d->role, "assistant")))
+        return di_srv_bad(e, param, "prefix is only allowed on the last message, with role assistant");
+    }
+  }
+  return true;
+}
+
+static bool parse_tools(json_t *body, di_srv_err *e) {
+  json_t *rf = json_object_get(body, "response_format");
+  if (rf && !json_is_null(rf)) {
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (!json_is_object(rf) || !type)
+      return di_srv_bad(e, "response_format", "'response_format' must be an object with a 'type'");
+    if (strcmp(type, "text") && strcmp(type, "json_object") && strcmp(type, "json_schema"))
+      return di_srv_bad(e, "response_format", "unknown response_format type '%.40s'", type);
+    if (strcmp(type, "text"))
+      return di_srv_bad(e, "response_format", "response_format '%s' is not supported by this server yet", type);
+  }
+  json_t *tools = json_object_get(body, "tools");
+  if (tools && !json_is_null(tools)) {
+    if (!json_is_array(tools)) return di_srv_bad(e, "tools", "'tools' must be an array");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+      json_t *fn = json_object_get(t, "function");
+      if (!json_is_object(t) || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
+        return di_srv_bad(e, "tools", "tools[%zu] must be {\"type\":\"function\",\"function\":{\"name\":...}}", i);
+    }
+  }
+  json_t *tc = json_object_get(body, "tool_choice");
+  if (tc && !json_is_null(tc)) {
+    const char *s = json_string_value(tc);
+    if (!json_is_object(tc) && !(s && (!strcmp(s, "none") || !strcmp(s, "auto") || !strcmp(s, "required"))))
+      return di_srv_bad(e, "tool_choice", "'tool_choice' must be none, auto, required or an object");
+    if (json_is_object(tc) || !strcmp(s, "required"))
+      return di_srv_bad(e, "tool_choice", "forced tool calls are not supported by this server yet");
+  }
+  return true;
+}
+
+enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
+  di_server *s = r->s;
+  di_srv_err e = {0};
+  long long n = 1, top = 0;
+  int logprobs = 0;
+  if (!di_srv_check_model(s, body, &e) || !di_srv_get_int(body, "n", 1, 128, &n, &e) ||
+      !di_srv_get_bool(body, "logprobs", &logprobs, &e) ||
+      !di_srv_get_int(body, "top_logprobs", 0, 20, &top, &e) || !parse_tools(body, &e))
+    return di_srv_reply_err(r, &e);
+  if (top && !logprobs) {
+    di_srv_bad(&e, "top_logprobs", "'top_logprobs' requires 'logprobs': true");
+    return di_srv_reply_err(r, &e);
+  }
+  di_srv_msg *msgs = NULL;
+  size_t n_msgs = 0;
+  if (!parse_messages(body, &msgs, &n_msgs, &e)) {
+    free(msgs);
+    return di_srv_reply_err(r, &e);
+  }
+  di_srv_gen *g = di_srv_gen_new(r, DI_SRV_CHAT, 1, (int)n);
+  if (!g) {
+    free(msgs);
+    return MHD_NO;
+  }
+  r->gen = g; /* the request's reference; dropped when the request completes */
+  g->logprobs = logprobs;
+  g->top_logprobs = (int)top;
+  g->params.logprobs = logprobs;
+  g->params.top_logprobs = (int)top;
+  di_srv_sub *sub = &g->subs[0];
+  di_status st = {0};
+  bool ok = di_srv_parse_sampling(body, g, &e);
+  if (ok && s->be.render_chat(s->be.ctx, msgs, n_msgs, &sub->prompt_ids, &sub->n_prompt,
+                              &g->think_open, &st) != DI_OK) {
+    ok = di_srv_bad(&e, "messages", "%s", st.msg);
+    if (st.code == DI_ERR_INTERNAL || st.code == DI_ERR_NOMEM) e.status = 500, e.type = "server_error";
+  }
+  free(msgs);
+  if (!ok || !di_srv_check_context(g, sub, &e)) return di_srv_reply_err(r, &e);
+  for (int i = 0; i < g->n_choices; i++) di_srv_think_init(&g->choices[i].think, g->think_open);
+  if (!di_srv_gen_submit(g, &e)) return di_srv_reply_err(r, &e);
+  return di_srv_gen_answer(r, g);
+}
+
+/* ---- response shapes ---- */
+
+static json_t *chunk(di_srv_gen *g, json_t *choice) {
+  json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o]}", "id", g->id, "object", "chat.completion.chunk",
+                        "created", (json_int_t)g->created, "model", g->s->model_name,
+                        "system_fingerprint", "deepinfer-" DI_VERSION, "choices", choice);
+  if (j && g->include_usage) json_object_set_new(j, "usage", json_null());
+  return j;
+}
+
+void di_srv_chat_stream_open(di_srv_gen *g) {
+  for (int i = 0; i < g->n_choices; i++)
+    di_srv_sse_put(g, chunk(g, json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", i, "delta", "role",
+                                         "assistant", "content", "", "logprobs", "finish_reason")));
+}
+
+typedef struct sink {
+  di_srv_choice *ch;
+  json_t *delta; /* streaming: this event's delta */
+} sink;
+
+static void on_piece(void *user, int reasoning, const char *s, size_t n) {
+  sink *k = user;
+  if (k->delta) json_object_set_new(k->delta, reasoning ? "reasoning_content" : "content", json_stringn(s, n));
+  else di_srv_buf_put(reasoning ? &k->ch->reasoning : &k->ch->text, s, n);
+}
+
+static json_t *logprob_entry(di_srv_gen *g, const di_srv_evt *v) {
+  json_t *ent = di_srv_token_json(g->s, v->token, v->logprob);
+  json_t *tops = json_array();
+  for (int t = 0; t < v->n_top && t < g->top_logprobs; t++)
+    json_array_append_new(tops, di_srv_token_json(g->s, v->top_ids[t], v->top_logprobs[t]));
+  json_object_set_new(ent, "top_logprobs", tops);
+  return ent;
+}
+
+void di_srv_chat_apply(di_srv_gen *g, di_srv_choice *ch, int idx, const di_srv_evt *v) {
+  if (v->token >= 0 && ch->think.state == 1) ch->reasoning_tokens++;
+  sink k = {ch, g->stream ? json_object() : NULL};
+  int final = v->finish != DI_FINISH_NONE;
+  di_srv_think_feed(&ch->think, v->text ? v->text : "", v->text_len, final, on_piece, &k);
+  json_t *lp = g->logprobs && v->token >= 0 ? logprob_entry(g, v) : NULL;
+  if (!g->stream) {
+    if (lp) {
+      if (!ch->logprobs) ch->logprobs = json_array();
+      json_array_append_new(ch->logprobs, lp);
+    }
+    return;
+  }
+  const char *fin = v->finish == DI_FINISH_STOP || v->finish == DI_FINISH_LENGTH ? di_srv_finish_name(v->finish) : NULL;
+  if (json_object_size(k.delta) || lp || fin) {
+    json_t *choice = json_pack("{s:i,s:o,s:o,s:o}", "index", idx, "delta", k.delta, "logprobs",
+                               lp ? json_pack("{s:[o]}", "content", lp) : json_null(), "finish_reason",
+                               fin ? json_string(fin) : json_null());
+    di_srv_sse_put(g, chunk(g, choice));
+  } else {
+    json_decref(k.delta);
+  }
+}
+
+json_t *di_srv_chat_result(di_srv_gen *g) {
+  json_t *choices = json_array();
+  for (int i = 0; i < g->n_choices; i++) {
+    di_srv_choice *ch = &g->choices[i];
+    json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", ch->text.p ? ch->text.p : "", ch->text.len);
+    if (ch->think.state != 0 || ch->reasoning.len)
+      json_object_set_new(msg, "reasoning_content", json_stringn(ch->reasoning.p ? ch->reasoning.p : "", ch->reasoning.len));
+    json_t *lp = json_null();
+    if (g->logprobs)
+      lp = json_pack("{s:o}", "content", ch->logprobs ? json_incref(ch->logprobs) : json_array());
+    json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", i, "message", msg, "logprobs", lp,
+                                             "finish_reason", di_srv_finish_name(ch->finish)));
+  }
+  return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o}", "id", g->id, "object", "chat.completion", "created",
+                   (json_int_t)g->created, "model", g->s->model_name, "system_fingerprint",
+                   "deepinfer-" DI_VERSION, "choices", choices, "usage", di_srv_gen_usage(g));
+}

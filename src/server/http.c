@@ -1,0 +1,249 @@
+/* The HTTP layer: a libmicrohttpd daemon in thread-per-connection mode, so a
+ * request may block its own thread while it waits for the engine (non-stream
+ * answers, SSE content readers) without stalling anyone else. Bodies are
+ * collected here under a size cap and a deadline; routing is in routes.c. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/internal.h"
+
+/* Past this a too-large body is no longer drained (so the client can read
+ * its 413) but cut off. */
+#define DRAIN_LIMIT ((size_t)64 << 20)
+
+void di_server_opts_default(di_server_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->host = "127.0.0.1";
+  o->port = 8080;
+  o->model_name = "default";
+  o->max_queue = 256;
+  o->max_body = (size_t)4 << 20;
+  o->request_timeout = 60;
+  o->max_connections = 1024;
+  o->keepalive_ms = 5000;
+}
+
+int di_srv_conn_gone(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (!ci) return 0;
+  struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+enum MHD_Result di_srv_reply(di_srv_req *r, int status, const char *ctype, const char *body,
+                             size_t len) {
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+  if (!resp) return MHD_NO;
+  MHD_add_response_header(resp, "Content-Type", ctype);
+  r->status = status;
+  enum MHD_Result ret = MHD_queue_response(r->c, (unsigned)status, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+enum MHD_Result di_srv_reply_json(di_srv_req *r, int status, json_t *body) {
+  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+  json_decref(body);
+  if (!text) {
+    static const char oom[] =
+        "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+    return di_srv_reply(r, 500, "application/json", oom, sizeof oom - 1);
+  }
+  enum MHD_Result ret = di_srv_reply(r, status, "application/json", text, strlen(text));
+  free(text);
+  return ret;
+}
+
+enum MHD_Result di_srv_reply_err(di_srv_req *r, const di_srv_err *e) {
+  if (e->status >= 500 && e->status != 503)
+    fprintf(stderr, "deepinfer serve: internal error on %s %s: %s\n", r->method, r->url, e->msg);
+  char *text = NULL;
+  json_t *j = di_srv_err_json(e);
+  if (j) text = json_dumps(j, JSON_COMPACT);
+  json_decref(j);
+  const char *body = text ? text : "{\"error\":{\"message\":\"error\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+  free(text);
+  if (!resp) return MHD_NO;
+  MHD_add_response_header(resp, "Content-Type", "application/json");
+  if (e->retry_after > 0) {
+    char ra[16];
+    snprintf(ra, sizeof ra, "%d", e->retry_after);
+    MHD_add_response_header(resp, "Retry-After", ra);
+  }
+  if (e->status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+  r->status = e->status;
+  enum MHD_Result ret = MHD_queue_response(r->c, (unsigned)e->status, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+/* Bodies are answered only once complete, except when they are hopeless. */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls) {
+  di_server *s = cls;
+  di_srv_req *r = *con_cls;
+  if (!r) {
+    r = calloc(1, sizeof *r);
+    if (!r) return MHD_NO;
+    r->s = s;
+    r->c = c;
+    r->method = method;
+    r->url = url;
+    r->t0 = di_srv_now();
+    r->seq = atomic_fetch_add(&s->next_seq, 1);
+    *con_cls = r;
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > s->o.max_body) r->too_large = 1;
+    return MHD_YES;
+  }
+  if (*upload_size) {
+    size_t n = *upload_size;
+    *upload_size = 0;
+    /* Slow-drip bodies (slowloris) get the request timeout as a deadline for
+     * the whole body, not just between bytes. */
+    if (di_srv_now() - r->t0 > s->o.request_timeout) return MHD_NO;
+    if (r->too_large || r->body.len + n > s->o.max_body) {
+      r->too_large = 1;
+      r->body.len += n; /* counts drained bytes; the buffer is not used */
+      if (r->body.len > DRAIN_LIMIT) goto too_large;
+      return MHD_YES;
+    }
+    di_srv_buf_put(&r->body, upload_data, n);
+    if (r->body.oom) {
+      di_srv_err e;
+      di_srv_fail(&e, 500, "server_error", NULL, "out of memory reading the body");
+      return di_srv_reply_err(r, &e);
+    }
+    return MHD_YES;
+  }
+  if (r->too_large) goto too_large;
+  return di_srv_route(r);
+too_large:;
+  di_srv_err e;
+  di_srv_fail(&e, 413, "invalid_request_error", "request_too_large",
+              "request body exceeds the server's limit of %zu bytes (--max-body)", s->o.max_body);
+  return di_srv_reply_err(r, &e);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  di_server *s = cls;
+  di_srv_req *r = *con_cls;
+  if (!r) return;
+  *con_cls = NULL;
+  if (r->gen && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) di_srv_gen_cancel(r->gen);
+  int status = r->status ? r->status : 499; /* 499: the client left before an answer */
+  if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499;
+  di_srv_metrics_http(&s->metrics, status);
+  if (!s->o.quiet) {
+    int pt = 0, ct = 0, cached = 0;
+    if (r->gen) {
+      json_t *u = di_srv_gen_usage(r->gen);
+      pt = (int)json_integer_value(json_object_get(u, "prompt_tokens"));
+      ct = (int)json_integer_value(json_object_get(u, "completion_tokens"));
+      cached = (int)json_integer_value(json_object_get(u, "prompt_cache_hit_tokens"));
+      json_decref(u);
+    }
+    fprintf(stderr, "deepinfer serve: req=%llu %s %s %d prompt=%d cached=%d completion=%d %.3fs%s\n",
+            (unsigned long long)r->seq, r->method, r->url, status, pt, cached, ct,
+            di_srv_now() - r->t0,
+            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed)");
+  }
+  if (r->gen) di_srv_gen_unref(r->gen);
+  di_srv_buf_free(&r->body);
+  free(r);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  di_server *s = cls;
+  if (s->o.quiet) return;
+  fputs("deepinfer serve: http: ", stderr);
+  vfprintf(stderr, fmt, ap);
+}
+
+static void raise_fd_limit(int want) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  rlim_t need = (rlim_t)want + 64;
+  if (rl.rlim_cur >= need) return;
+  rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &rl);
+}
+
+di_code di_server_start(const di_server_opts *o, const di_srv_backend *be, di_server **out,
+                        di_status *st) {
+  *out = NULL;
+  if (o->max_body == 0 || o->request_timeout <= 0 || o->max_connections <= 0 || o->max_queue < 0)
+    return di_errorf(st, DI_ERR_INVALID, "server options out of range");
+  struct addrinfo hints = {.ai_flags = AI_PASSIVE, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+  char port[16];
+  snprintf(port, sizeof port, "%d", o->port);
+  int gai = getaddrinfo(o->host, port, &hints, &ai);
+  if (gai != 0 || !ai)
+    return di_errorf(st, DI_ERR_INVALID, "cannot resolve host '%s': %s", o->host, gai_strerror(gai));
+  di_server *s = calloc(1, sizeof *s);
+  if (!s) {
+    freeaddrinfo(ai);
+    return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+  }
+  s->o = *o;
+  s->be = *be;
+  s->model_name = strdup(o->model_name ? o->model_name : "default");
+  if (o->api_key) {
+    s->api_key = strdup(o->api_key);
+    s->api_key_len = strlen(o->api_key);
+  }
+  if (s->o.keepalive_ms <= 0) s->o.keepalive_ms = 5000;
+  s->created = (long)time(NULL);
+  s->id_salt = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
+  di_srv_metrics_init(&s->metrics);
+  raise_fd_limit(o->max_connections);
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                   MHD_USE_ERROR_LOG;
+  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  s->d = MHD_start_daemon(
+      flags, (uint16_t)o->port, NULL, NULL, &on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned)o->request_timeout, MHD_OPTION_NOTIFY_COMPLETED, &on_completed, s,
+      /* Small stacks: hundreds of idle keep-alive connections each hold a thread. */
+      MHD_OPTION_THREAD_STACK_SIZE, (size_t)256 << 10, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+      MHD_OPTION_EXTERNAL_LOGGER, &mhd_log, s, MHD_OPTION_END);
+  freeaddrinfo(ai);
+  if (!s->d) {
+    di_srv_metrics_destroy(&s->metrics);
+    free(s->model_name);
+    free(s->api_key);
+    free(s);
+    return di_errorf(st, DI_ERR_IO, "cannot listen on %s:%d (address in use or not permitted)",
+                     o->host, o->port);
+  }
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+  s->port = di ? di->port : o->port;
+  snprintf(s->host, sizeof s->host, "%s", o->host);
+  *out = s;
+  return DI_OK;
+}
+
+int di_server_port(const di_server *s) { return s->port; }
+
+void di_server_stop(di_server *s) {
+  if (!s) return;
+  MHD_stop_daemon(s->d);
+  di_srv_metrics_destroy(&s->metrics);
+  free(s->model_name);
+  free(s->api_key);
+  free(s);
+}

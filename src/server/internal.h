@@ -1,0 +1,214 @@
+/* Shared internals of src/server/: the server object, one HTTP request,
+ * error answers, JSON field validation, and the generation context that
+ * carries engine events to the chat/completions formatters. */
+#ifndef DI_SERVER_INTERNAL_H
+#define DI_SERVER_INTERNAL_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "server/metrics.h"
+#include "server/server.h"
+#include "server/think.h"
+
+/* ---- growable byte buffer (bodies, SSE output) ---- */
+typedef struct di_srv_buf {
+  char *p;
+  size_t len, cap;
+  int oom; /* an append failed; the content is truncated */
+} di_srv_buf;
+void di_srv_buf_put(di_srv_buf *b, const char *s, size_t n);
+void di_srv_buf_puts(di_srv_buf *b, const char *s);
+void di_srv_buf_free(di_srv_buf *b);
+
+double di_srv_now(void); /* monotonic seconds */
+
+struct di_server {
+  struct MHD_Daemon *d;
+  di_server_opts o;
+  di_srv_backend be;
+  char host[128];
+  char *model_name;
+  char *api_key;
+  size_t api_key_len;
+  int port;
+  long created;
+  atomic_int inflight;     /* generation requests admitted and not yet finished in the engine */
+  atomic_int live_gens;    /* generation contexts alive (the engine may still call into them) */
+  atomic_int stopping;     /* di_server_stop began: waits give up and cancel */
+  atomic_ullong next_seq;  /* request numbers for ids and log lines */
+  uint64_t id_salt;
+  di_srv_metrics metrics;
+};
+
+/* ---- errors in OpenAI's shape ---- */
+typedef struct di_srv_err {
+  int status;       /* HTTP status */
+  const char *type; /* "invalid_request_error", ... */
+  const char *code; /* may be NULL */
+  char param[96];   /* "" = null */
+  char msg[512];
+  int retry_after;  /* seconds, 0 = no header */
+} di_srv_err;
+
+/* Fills e (status 400 unless said) and returns false, so validators can
+ * `return di_srv_bad(e, "temperature", "...")`. */
+bool di_srv_bad(di_srv_err *e, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+bool di_srv_fail(di_srv_err *e, int status, const char *type, const char *code, const char *fmt,
+                 ...) __attribute__((format(printf, 5, 6)));
+json_t *di_srv_err_json(const di_srv_err *e);
+
+/* Returns the offset of the first invalid UTF-8 byte, or (size_t)-1 if valid. */
+size_t di_srv_utf8_invalid_at(const char *s, size_t n);
+
+/* ---- JSON field validation. Each getter leaves *out untouched when the key
+ * is absent or null, and fails with the parameter's name when the type or
+ * range is wrong. ---- */
+bool di_srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, di_srv_err *e);
+bool di_srv_get_int(json_t *o, const char *key, long long lo, long long hi, long long *out,
+                    di_srv_err *e);
+bool di_srv_get_bool(json_t *o, const char *key, int *out, di_srv_err *e);
+bool di_srv_get_str(json_t *o, const char *key, const char **out, di_srv_err *e);
+
+/* ---- one HTTP request ---- */
+typedef struct di_srv_gen di_srv_gen;
+
+typedef struct di_srv_req {
+  di_server *s;
+  struct MHD_Connection *c;
+  const char *method, *url;
+  di_srv_buf body;
+  int started;       /* the headers-only first call has been seen */
+  int too_large;
+  double t0;
+  uint64_t seq;
+  int status;        /* answered status (for the log and metrics) */
+  di_srv_gen *gen;   /* generation requests: usage for the log line */
+} di_srv_req;
+
+enum MHD_Result di_srv_reply(di_srv_req *r, int status, const char *ctype, const char *body,
+                             size_t len);
+enum MHD_Result di_srv_reply_json(di_srv_req *r, int status, json_t *body); /* steals body */
+enum MHD_Result di_srv_reply_err(di_srv_req *r, const di_srv_err *e);
+/* 1 when the client closed its side of the connection. */
+int di_srv_conn_gone(struct MHD_Connection *c);
+
+/* ---- routes ---- */
+enum MHD_Result di_srv_route(di_srv_req *r);
+enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body);
+enum MHD_Result di_srv_handle_completions(di_srv_req *r, json_t *body);
+
+/* ---- generation: one HTTP request's engine submissions and their events ---- */
+typedef enum di_srv_kind { DI_SRV_CHAT, DI_SRV_COMPLETION } di_srv_kind;
+
+typedef struct di_srv_evt {
+  struct di_srv_evt *next;
+  int choice; /* sub * n_per + event index */
+  int32_t token;
+  char *text;
+  size_t text_len;
+  float logprob;
+  int n_top;
+  int32_t *top_ids;
+  float *top_logprobs;
+  di_finish finish;
+  char *error;
+} di_srv_evt;
+
+typedef struct di_srv_choice {
+  di_srv_buf text, reasoning;
+  json_t *logprobs; /* chat: array of entries; completions: object of arrays */
+  size_t text_offset;
+  di_finish finish;
+  int completion_tokens, reasoning_tokens;
+  di_srv_think think;
+  char *error;
+  int started;   /* completions: the echo was sent */
+  int cb_tokens; /* tokens seen by the engine callback (metrics, under g->mu) */
+} di_srv_choice;
+
+typedef struct di_srv_sub {
+  di_srv_gen *g;
+  int k;
+  uint64_t id;
+  int submitted, n_done, n_tokens;
+  int prompt_tokens, cached_tokens;
+  int32_t *prompt_ids;
+  size_t n_prompt;
+  int max_tokens;
+  char *echo; /* completions with echo: the prompt text */
+} di_srv_sub;
+
+struct di_srv_gen {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int refs;
+  di_server *s;
+  struct MHD_Connection *c;
+  di_srv_kind kind;
+  char id[48];
+  long created;
+  int stream, include_usage, logprobs, top_logprobs, think_open;
+  int n_subs, n_per, n_choices;
+  di_srv_sub *subs;
+  di_srv_choice *choices;
+  di_request_params params; /* shared template; prompt set per sub */
+  char **stops;
+  int n_stops;
+  int32_t *bias_ids;
+  float *bias_vals;
+  di_srv_evt *head, *tail;
+  int max_tokens;    /* requested; 0 = up to the context */
+  int n_final;       /* choices whose last event was applied */
+  int lost;          /* an event could not be stored: answer an error, never hang */
+  int engine_live;   /* subs the engine still holds (admission accounting) */
+  double t_start, t_submit, t_first, t_last_out;
+  int cancelled, first_token_seen, sent_done;
+  di_srv_buf out;    /* SSE bytes not yet handed to MHD */
+  size_t out_off;
+};
+
+di_srv_gen *di_srv_gen_new(di_srv_req *r, di_srv_kind kind, int n_subs, int n_per);
+void di_srv_gen_unref(di_srv_gen *g);
+/* Parses the sampling/stop/limit fields shared by chat and completions into
+ * g->params (storage owned by g). */
+bool di_srv_parse_sampling(json_t *body, di_srv_gen *g, di_srv_err *e);
+/* 404 when the body names a model this server does not serve. */
+bool di_srv_check_model(di_server *s, json_t *body, di_srv_err *e);
+/* Checks the prompt against the context and sets the sub's max_tokens. */
+bool di_srv_check_context(di_srv_gen *g, di_srv_sub *sub, di_srv_err *e);
+/* Admits and submits every sub; on failure cancels what was submitted. */
+bool di_srv_gen_submit(di_srv_gen *g, di_srv_err *e);
+void di_srv_gen_cancel(di_srv_gen *g);
+/* Waits up to ms for the next event; NULL on timeout. */
+di_srv_evt *di_srv_gen_pop(di_srv_gen *g, int ms);
+void di_srv_evt_free(di_srv_evt *v);
+/* Applies an event to its choice; when streaming, appends SSE to g->out. */
+void di_srv_gen_apply(di_srv_gen *g, di_srv_evt *v);
+int di_srv_gen_done(di_srv_gen *g);
+/* Usage object of everything applied so far. */
+json_t *di_srv_gen_usage(di_srv_gen *g);
+/* Blocks until every choice finished (or the client left) and answers. */
+enum MHD_Result di_srv_gen_answer(di_srv_req *r, di_srv_gen *g);
+const char *di_srv_finish_name(di_finish f);
+
+/* SSE: appends "data: <json>\n\n" (steals j). */
+void di_srv_sse_put(di_srv_gen *g, json_t *j);
+enum MHD_Result di_srv_stream_start(di_srv_req *r, di_srv_gen *g);
+
+/* Endpoint formatters (chat.c, completions.c). */
+void di_srv_chat_apply(di_srv_gen *g, di_srv_choice *ch, int idx, const di_srv_evt *v);
+json_t *di_srv_chat_result(di_srv_gen *g);
+void di_srv_chat_stream_open(di_srv_gen *g);
+void di_srv_cmpl_apply(di_srv_gen *g, di_srv_choice *ch, int idx, const di_srv_evt *v);
+json_t *di_srv_cmpl_result(di_srv_gen *g);
+/* {"token","logprob","bytes"} with invalid UTF-8 replaced in "token". */
+json_t *di_srv_token_json(di_server *s, int32_t id, float logprob);
+/* The token's text, valid UTF-8 (replacement characters where needed). */
+json_t *di_srv_token_str(di_server *s, int32_t id);
+
+#endif

@@ -1,0 +1,87 @@
+/* The OpenAI/DeepSeek-compatible HTTP server (libmicrohttpd + jansson).
+ *
+ * The server reaches the model only through di_srv_backend, a table of
+ * functions filled by `deepinfer serve` from the engine, tokenizer and chat
+ * recipe (and by the unit tests from a fake). Keeping HTTP behind this seam
+ * lets the HTTP/JSON/SSE/metrics layers be tested without a model, and keeps
+ * the dependency direction server -> engine one-way. */
+#ifndef DI_SERVER_SERVER_H
+#define DI_SERVER_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "deepinfer.h"
+#include "util/status.h"
+
+/* One chat message as validated by the server; strings are NUL-terminated
+ * UTF-8 and owned by the request. */
+typedef struct di_srv_msg {
+  const char *role;    /* "system", "user", "assistant", "tool" */
+  const char *content; /* text parts joined; "" when absent */
+  const char *name;    /* optional */
+  const char *tool_call_id;
+  const char *reasoning_content; /* optional, assistant only */
+  int prefix;          /* DeepSeek prefix completion: continue this assistant turn */
+} di_srv_msg;
+
+typedef struct di_srv_backend {
+  void *ctx;
+  /* 0 while the model loads (/health answers 503), 1 once requests may flow. */
+  int (*ready)(void *ctx);
+  /* Optional: the engine's defaults for request parameters. */
+  void (*params_default)(di_request_params *p);
+  di_code (*submit)(void *ctx, const di_request_params *p, uint64_t *id, char *err, size_t errlen);
+  di_code (*cancel)(void *ctx, uint64_t id);
+  void (*stats)(void *ctx, di_engine_stats *s);
+  /* Text -> ids (malloc'd, freed by the caller). Special-token text is
+   * parsed only when parse_special (never for untrusted chat content). */
+  di_code (*tokenize)(void *ctx, const char *text, size_t len, int add_special, int parse_special,
+                      int32_t **ids, size_t *n, di_status *st);
+  /* Ids -> text (malloc'd, NUL-terminated). An id out of range is an error. */
+  di_code (*detokenize)(void *ctx, const int32_t *ids, size_t n, char **text, size_t *len,
+                        di_status *st);
+  /* Raw bytes of one token (for logprobs); returns the byte count or -1. */
+  int (*token_bytes)(void *ctx, int32_t id, char *buf, size_t cap);
+  /* Renders messages with the model's chat template into ids. When the last
+   * message is an assistant with prefix=1 the turn is continued, otherwise
+   * the generation prompt is added. think_open is set to 1 when the rendered
+   * prompt leaves the model inside a <think> block. */
+  di_code (*render_chat)(void *ctx, const di_srv_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,
+                         int *think_open, di_status *st);
+  /* Fill-in-the-middle prompt; DI_ERR_UNSUPPORTED when the vocabulary has no FIM tokens. */
+  di_code (*fim)(void *ctx, const char *prefix, const char *suffix, int32_t **ids, size_t *n_ids,
+                 di_status *st);
+  int n_ctx;   /* positions per sequence */
+  int n_vocab;
+  int max_seqs;
+} di_srv_backend;
+
+typedef struct di_server_opts {
+  const char *host;        /* default 127.0.0.1 */
+  int port;                /* 0 = any free port (see di_server_port) */
+  const char *api_key;     /* NULL = no auth */
+  const char *model_name;  /* the id /v1/models lists and requests must name */
+  int max_queue;           /* requests admitted beyond max_seqs before 429 */
+  size_t max_body;         /* bytes; larger bodies get 413 */
+  int request_timeout;     /* seconds: idle connection limit and body deadline */
+  int max_connections;     /* simultaneous connections */
+  int keepalive_ms;        /* SSE ": keep-alive" period while nothing is produced */
+  int quiet;               /* 1 = no per-request log lines */
+} di_server_opts;
+
+void di_server_opts_default(di_server_opts *o);
+
+typedef struct di_server di_server;
+
+/* Binds and starts serving on background threads. The backend table is
+ * copied; its ctx must outlive the server. */
+di_code di_server_start(const di_server_opts *o, const di_srv_backend *be, di_server **out,
+                        di_status *st);
+int di_server_port(const di_server *s);
+void di_server_stop(di_server *s);
+
+/* Renders the Prometheus exposition (for tests and the /metrics route). */
+char *di_server_metrics_text(di_server *s, size_t *len);
+
+#endif
