@@ -1,8 +1,168 @@
-#include "cli/cli.h"
+/* deepinfer bench: single-sequence prompt processing and generation speed,
+ * plus the share of the machine's measured read bandwidth that generation
+ * reaches (decode streams every weight once per token). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
-/* Placeholder until the owning issue lands: fails loudly, never pretends. */
+#include "backend/cpu/isa.h"
+#include "backend/cpu/membw.h"
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "cli/gen.h"
+#include "util/threadpool.h"
+
+static const char *usage =
+    "usage: deepinfer bench -m MODEL [-p 512] [-n 128] [--threads N] [--json] [options]\n"
+    "\n"
+    "Measures prompt processing (pp, tokens/s over a P-token prompt) and generation\n"
+    "(tg, tokens/s over N tokens), median of --reps runs, and the fraction of the\n"
+    "machine's read bandwidth (measured here) that generation reaches.\n"
+    "\n"
+    "  -m, --model PATH     GGUF file or Hugging Face directory (required)\n"
+    "  -p, --n-prompt P     prompt tokens (default 512; 0 skips pp)\n"
+    "  -n, --n-gen N        generated tokens (default 128; 0 skips tg)\n"
+    "  -d, --depth D        tokens already in the KV cache before tg (default 0)\n"
+    "      --reps R         repetitions (default 3)\n"
+    "      --threads N      threads (default: all cores)\n"
+    "      --kv-type T      f16 (default), bf16, f32\n"
+    "      --mmap           memory-map the weights instead of reading them\n"
+    "      --no-bw          skip the bandwidth measurement\n"
+    "      --json           one JSON object on stdout\n"
+    "  -h, --help           this help\n";
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n ? v[n / 2] : 0;
+}
+
 int di_cmd_bench(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return di_cli_fail("bench", "not implemented yet");
+  const char *model = NULL;
+  long long np = 512, ng = 128, depth = 0, reps = 3, threads = 0;
+  bool json = false, use_mmap = false, no_bw = false;
+  di_kv_type kv_type = DI_KV_F16;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    bool ok = true;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+      fputs(usage, stdout);
+      return 0;
+    } else if (!strcmp(a, "--json")) {
+      json = true;
+    } else if (!strcmp(a, "--mmap")) {
+      use_mmap = true;
+    } else if (!strcmp(a, "--no-bw")) {
+      no_bw = true;
+    } else if (!v) {
+      return di_cli_fail("bench", "unknown option or missing value: '%s' (see --help)", a);
+    } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+      model = argv[++i];
+    } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
+      ok = di_arg_int(argv[++i], 0, 1 << 20, &np);
+    } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
+      ok = di_arg_int(argv[++i], 0, 1 << 20, &ng);
+    } else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) {
+      ok = di_arg_int(argv[++i], 0, 1 << 20, &depth);
+    } else if (!strcmp(a, "--reps")) {
+      ok = di_arg_int(argv[++i], 1, 100, &reps);
+    } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
+      ok = di_arg_int(argv[++i], 1, 1024, &threads);
+    } else if (!strcmp(a, "--kv-type")) {
+      v = argv[++i];
+      if (!strcmp(v, "f16")) kv_type = DI_KV_F16;
+      else if (!strcmp(v, "f32")) kv_type = DI_KV_F32;
+      else if (!strcmp(v, "bf16")) kv_type = DI_KV_BF16;
+      else ok = false;
+    } else {
+      return di_cli_fail("bench", "unknown option '%s' (see --help)", a);
+    }
+    if (!ok) return di_cli_fail("bench", "invalid value '%s' for %s", argv[i], a);
+  }
+  if (!model) return di_cli_fail("bench", "missing -m MODEL (see --help)");
+  int nthreads = threads > 0 ? (int)threads : di_cpu_count();
+  di_gen g;
+  di_status st = {0};
+  long long ctx = (np > depth + ng + 1 ? np : depth + ng + 1) + 16;
+  di_gen_opts go = {.model_path = model, .threads = nthreads, .ctx = (int)ctx, .chunk = np > 0 ? (int)np : 1,
+                    .kv_type = kv_type, .use_mmap = use_mmap};
+  if (!json) fprintf(stderr, "loading %s ...\n", model);
+  if (di_gen_open(&g, &go, &st)) return di_cli_fail("bench", "%s", st.msg);
+  const di_hparams *hp = &g.model->hp;
+  int V = hp->n_vocab;
+  int32_t *ids = malloc((size_t)(ctx + 1) * sizeof *ids);
+  float *logits = malloc((size_t)V * sizeof(float));
+  uint32_t x = 42;
+  for (long long i = 0; i <= ctx; i++) {
+    x = x * 1664525u + 1013904223u;
+    ids[i] = (int32_t)((x >> 8) % (uint32_t)V);
+  }
+  double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
+  int ret = 0;
+  for (long long r = 0; r < reps && !ret; r++) {
+    if (np > 0) {
+      di_gen_reset(&g);
+      double t0 = now();
+      if (di_gen_feed(&g, ids, (int)np, false, logits, &st)) ret = di_cli_fail("bench", "%s", st.msg);
+      pp[r] = (double)np / (now() - t0);
+    }
+    if (ng > 0 && !ret) {
+      di_gen_reset(&g);
+      if (depth > 0 && di_gen_feed(&g, ids, (int)depth, false, logits, &st)) {
+        ret = di_cli_fail("bench", "%s", st.msg);
+        break;
+      }
+      double t0 = now();
+      for (long long k = 0; k < ng && !ret; k++)
+        if (di_gen_feed(&g, &ids[depth + k], 1, false, logits, &st)) ret = di_cli_fail("bench", "%s", st.msg);
+      tg[r] = (double)ng / (now() - t0);
+    }
+    if (!json && !ret)
+      fprintf(stderr, "rep %lld/%lld: pp %.1f tok/s, tg %.1f tok/s\n", r + 1, reps, pp[r], tg[r]);
+  }
+  if (!ret) {
+    double pp_med = median(pp, (int)reps), tg_med = median(tg, (int)reps);
+    /* Bytes decode must read per token: every matrix once (the embedding table
+     * only one row, unless it doubles as the classifier) plus the KV so far. */
+    double wbytes = (double)g.model->weight_bytes;
+    if (g.model->output.data != g.model->tok_embd.data)
+      wbytes -= (double)g.model->tok_embd.row_bytes * (double)(g.model->tok_embd.ne[1] - 1);
+    double kv_tok = (double)g.kv->block_bytes / g.kv->block_size;
+    double bytes_tok = wbytes + kv_tok * ((double)depth + (double)ng / 2);
+    double bw = no_bw ? 0 : di_cpu_read_bandwidth((size_t)1 << 30, nthreads, 5);
+    double share = bw > 0 ? tg_med * bytes_tok / (bw * 1e9) : 0;
+    if (json) {
+      printf("{\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"n_prompt\": %lld, "
+             "\"n_gen\": %lld, \"depth\": %lld, \"reps\": %lld, \"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, "
+             "\"tg_bytes_per_token\": %.0f, \"bw_gb_s\": %.3f, \"bw_share\": %.4f}\n",
+             model, hp->arch, nthreads, di_cpu_isa_name(di_cpu_isa()), np, ng, depth, reps, pp_med, tg_med, bytes_tok,
+             bw, share);
+    } else {
+      printf("model       %s (%s, %.1f M params, %.1f MiB weights)\n", model, hp->arch, (double)g.model->n_params / 1e6,
+             (double)g.model->weight_bytes / 1048576.0);
+      printf("threads     %d (%s)\n", nthreads, di_cpu_isa_name(di_cpu_isa()));
+      if (np) printf("pp%-8lld %.1f tok/s\n", np, pp_med);
+      if (ng) printf("tg%-8lld %.1f tok/s%s\n", ng, tg_med, depth ? " (after depth)" : "");
+      if (bw > 0)
+        printf("bandwidth   %.1f GB/s measured; generation reads %.1f MB/token = %.0f%% of it\n", bw, bytes_tok / 1e6,
+               share * 100);
+    }
+  }
+  free(pp);
+  free(tg);
+  free(ids);
+  free(logits);
+  di_gen_close(&g);
+  return ret;
 }

@@ -1,8 +1,87 @@
-#include "cli/cli.h"
+/* deepinfer info: what a model file is and what it needs. */
+#include <stdio.h>
+#include <string.h>
 
-/* Placeholder until the owning issue lands: fails loudly, never pretends. */
+#include "cli/cli.h"
+#include "kv/pool.h"
+#include "model/model.h"
+
+static const char *usage =
+    "usage: deepinfer info -m MODEL [--ctx N]\n"
+    "\n"
+    "Prints the architecture, hyperparameters, weight dtypes, parameter count and\n"
+    "the memory the model needs (weights + F16 KV cache for one context).\n"
+    "\n"
+    "  -m, --model PATH   GGUF file or Hugging Face directory (required)\n"
+    "      --ctx N        context for the KV estimate (default: the model's)\n"
+    "  -h, --help         this help\n";
+
+static void count_dtype(int counts[DI_DTYPE_COUNT], const di_tensor *t) {
+  if (t->data && (unsigned)t->type < DI_DTYPE_COUNT) counts[t->type]++;
+}
+
 int di_cmd_info(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return di_cli_fail("info", "not implemented yet");
+  const char *path = NULL;
+  long ctx = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      fputs(usage, stdout);
+      return 0;
+    } else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) {
+      path = argv[++i];
+    } else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) {
+      if (sscanf(argv[++i], "%ld", &ctx) != 1 || ctx <= 0) return di_cli_fail("info", "--ctx must be positive");
+    } else {
+      return di_cli_fail("info", "unknown or incomplete option '%s' (see --help)", argv[i]);
+    }
+  }
+  if (!path) return di_cli_fail("info", "missing -m MODEL (see --help)");
+  di_model *m = NULL;
+  di_status st = {0};
+  di_model_opts mo = {.use_mmap = true}; /* info reads metadata only */
+  if (di_model_load(path, &mo, &m, &st)) return di_cli_fail("info", "%s", st.msg);
+  const di_hparams *hp = &m->hp;
+  if (ctx <= 0) ctx = hp->n_ctx_train;
+  int counts[DI_DTYPE_COUNT] = {0};
+  count_dtype(counts, &m->tok_embd);
+  if (m->output.data != m->tok_embd.data) count_dtype(counts, &m->output);
+  for (int il = 0; il < hp->n_layer; il++) {
+    const di_layer_weights *L = &m->layers[il];
+    const di_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    for (int i = 0; i < 7; i++) count_dtype(counts, ts[i]);
+  }
+  static const char *rope_names[] = {"normal", "neox"};
+  static const char *scale_names[] = {"none", "linear", "yarn", "llama3"};
+  printf("model:          %s\n", path);
+  printf("architecture:   %s\n", hp->arch);
+  printf("parameters:     %.1f M\n", (double)m->n_params / 1e6);
+  printf("vocab:          %d\n", hp->n_vocab);
+  printf("embedding:      %d\n", hp->n_embd);
+  printf("layers:         %d\n", hp->n_layer);
+  printf("heads:          %d query, %d kv, head dim %d\n", hp->n_head, hp->n_head_kv, hp->head_dim);
+  printf("ffn:            %d (%s)\n", hp->n_ff, hp->act == DI_ACT_SILU ? "SwiGLU" : "GeGLU");
+  printf("context:        %d (trained)\n", hp->n_ctx_train);
+  printf("rope:           %s, dim %d, base %g", rope_names[hp->rope_type], hp->rope_dim, hp->rope_base);
+  if (hp->rope_base_local != hp->rope_base) printf(", local base %g", hp->rope_base_local);
+  printf(", scaling %s", scale_names[hp->rope_scaling]);
+  if (hp->rope_scaling) printf(" x%g", hp->rope_factor);
+  printf("\n");
+  if (hp->sliding_window)
+    printf("sliding window: %d%s\n", hp->sliding_window,
+           hp->swa_pattern ? " (every layer but each global one)" : " (all layers)");
+  if (hp->swa_pattern) printf("global layers:  every %d\n", hp->swa_pattern);
+  if (hp->attn_softcap > 0 || hp->final_softcap > 0)
+    printf("soft-capping:   attention %g, final %g\n", hp->attn_softcap, hp->final_softcap);
+  printf("variants:       %s%s%s%s%s\n", hp->qkv_bias ? "qkv-bias " : "", hp->qk_norm ? "qk-norm " : "",
+         hp->post_norms ? "post-norms " : "", hp->embd_scale ? "embedding-scale " : "",
+         hp->tied_output ? "tied-output" : "");
+  printf("weight dtypes:  ");
+  for (int t = 0; t < DI_DTYPE_COUNT; t++)
+    if (counts[t]) printf("%s x%d  ", di_dtype_name((di_dtype)t), counts[t]);
+  printf("\n");
+  size_t kv = di_kv_block_bytes(16, hp->n_layer, hp->n_head_kv * hp->head_dim, DI_KV_F16) * (size_t)((ctx + 15) / 16);
+  printf("memory:         weights %.1f MiB + KV (f16, %ld tokens) %.1f MiB\n", (double)m->weight_bytes / 1048576.0,
+         ctx, (double)kv / 1048576.0);
+  di_model_free(m);
+  return 0;
 }
