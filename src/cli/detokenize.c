@@ -1,8 +1,74 @@
-#include "cli/cli.h"
+/* deepinfer detokenize: a JSON array of ids on stdin -> decoded bytes. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-/* Placeholder until the owning issue lands: fails loudly, never pretends. */
+#include "cli/cli.h"
+#include "tokenizer/tokenizer.h"
+
+static const char USAGE[] =
+    "usage: deepinfer detokenize --tokenizer PATH [--skip-special]\n"
+    "\n"
+    "Reads a JSON array of token ids from stdin and writes the decoded text.\n"
+    "  --tokenizer PATH   tokenizer.json, a directory holding one, or a .gguf file\n"
+    "  --skip-special     drop special tokens (HF skip_special_tokens=True)\n";
+
 int di_cmd_detokenize(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  return di_cli_fail("detokenize", "not implemented yet");
+  const char *path = NULL;
+  bool skip = false;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(USAGE, stdout);
+      return 0;
+    } else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) {
+      path = argv[++i];
+    } else if (!strncmp(argv[i], "--tokenizer=", 12)) {
+      path = argv[i] + 12;
+    } else if (!strcmp(argv[i], "--skip-special")) {
+      skip = true;
+    } else {
+      return di_cli_fail("detokenize", "unknown or incomplete option '%s' (see --help)", argv[i]);
+    }
+  }
+  if (!path) return di_cli_fail("detokenize", "--tokenizer PATH is required");
+  json_error_t e;
+  json_t *arr = json_loadf(stdin, 0, &e);
+  if (!arr || !json_is_array(arr)) {
+    if (arr) json_decref(arr);
+    return di_cli_fail("detokenize", "stdin: expected a JSON array of ids (line %d column %d: %s)",
+                       e.line, e.column, arr ? "not an array" : e.text);
+  }
+  size_t n = json_array_size(arr);
+  int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+  if (!ids) {
+    json_decref(arr);
+    return di_cli_fail("detokenize", "out of memory");
+  }
+  for (size_t i = 0; i < n; i++) {
+    json_t *v = json_array_get(arr, i);
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
+      json_decref(arr);
+      free(ids);
+      return di_cli_fail("detokenize", "stdin: element %zu is not a token id", i);
+    }
+    ids[i] = (int32_t)json_integer_value(v);
+  }
+  json_decref(arr);
+  di_status st = {0};
+  di_tokenizer *t;
+  if (di_tokenizer_load(path, &t, &st) != DI_OK) {
+    free(ids);
+    return di_cli_fail("detokenize", "%s", st.msg);
+  }
+  char *out;
+  size_t len;
+  di_code rc = di_tokenizer_decode(t, ids, n, skip, &out, &len, &st);
+  free(ids);
+  di_tokenizer_free(t);
+  if (rc != DI_OK) return di_cli_fail("detokenize", "%s", st.msg);
+  size_t w = fwrite(out, 1, len, stdout);
+  free(out);
+  if (w != len || fflush(stdout) != 0) return di_cli_fail("detokenize", "writing stdout failed");
+  return 0;
 }
