@@ -11,20 +11,17 @@
 
 static const char *const ROLES[] = {"system", "user", "assistant", "tool", "developer"};
 
-/* Content is a string or an array of text parts; parts are joined and the
- * joined string is stored back into the body so its lifetime is the body's. */
-static bool msg_content(json_t *m, size_t i, const char **out, di_srv_err *e) {
+/* Content is a string, null, or an array of text parts; parts are joined
+ * and written back into the message so the template sees one string. */
+static bool msg_content(json_t *m, size_t i, const char *role, di_srv_err *e) {
   char param[64];
   snprintf(param, sizeof param, "messages[%zu].content", i);
   json_t *c = json_object_get(m, "content");
   if (!c || json_is_null(c)) {
-    *out = "";
-    return true;
+    if (strcmp(role, "assistant")) return di_srv_bad(e, param, "%s is required for role %s", param, role);
+    return true; /* an assistant turn that only made tool calls */
   }
-  if (json_is_string(c)) {
-    *out = json_string_value(c);
-    return true;
-  }
+  if (json_is_string(c)) return true;
   if (!json_is_array(c)) return di_srv_bad(e, param, "%s must be a string or an array of content parts", param);
   di_srv_buf b = {0};
   size_t k;
@@ -38,25 +35,19 @@ static bool msg_content(json_t *m, size_t i, const char **out, di_srv_err *e) {
     }
     di_srv_buf_put(&b, json_string_value(text), json_string_length(text));
   }
-  if (b.oom || json_object_set_new(m, "content", json_stringn(b.p ? b.p : "", b.len))) {
-    di_srv_buf_free(&b);
-    return di_srv_fail(e, 500, "server_error", NULL, "out of memory");
-  }
+  int bad = b.oom || json_object_set_new(m, "content", json_stringn(b.p ? b.p : "", b.len));
   di_srv_buf_free(&b);
-  *out = json_string_value(json_object_get(m, "content"));
-  return true;
+  return bad ? di_srv_fail(e, 500, "server_error", NULL, "out of memory") : true;
 }
 
-static bool parse_messages(json_t *body, di_srv_msg **out, size_t *n_out, di_srv_err *e) {
+/* Validates messages in place; *prefix = 1 when the last one asks for
+ * DeepSeek prefix completion. */
+static bool parse_messages(json_t *body, int *prefix, di_srv_err *e) {
   json_t *ms = json_object_get(body, "messages");
   if (!json_is_array(ms) || json_array_size(ms) == 0)
     return di_srv_bad(e, "messages", "'messages' must be a non-empty array");
   size_t n = json_array_size(ms);
   if (n > MAX_MESSAGES) return di_srv_bad(e, "messages", "too many messages (%zu > %d)", n, MAX_MESSAGES);
-  di_srv_msg *msgs = calloc(n, sizeof *msgs);
-  if (!msgs) return di_srv_fail(e, 500, "server_error", NULL, "out of memory");
-  *out = msgs;
-  *n_out = n;
   for (size_t i = 0; i < n; i++) {
     json_t *m = json_array_get(ms, i);
     char param[64];
@@ -69,24 +60,25 @@ static bool parse_messages(json_t *body, di_srv_msg **out, size_t *n_out, di_srv
     while (r < sizeof ROLES / sizeof ROLES[0] && strcmp(role, ROLES[r])) r++;
     if (r == sizeof ROLES / sizeof ROLES[0])
       return di_srv_bad(e, param, "%s: unknown role '%.40s' (system, user, assistant, tool)", param, role);
-    di_srv_msg *d = &msgs[i];
-    d->role = r == 4 ? "system" : ROLES[r]; /* "developer" is OpenAI's newer name for system */
-    if (!msg_content(m, i, &d->content, e)) return false;
+    if (r == 4) json_object_set_new(m, "role", json_string("system")); /* OpenAI's newer name */
+    role = ROLES[r == 4 ? 0 : r];
+    if (!msg_content(m, i, role, e)) return false;
     const char *keys[] = {"name", "tool_call_id", "reasoning_content"};
-    const char **dst[] = {&d->name, &d->tool_call_id, &d->reasoning_content};
     for (int k = 0; k < 3; k++) {
       json_t *v = json_object_get(m, keys[k]);
       snprintf(param, sizeof param, "messages[%zu].%s", i, keys[k]);
       if (v && !json_is_null(v) && !json_is_string(v)) return di_srv_bad(e, param, "%s must be a string", param);
-      *dst[k] = json_string_value(v);
     }
-    json_t *prefix = json_object_get(m, "prefix");
+    json_t *tc = json_object_get(m, "tool_calls");
+    snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+    if (tc && !json_is_null(tc) && !json_is_array(tc)) return di_srv_bad(e, param, "%s must be an array", param);
+    json_t *pf = json_object_get(m, "prefix");
     snprintf(param, sizeof param, "messages[%zu].prefix", i);
-    if (prefix && !json_is_null(prefix)) {
-      if (!json_is_boolean(prefix)) return di_srv_bad(e, param, "%s must be a boolean", param);
-      d->prefix = json_is_true(prefix);
-      if (d->prefix && (i != n - 1 || strcmp(d->role, "assistant")))
+    if (pf && !json_is_null(pf)) {
+      if (!json_is_boolean(pf)) return di_srv_bad(e, param, "%s must be a boolean", param);
+      if (json_is_true(pf) && (i != n - 1 || strcmp(role, "assistant")))
         return di_srv_bad(e, param, "prefix is only allowed on the last message, with role assistant");
+      *prefix = json_is_true(pf);
     }
   }
   return true;
@@ -138,17 +130,10 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
     di_srv_bad(&e, "top_logprobs", "'top_logprobs' requires 'logprobs': true");
     return di_srv_reply_err(r, &e);
   }
-  di_srv_msg *msgs = NULL;
-  size_t n_msgs = 0;
-  if (!parse_messages(body, &msgs, &n_msgs, &e)) {
-    free(msgs);
-    return di_srv_reply_err(r, &e);
-  }
+  int prefix = 0;
+  if (!parse_messages(body, &prefix, &e)) return di_srv_reply_err(r, &e);
   di_srv_gen *g = di_srv_gen_new(r, DI_SRV_CHAT, 1, (int)n);
-  if (!g) {
-    free(msgs);
-    return MHD_NO;
-  }
+  if (!g) return MHD_NO;
   r->gen = g; /* the request's reference; dropped when the request completes */
   g->logprobs = logprobs;
   g->top_logprobs = (int)top;
@@ -157,12 +142,12 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
   di_srv_sub *sub = &g->subs[0];
   di_status st = {0};
   bool ok = di_srv_parse_sampling(body, g, &e);
-  if (ok && s->be.render_chat(s->be.ctx, msgs, n_msgs, &sub->prompt_ids, &sub->n_prompt,
-                              &g->think_open, &st) != DI_OK) {
+  json_t *tools = json_object_get(body, "tools");
+  if (ok && s->be.render_chat(s->be.ctx, json_object_get(body, "messages"), json_is_array(tools) ? tools : NULL,
+                              prefix, &sub->prompt_ids, &sub->n_prompt, &g->think_open, &st) != DI_OK) {
     ok = di_srv_bad(&e, "messages", "%s", st.msg);
     if (st.code == DI_ERR_INTERNAL || st.code == DI_ERR_NOMEM) e.status = 500, e.type = "server_error";
   }
-  free(msgs);
   if (!ok || !di_srv_check_context(g, sub, &e)) return di_srv_reply_err(r, &e);
   for (int i = 0; i < g->n_choices; i++) di_srv_think_init(&g->choices[i].think, g->think_open);
   if (!di_srv_gen_submit(g, &e)) return di_srv_reply_err(r, &e);

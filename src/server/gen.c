@@ -53,10 +53,10 @@ di_srv_gen *di_srv_gen_new(di_srv_req *r, di_srv_kind kind, int n_subs, int n_pe
   if (r->s->be.params_default) r->s->be.params_default(&g->params);
   else {
     memset(&g->params, 0, sizeof g->params);
-    g->params.sampling.temperature = 1.0f;
     g->params.sampling.top_p = 1.0f;
     g->params.sampling.repetition_penalty = 1.0f;
   }
+  g->params.sampling.temperature = 1.0f; /* OpenAI's default, not the engine's greedy one */
   g->params.sampling.seed = mix64(r->s->id_salt + r->seq * 7919u);
   atomic_fetch_add(&r->s->live_gens, 1);
   return g;

@@ -30,6 +30,7 @@ void di_server_opts_default(di_server_opts *o) {
   o->request_timeout = 60;
   o->max_connections = 1024;
   o->keepalive_ms = 5000;
+  o->seed = -1;
 }
 
 int di_srv_conn_gone(struct MHD_Connection *c) {
@@ -208,19 +209,20 @@ di_code di_server_start(const di_server_opts *o, const di_srv_backend *be, di_se
   }
   if (s->o.keepalive_ms <= 0) s->o.keepalive_ms = 5000;
   s->created = (long)time(NULL);
-  s->id_salt = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
+  s->id_salt = o->seed >= 0 ? (uint64_t)o->seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
   di_srv_metrics_init(&s->metrics);
   raise_fd_limit(o->max_connections);
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                    MHD_USE_ERROR_LOG;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   s->d = MHD_start_daemon(
-      flags, (uint16_t)o->port, NULL, NULL, &on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+      flags, (uint16_t)o->port, NULL, NULL, &on_request, s, MHD_OPTION_EXTERNAL_LOGGER, &mhd_log, s,
+      MHD_OPTION_SOCK_ADDR, ai->ai_addr,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
       (unsigned)o->request_timeout, MHD_OPTION_NOTIFY_COMPLETED, &on_completed, s,
       /* Small stacks: hundreds of idle keep-alive connections each hold a thread. */
       MHD_OPTION_THREAD_STACK_SIZE, (size_t)256 << 10, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-      MHD_OPTION_EXTERNAL_LOGGER, &mhd_log, s, MHD_OPTION_END);
+      MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!s->d) {
     di_srv_metrics_destroy(&s->metrics);
@@ -239,9 +241,22 @@ di_code di_server_start(const di_server_opts *o, const di_srv_backend *be, di_se
 
 int di_server_port(const di_server *s) { return s->port; }
 
+void di_server_set_model(di_server *s, int n_ctx, int n_vocab, int max_seqs) {
+  s->be.n_ctx = n_ctx;
+  s->be.n_vocab = n_vocab;
+  s->be.max_seqs = max_seqs;
+}
+
 void di_server_stop(di_server *s) {
   if (!s) return;
+  /* Waiting requests notice `stopping`, cancel and close; MHD joins them. */
+  atomic_store(&s->stopping, 1);
   MHD_stop_daemon(s->d);
+  /* The engine still holds cancelled requests until their last event; their
+   * contexts point at s, so s lives until they are gone (bounded wait; on
+   * timeout s is leaked rather than freed under the engine's feet). */
+  for (int i = 0; i < 500 && atomic_load(&s->live_gens) > 0; i++) usleep(10000);
+  if (atomic_load(&s->live_gens) > 0) return;
   di_srv_metrics_destroy(&s->metrics);
   free(s->model_name);
   free(s->api_key);

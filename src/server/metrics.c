@@ -147,7 +147,7 @@ char *di_srv_metrics_render(di_srv_metrics *m, const di_engine_stats *st, size_t
   scalar(&o, "kv_cache_blocks", "gauge", "KV cache blocks in the pool.", st->kv_blocks_total);
   scalar(&o, "kv_cache_blocks_used", "gauge", "KV cache blocks in use.", st->kv_blocks_used);
   scalar(&o, "prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
-         (double)st->prefix_queries);
+         (double)st->prefix_query_tokens);
   scalar(&o, "prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
          (double)st->prefix_hit_tokens);
   scalar(&o, "num_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.",

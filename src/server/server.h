@@ -11,19 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "deepinfer.h"
 #include "util/status.h"
-
-/* One chat message as validated by the server; strings are NUL-terminated
- * UTF-8 and owned by the request. */
-typedef struct di_srv_msg {
-  const char *role;    /* "system", "user", "assistant", "tool" */
-  const char *content; /* text parts joined; "" when absent */
-  const char *name;    /* optional */
-  const char *tool_call_id;
-  const char *reasoning_content; /* optional, assistant only */
-  int prefix;          /* DeepSeek prefix completion: continue this assistant turn */
-} di_srv_msg;
 
 typedef struct di_srv_backend {
   void *ctx;
@@ -43,16 +34,18 @@ typedef struct di_srv_backend {
                         di_status *st);
   /* Raw bytes of one token (for logprobs); returns the byte count or -1. */
   int (*token_bytes)(void *ctx, int32_t id, char *buf, size_t cap);
-  /* Renders messages with the model's chat template into ids. When the last
-   * message is an assistant with prefix=1 the turn is continued, otherwise
-   * the generation prompt is added. think_open is set to 1 when the rendered
-   * prompt leaves the model inside a <think> block. */
-  di_code (*render_chat)(void *ctx, const di_srv_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,
-                         int *think_open, di_status *st);
+  /* Renders validated messages (a JSON array of objects with "role" and a
+   * string or null "content"; tools may be NULL) with the model's chat
+   * template into ids. continue_final: the last message is an assistant turn
+   * to continue (DeepSeek prefix completion), so no generation prompt is
+   * added and nothing after its content is kept. think_open is set to 1 when
+   * the prompt leaves the model inside a <think> block. */
+  di_code (*render_chat)(void *ctx, const json_t *messages, const json_t *tools, int continue_final,
+                         int32_t **ids, size_t *n_ids, int *think_open, di_status *st);
   /* Fill-in-the-middle prompt; DI_ERR_UNSUPPORTED when the vocabulary has no FIM tokens. */
   di_code (*fim)(void *ctx, const char *prefix, const char *suffix, int32_t **ids, size_t *n_ids,
                  di_status *st);
-  int n_ctx;   /* positions per sequence */
+  int n_ctx;   /* positions per sequence (or set later by di_server_set_model) */
   int n_vocab;
   int max_seqs;
 } di_srv_backend;
@@ -68,6 +61,7 @@ typedef struct di_server_opts {
   int max_connections;     /* simultaneous connections */
   int keepalive_ms;        /* SSE ": keep-alive" period while nothing is produced */
   int quiet;               /* 1 = no per-request log lines */
+  long long seed;          /* >= 0: requests without a seed get seeds derived from it */
 } di_server_opts;
 
 void di_server_opts_default(di_server_opts *o);
@@ -80,6 +74,10 @@ di_code di_server_start(const di_server_opts *o, const di_srv_backend *be, di_se
                         di_status *st);
 int di_server_port(const di_server *s);
 void di_server_stop(di_server *s);
+
+/* Called once the model is loaded, before backend->ready turns 1: the
+ * limits requests are validated against. */
+void di_server_set_model(di_server *s, int n_ctx, int n_vocab, int max_seqs);
 
 /* Renders the Prometheus exposition (for tests and the /metrics route). */
 char *di_server_metrics_text(di_server *s, size_t *len);
