@@ -477,6 +477,19 @@ static void sample_and_emit(di_engine *e, di_seq *s, const float *logits) {
     di_engine_finish_seq(e, s, DI_FINISH_LENGTH, NULL);
 }
 
+/* The detokenizer starts with the last prompt tokens so the first output
+ * token decodes in context (a SentencePiece "▁word" keeps its space); their
+ * own text is discarded. */
+static void open_detok(di_engine *e, di_seq *s) {
+  if (s->detok || !e->be.detok_new) return;
+  s->detok = e->be.detok_new(e->be.user);
+  if (!s->detok) return;
+  int n = s->req->n_prompt < 4 ? s->req->n_prompt : 4;
+  const char *t;
+  size_t len;
+  for (int i = s->req->n_prompt - n; i < s->req->n_prompt; i++) e->be.detok_push(s->detok, s->tokens[i], &t, &len);
+}
+
 /* Called for a sequence whose last token got logits this step. The first
  * completion of an n > 1 request forks its siblings here: they share every
  * prompt block (the partial last one is copied on first write). */
@@ -495,12 +508,12 @@ void di_engine_after_forward(di_engine *e, di_seq *s, const float *logits) {
     r->n_seqs = r->n;
     for (int i = 0; i < r->n; i++) {
       di_seq *c = r->seqs[i];
-      if (!c->detok && e->be.detok_new) c->detok = e->be.detok_new(e->be.user);
+      open_detok(e, c);
       sample_and_emit(e, c, logits);
     }
     return;
   }
-  if (!s->detok && e->be.detok_new) s->detok = e->be.detok_new(e->be.user);
+  open_detok(e, s);
   sample_and_emit(e, s, logits);
 }
 

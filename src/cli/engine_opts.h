@@ -1,0 +1,25 @@
+/* Engine options shared by the subcommands that run di_engine (batch,
+ * bench --concurrency): one spelling everywhere (DESIGN.md section 6). */
+#ifndef DI_CLI_ENGINE_OPTS_H
+#define DI_CLI_ENGINE_OPTS_H
+
+#include "deepinfer.h"
+
+#define DI_CLI_ENGINE_OPTS_HELP                                                              \
+  "  -m, --model PATH         GGUF file or Hugging Face directory (required)\n"              \
+  "  -t, --threads N          threads (default: all cores)\n"                                \
+  "      --ctx N              max positions per sequence (default: the model's)\n"           \
+  "      --kv-type T          KV cache dtype: f16 (default), bf16, f32\n"                    \
+  "      --kv-mem BYTES       KV block pool size, K/M/G suffixes (default: max-seqs full\n"  \
+  "                           contexts, at most 1G)\n"                                       \
+  "      --max-seqs N         sequences running at once\n"                                   \
+  "      --max-batch-tokens N tokens per forward step (default 512)\n"                       \
+  "      --block-size N       KV block size in tokens (default 16)\n"                        \
+  "      --no-prefix-cache    disable automatic prefix caching\n"
+
+/* If argv[*i] is an engine option, consumes it (and its value), updates o
+ * and returns 1; returns 0 if it is not one; returns 2 after printing the
+ * usage error for a bad value. */
+int di_cli_engine_opt(const char *cmd, int argc, char **argv, int *i, di_engine_opts *o);
+
+#endif
