@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
+#include "recipe/chat.h"
 #include "tokenizer/tokenizer.h"
 
 static const char *usage =
@@ -51,6 +52,7 @@ typedef struct job {
   choice *ch;
   bool want_ids;
   int logprobs;              /* -1 = none */
+  bool chat;                 /* /v1/chat/completions */
   int prompt_tokens, cached_tokens;
   const di_tokenizer *tok;
   char *result;              /* output line when finished */
@@ -62,6 +64,8 @@ typedef struct batch {
   char **results;            /* [n_lines] pending output lines */
   int n_done, n_errors;
   int jobs_finished;         /* submitted requests that finished */
+  di_chat_template *tmpl;    /* compiled on the first chat line */
+  char tmpl_err[600];
   long long tokens;
 } batch;
 
@@ -133,8 +137,11 @@ static void job_finish(job *j) {
     if (j->logprobs >= 0)
       lp = json_pack("{s:O, s:O, s:O}", "tokens", c->lp_tokens, "token_logprobs", c->lp_values, "top_logprobs",
                      j->logprobs > 0 ? c->lp_top : json_null());
-    json_t *ch = json_pack("{s:i, s:o, s:o, s:s}", "index", i, "text", json_text(c->text ? c->text : "", c->len),
-                           "logprobs", lp, "finish_reason", finish_name(c->finish));
+    json_t *text = json_text(c->text ? c->text : "", c->len);
+    json_t *ch = j->chat ? json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", i, "message", "role", "assistant",
+                                     "content", text, "logprobs", lp, "finish_reason", finish_name(c->finish))
+                         : json_pack("{s:i, s:o, s:o, s:s}", "index", i, "text", text, "logprobs", lp,
+                                     "finish_reason", finish_name(c->finish));
     if (j->want_ids) json_object_set(ch, "token_ids", c->ids);
     json_array_append_new(choices, ch);
   }
@@ -145,7 +152,7 @@ static void job_finish(job *j) {
     b->n_errors++;
   } else {
     json_t *body = json_pack(
-        "{s:s, s:s, s:I, s:s, s:o, s:{s:i, s:i, s:i, s:i, s:i}}", "id", id, "object", "text_completion", "created",
+        "{s:s, s:s, s:I, s:s, s:o, s:{s:i, s:i, s:i, s:i, s:i}}", "id", id, "object", j->chat ? "chat.completion" : "text_completion", "created",
         (json_int_t)time(NULL), "model", b->model_name, "choices", choices, "usage", "prompt_tokens", j->prompt_tokens,
         "completion_tokens", completion, "total_tokens", j->prompt_tokens + completion, "prompt_cache_hit_tokens",
         j->cached_tokens, "prompt_cache_miss_tokens", j->prompt_tokens - j->cached_tokens);
@@ -222,7 +229,9 @@ static const char *parse_body(json_t *body, di_request_params *p, job *j, json_t
   json_t *prompt = json_object_get(body, "prompt");
   if (json_is_array(prompt) && json_array_size(prompt) == 1 && json_is_string(json_array_get(prompt, 0)))
     prompt = json_array_get(prompt, 0);
-  if (json_is_string(prompt)) {
+  if (j->chat) {
+    /* the caller rendered the messages into p->prompt_ids */
+  } else if (json_is_string(prompt)) {
     p->prompt_text = json_string_value(prompt);
     p->prompt_text_len = json_string_length(prompt);
   } else if (json_is_array(prompt) && json_array_size(prompt) > 0 && json_is_integer(json_array_get(prompt, 0))) {
@@ -253,6 +262,7 @@ static const char *parse_body(json_t *body, di_request_params *p, job *j, json_t
   p->max_tokens = 16; /* OpenAI's default */
   p->sampling.temperature = 1.0f;
   NUM("max_tokens", p->max_tokens, int);
+  NUM("max_completion_tokens", p->max_tokens, int);
   NUM("temperature", p->sampling.temperature, float);
   NUM("top_p", p->sampling.top_p, float);
   NUM("top_k", p->sampling.top_k, int);
@@ -272,7 +282,9 @@ static const char *parse_body(json_t *body, di_request_params *p, job *j, json_t
   if ((v = json_object_get(body, "echo")) && json_is_true(v)) return "body.echo is not supported";
   if ((v = json_object_get(body, "best_of")) && json_is_integer(v) && json_integer_value(v) > 1)
     return "body.best_of is not supported";
-  if ((v = json_object_get(body, "logprobs")) && !json_is_null(v)) {
+  if (j->chat && (v = json_object_get(body, "logprobs")) && json_is_true(v))
+    return "body.logprobs is not supported for chat lines in batch mode yet";
+  if (!j->chat && (v = json_object_get(body, "logprobs")) && !json_is_null(v)) {
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 20)
       return "body.logprobs must be an integer in [0, 20]";
     j->logprobs = (int)json_integer_value(v);
@@ -321,6 +333,40 @@ static const char *parse_body(json_t *body, di_request_params *p, job *j, json_t
   return NULL;
 }
 
+/* Renders body.messages with the model's chat template into prompt ids. */
+static const char *render_chat(di_engine *e, batch *b, json_t *body, int32_t **ids, di_request_params *p, char *msg,
+                               size_t msglen) {
+  const di_tokenizer *tok = di_engine_tokenizer(e);
+  if (!b->tmpl && !b->tmpl_err[0]) {
+    const char *src = tok ? di_tokenizer_chat_template(tok, NULL) : NULL;
+    di_status st = {0};
+    if (!src) snprintf(b->tmpl_err, sizeof b->tmpl_err, "this model has no chat template; use /v1/completions");
+    else if (di_chat_template_compile(src, strlen(src), &b->tmpl, &st) != DI_OK)
+      snprintf(b->tmpl_err, sizeof b->tmpl_err, "the chat template is unusable: %.500s", st.msg);
+  }
+  if (!b->tmpl) return b->tmpl_err;
+  json_t *messages = json_object_get(body, "messages");
+  if (!json_is_array(messages) || json_array_size(messages) == 0) return "body.messages must be a non-empty array";
+  di_chat_opts o = {0};
+  o.tools = json_object_get(body, "tools");
+  o.add_generation_prompt = true;
+  o.bos_token = di_tokenizer_special_text(tok, "bos_token");
+  o.eos_token = di_tokenizer_special_text(tok, "eos_token");
+  di_render_out r = {0};
+  di_status st = {0};
+  size_t n = 0;
+  if (di_chat_render_ex(b->tmpl, messages, &o, &r, &st) != DI_OK ||
+      di_chat_assemble_ids(tok, &r, false, ids, &n, &st) != DI_OK) {
+    di_render_out_free(&r);
+    snprintf(msg, msglen, "messages: %.400s", st.msg);
+    return msg;
+  }
+  di_render_out_free(&r);
+  p->prompt_ids = *ids;
+  p->n_prompt = n;
+  return NULL;
+}
+
 /* Parses and submits one line; on failure stores an error result. */
 static bool submit_line(di_engine *e, batch *b, int line, const char *text, job **out) {
   *out = NULL;
@@ -339,9 +385,8 @@ static bool submit_line(di_engine *e, batch *b, int line, const char *text, job 
     json_t *body = json_object_get(root, "body");
     if (method && strcmp(method, "POST")) err = "method must be POST";
     else if (!url) err = "missing url";
-    else if (!strcmp(url, "/v1/chat/completions"))
-      err = "/v1/chat/completions needs the chat-template module, which this build does not have yet";
-    else if (strcmp(url, "/v1/completions")) err = "url must be /v1/completions";
+    else if (strcmp(url, "/v1/completions") && strcmp(url, "/v1/chat/completions"))
+      err = "url must be /v1/completions or /v1/chat/completions";
     else if (!json_is_object(body)) err = "missing body object";
     if (!err) {
       job *j = calloc(1, sizeof *j);
@@ -355,7 +400,9 @@ static bool submit_line(di_engine *e, batch *b, int line, const char *text, job 
       int32_t *ids = NULL, *bias_ids = NULL;
       const char **stops = NULL;
       float *bias_vals = NULL;
-      err = parse_body(body, &p, j, root, &ids, &stops, &bias_ids, &bias_vals, msg, sizeof msg);
+      j->chat = !strcmp(url, "/v1/chat/completions");
+      if (j->chat) err = render_chat(e, b, body, &ids, &p, msg, sizeof msg);
+      if (!err) err = parse_body(body, &p, j, root, &ids, &stops, &bias_ids, &bias_vals, msg, sizeof msg);
       if (!err) {
         j->n = p.n > 0 ? p.n : 1;
         j->ch = calloc((size_t)(j->n > 0 ? j->n : 1), sizeof *j->ch);
@@ -507,6 +554,7 @@ int di_cmd_batch(int argc, char **argv) {
   if (fclose(out) != 0) ret = di_cli_fail("batch", "writing %s failed", out_path);
   if (stats_path && write_stats(stats_path, e, now_s() - t0, &b) != 0) ret = di_cli_fail("batch", "cannot write %s", stats_path);
   di_engine_destroy(e);
+  di_chat_template_free(b.tmpl);
   for (size_t i = 0; i < n_lines; i++) free(lines[i]);
   free(lines);
   free(jobs);
