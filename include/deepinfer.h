@@ -142,7 +142,8 @@ typedef struct di_engine_stats {
   int kv_blocks_total, kv_blocks_used, kv_blocks_high_water;
   uint64_t prefix_query_tokens;  /* prompt tokens looked up: hit rate = hit_tokens / query_tokens */
   int kv_blocks_cached;          /* blocks indexed by the prefix cache (in use or parked) */
-  int kv_block_size;
+  int kv_block_size;             /* tokens per block */
+  size_t kv_block_bytes;         /* bytes per block (all layers, K and V) */
   uint64_t steps, batch_tokens;  /* forward steps run and tokens they carried */
   double step_seconds, sched_seconds; /* time in forward+sampling, and in scheduling alone */
 } di_engine_stats;

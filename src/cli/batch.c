@@ -183,14 +183,11 @@ static void job_free(job *j) {
   free(j);
 }
 
+/* A token's own bytes ("▁the" -> " the"), as OpenAI's logprobs show them. */
 static json_t *token_string(const di_tokenizer *t, int32_t id) {
-  char *s = NULL;
   size_t n = 0;
-  di_status st = {0};
-  if (!t || di_tokenizer_decode(t, &id, 1, false, &s, &n, &st) != DI_OK) return json_string("");
-  json_t *j = json_text(s, n);
-  free(s);
-  return j;
+  const char *s = t ? di_tokenizer_token_bytes(t, id, &n) : NULL;
+  return s ? json_text(s, n) : json_string("");
 }
 
 static void on_event(const di_event *ev, void *user) {
@@ -453,12 +450,12 @@ static int write_stats(const char *path, di_engine *e, double secs, const batch 
           "{\"requests\": %d, \"errors\": %d, \"seconds\": %.3f, \"completion_tokens\": %lld, \"preemptions\": %llu,\n"
           " \"prompt_tokens\": %llu, \"generated_tokens\": %llu, \"prefix_queries\": %llu, \"prefix_query_tokens\": %llu,\n"
           " \"prefix_hit_tokens\": %llu, \"steps\": %llu, \"batch_tokens\": %llu, \"kv_blocks_total\": %d,\n"
-          " \"kv_blocks_used\": %d, \"kv_blocks_high_water\": %d, \"kv_block_size\": %d}\n",
+          " \"kv_blocks_used\": %d, \"kv_blocks_high_water\": %d, \"kv_block_size\": %d, \"kv_block_bytes\": %zu}\n",
           b->n_done, b->n_errors, secs, b->tokens, (unsigned long long)s.preemptions,
           (unsigned long long)s.prompt_tokens, (unsigned long long)s.generated_tokens,
           (unsigned long long)s.prefix_queries, (unsigned long long)s.prefix_query_tokens,
           (unsigned long long)s.prefix_hit_tokens, (unsigned long long)s.steps, (unsigned long long)s.batch_tokens,
-          s.kv_blocks_total, s.kv_blocks_used, s.kv_blocks_high_water, s.kv_block_size);
+          s.kv_blocks_total, s.kv_blocks_used, s.kv_blocks_high_water, s.kv_block_size, s.kv_block_bytes);
   return fclose(f);
 }
 

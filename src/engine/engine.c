@@ -560,6 +560,7 @@ static void publish_stats(di_engine *e) {
   s.kv_blocks_high_water = e->pool->high_water;
   s.kv_blocks_cached = di_kv_prefix_n_cached(e->pool);
   s.kv_block_size = e->pool->block_size;
+  s.kv_block_bytes = e->pool->block_bytes;
   pthread_mutex_lock(&e->mu);
   e->stats = s;
   pthread_mutex_unlock(&e->mu);
