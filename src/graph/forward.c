@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/attn.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "util/mem.h"
@@ -21,8 +22,9 @@ struct di_forward_ctx {
   float *rope_g, *rope_l; /* [T][rope_dim] (cos, sin) pairs per token */
   void *xq;               /* prepared activations */
   size_t xq_bytes;
-  float **scores;         /* per-thread attention scratch */
-  int scores_cap;
+  size_t *item_off;       /* [T+1] first attention work item of each token */
+  uint8_t *partials;      /* attention partial states, one per (token, tile, head) */
+  size_t partials_cap;
   const float *freq_factors;
 };
 
@@ -83,10 +85,9 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
   f->rope_l = malloc(T * (size_t)hp->rope_dim * sizeof(float));
   f->xq_bytes = act_bytes_max(m, max_tokens);
   f->xq = di_alloc_aligned(f->xq_bytes, false);
-  int nt = f->tp ? di_threadpool_size(f->tp) : 0;
-  f->scores = calloc((size_t)(nt > 0 ? nt : 1), sizeof *f->scores);
+  f->item_off = malloc((T + 1) * sizeof *f->item_off);
   if (!f->tp || !f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->tmp ||
-      !f->rope_g || !f->rope_l || !f->xq || !f->scores) {
+      !f->rope_g || !f->rope_l || !f->xq || !f->item_off) {
     di_forward_ctx_free(f);
     return di_errorf(st, DI_ERR_NOMEM, "forward: cannot allocate scratch for %d tokens", max_tokens);
   }
@@ -96,9 +97,8 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
 
 void di_forward_ctx_free(di_forward_ctx *f) {
   if (!f) return;
-  if (f->scores && f->tp)
-    for (int i = 0; i < di_threadpool_size(f->tp); i++) free(f->scores[i]);
-  free(f->scores);
+  free(f->item_off);
+  free(f->partials);
   di_threadpool_free(f->tp);
   free(f->x), free(f->xn), free(f->q), free(f->k), free(f->v), free(f->att);
   free(f->gate), free(f->up), free(f->tmp), free(f->rope_g), free(f->rope_l);
@@ -138,7 +138,7 @@ static void add_bias(float *y, const di_tensor *b, int T, int n) {
   for (int t = 0; t < T; t++) di_cpu_add(y + (size_t)t * n, b->data, n);
 }
 
-/* ---- attention over the paged KV, parallel over (token, head) ---- */
+/* ---- attention over the paged KV: (token, head, tile) partials, then merge ---- */
 
 typedef struct attn_task {
   di_forward_ctx *f;
@@ -148,34 +148,73 @@ typedef struct attn_task {
   bool swa;
 } attn_task;
 
-static void attn_run(void *p, int ith, int nth) {
+static int attn_lo(const di_hparams *hp, bool swa, int pos) {
+  return swa && pos - hp->sliding_window + 1 > 0 ? pos - hp->sliding_window + 1 : 0;
+}
+
+static di_attn_partial *partial_at(di_forward_ctx *f, size_t item) {
+  return (di_attn_partial *)(f->partials + item * di_attn_partial_bytes(f->m->hp.head_dim));
+}
+
+/* Item i of token t is head (i - off[t]) % H, tile (i - off[t]) / H. */
+static void attn_tiles_run(void *p, int ith, int nth) {
   attn_task *a = p;
-  const di_hparams *hp = &a->f->m->hp;
+  di_forward_ctx *f = a->f;
+  const di_hparams *hp = &f->m->hp;
   const di_batch *b = a->b;
   int H = hp->n_head, hd = hp->head_dim, group = H / hp->n_head_kv;
   float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hd);
-  float *scores = a->f->scores[ith];
-  for (int idx = ith; idx < b->n_tokens * H; idx += nth) {
-    int t = idx / H, h = idx % H;
-    int pos = b->pos[t];
-    int lo = a->swa && pos - hp->sliding_window + 1 > 0 ? pos - hp->sliding_window + 1 : 0;
+  size_t total = f->item_off[b->n_tokens];
+  size_t per = (total + (size_t)nth - 1) / (size_t)nth, i0 = per * (size_t)ith;
+  size_t i1 = i0 + per < total ? i0 + per : total;
+  int t = 0;
+  for (size_t i = i0; i < i1; i++) {
+    while (f->item_off[t + 1] <= i) t++;
+    size_t r = i - f->item_off[t];
+    int h = (int)(r % (size_t)H), k = (int)(r / (size_t)H);
+    int pos = b->pos[t], lo = attn_lo(hp, a->swa, pos);
+    int tile_lo = (lo / DI_ATTN_TILE + k) * DI_ATTN_TILE;
+    int j0 = tile_lo > lo ? tile_lo : lo;
+    int j1 = tile_lo + DI_ATTN_TILE - 1 < pos ? tile_lo + DI_ATTN_TILE - 1 : pos;
     const di_batch_seq *s = &b->seqs[b->seq[t]];
-    di_cpu_attention(a->kv, a->layer, s->blocks, h / group, hd, a->f->q + ((size_t)t * H + h) * hd, lo, pos, scale,
-                     hp->attn_softcap, scores, a->f->att + ((size_t)t * H + h) * hd);
+    di_cpu_attn_tile(a->kv, a->layer, s->blocks, h / group, hd, f->q + ((size_t)t * H + h) * hd, j0, j1, scale,
+                     hp->attn_softcap, partial_at(f, i));
   }
 }
 
-static di_code ensure_scores(di_forward_ctx *f, const di_batch *b, di_status *st) {
-  int need = 1;
-  for (int t = 0; t < b->n_tokens; t++)
-    if (b->pos[t] + 1 > need) need = b->pos[t] + 1;
-  if (need <= f->scores_cap) return DI_OK;
-  for (int i = 0; i < di_threadpool_size(f->tp); i++) {
-    float *s = realloc(f->scores[i], (size_t)need * sizeof(float));
-    if (!s) return di_errorf(st, DI_ERR_NOMEM, "forward: attention scratch for %d positions", need);
-    f->scores[i] = s;
+static void attn_merge_run(void *p, int ith, int nth) {
+  attn_task *a = p;
+  di_forward_ctx *f = a->f;
+  const di_hparams *hp = &f->m->hp;
+  int H = hp->n_head, hd = hp->head_dim;
+  const di_attn_partial *parts[DI_ATTN_MAX_TILES];
+  for (int idx = ith; idx < a->b->n_tokens * H; idx += nth) {
+    int t = idx / H, h = idx % H;
+    int n = (int)((f->item_off[t + 1] - f->item_off[t]) / (size_t)H);
+    for (int k = 0; k < n; k++) parts[k] = partial_at(f, f->item_off[t] + (size_t)k * H + h);
+    di_cpu_attn_merge(parts, n, hd, f->att + ((size_t)t * H + h) * hd);
   }
-  f->scores_cap = need;
+}
+
+/* Lays out this batch's work items and sizes the partial buffers. */
+static di_code attn_plan(di_forward_ctx *f, const di_batch *b, bool swa, di_status *st) {
+  const di_hparams *hp = &f->m->hp;
+  f->item_off[0] = 0;
+  for (int t = 0; t < b->n_tokens; t++) {
+    int pos = b->pos[t], lo = attn_lo(hp, swa, pos);
+    size_t tiles = (size_t)(pos / DI_ATTN_TILE - lo / DI_ATTN_TILE + 1);
+    if (tiles > DI_ATTN_MAX_TILES)
+      return di_errorf(st, DI_ERR_RANGE, "attention: position %d needs %zu tiles (limit %d)", pos, tiles,
+                       DI_ATTN_MAX_TILES);
+    f->item_off[t + 1] = f->item_off[t] + tiles * (size_t)hp->n_head;
+  }
+  size_t need = f->item_off[b->n_tokens] * di_attn_partial_bytes(hp->head_dim);
+  if (need > f->partials_cap) {
+    uint8_t *np = realloc(f->partials, need);
+    if (!np) return di_errorf(st, DI_ERR_NOMEM, "attention: cannot allocate %zu bytes of scratch", need);
+    f->partials = np;
+    f->partials_cap = need;
+  }
   return DI_OK;
 }
 
@@ -200,7 +239,7 @@ static di_code check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const 
 
 di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
   di_code rc;
-  if ((rc = check_batch(f, kv, b, st)) || (rc = ensure_scores(f, b, st))) return rc;
+  if ((rc = check_batch(f, kv, b, st))) return rc;
   const di_model *m = f->m;
   const di_hparams *hp = &m->hp;
   const int T = b->n_tokens, D = hp->n_embd, H = hp->n_head, HKV = hp->n_head_kv, hd = hp->head_dim;
@@ -252,8 +291,10 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
       di_cpu_kv_store((uint8_t *)di_kv_k(kv, blk, il) + slot, f->k + (size_t)t * kvd, kvd, kv->type);
       di_cpu_kv_store((uint8_t *)di_kv_v(kv, blk, il) + slot, f->v + (size_t)t * kvd, kvd, kv->type);
     }
+    if ((rc = attn_plan(f, b, swa, st))) return rc;
     attn_task at = {f, kv, b, il, swa};
-    di_threadpool_run(f->tp, attn_run, &at);
+    di_threadpool_run(f->tp, attn_tiles_run, &at);
+    di_threadpool_run(f->tp, attn_merge_run, &at);
     matmul(f, &L->wo, f->att, T, f->tmp);
     if (hp->post_norms)
       for (int t = 0; t < T; t++)

@@ -108,16 +108,25 @@ static void check_type(const char *path, di_dtype t, bool requant) {
       }
   }
   printf("row invariance %-4s: %s\n", di_dtype_name(t), bad ? "FAILED" : "bit-identical in all 6 compositions");
-  /* The scalar reference agrees with the SIMD path within a tolerance. */
+  /* The scalar reference agrees with the SIMD path within a tolerance. An F32
+   * KV cache keeps F16 rounding flips from amplifying the difference. */
   di_cpu_isa_level lvl = di_cpu_isa();
+  di_kv_pool_destroy(c.kv);
+  CHECK(di_kv_pool_create(&c.kv, 64 * di_kv_block_bytes(16, hp->n_layer, kvd, DI_KV_F32), 16, hp->n_layer, kvd,
+                          DI_KV_F32, &st) == DI_OK);
+  for (int s = 0; s < NSEQ; s++)
+    for (int i = 0; i < 8; i++) c.blocks[s][i] = di_kv_alloc(c.kv);
   if (lvl != DI_ISA_SCALAR && di_cpu_isa_set(DI_ISA_SCALAR)) {
     run(&c, 2, 16, 1, got);
     di_cpu_isa_set(lvl);
+    run(&c, 2, 16, 1, ref);
     double maxd = 0;
     for (int s = 0; s < NSEQ; s++)
       for (size_t i = 0; i < (size_t)seq_len[s] * V; i++) maxd = fmax(maxd, fabs(ref[s][i] - got[s][i]));
-    /* Quantized activations may round differently by one step in a few blocks. */
-    double tol = t == DI_F32 || t == DI_F16 ? 1e-3 : 5e-2;
+    /* Quantized weights: block sums are added in a different order, and an
+     * activation landing on a rounding edge can flip one int8 step; 0.1 on
+     * logits of magnitude ~20 (random ids on a 260K model) bounds both. */
+    double tol = t == DI_F32 || t == DI_F16 ? 1e-3 : 1e-1;
     CHECKF(maxd < tol, "%s: scalar vs %s max |diff| %.3g >= %.3g", di_dtype_name(t), di_cpu_isa_name(lvl), maxd, tol);
     printf("scalar vs %s %-4s: max |diff| %.3g (tolerance %.0e)\n", di_cpu_isa_name(lvl), di_dtype_name(t), maxd, tol);
   }

@@ -23,11 +23,4 @@ void di_cpu_softcap(float *x, int n, float cap);
 /* Stores n floats into the KV cache element type. */
 void di_cpu_kv_store(void *dst, const float *src, int n, di_kv_type type);
 
-/* One query head against positions [lo, hi] of a sequence whose K/V live in
- * `blocks` of pool layer `layer`, kv head `kvh`. out[head_dim]; scores is
- * scratch of at least hi-lo+1 floats. Positions are visited in ascending
- * order whatever the batch, so the result is row invariant. */
-void di_cpu_attention(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim,
-                      const float *q, int lo, int hi, float scale, float softcap, float *scores, float *out);
-
 #endif

@@ -1,0 +1,92 @@
+#include "backend/cpu/attn.h"
+
+#include <math.h>
+
+#include "backend/cpu/isa.h"
+#include "util/fp16.h"
+
+static float dot_f32(const float *q, const void *k, int n) {
+  const float *x = k;
+  float s = 0;
+  for (int i = 0; i < n; i++) s += q[i] * x[i];
+  return s;
+}
+static float dot_f16(const float *q, const void *k, int n) {
+  const uint16_t *x = k;
+  float s = 0;
+  for (int i = 0; i < n; i++) s += q[i] * di_f16_to_f32(x[i]);
+  return s;
+}
+static float dot_bf16(const float *q, const void *k, int n) {
+  const uint16_t *x = k;
+  float s = 0;
+  for (int i = 0; i < n; i++) s += q[i] * di_bf16_to_f32(x[i]);
+  return s;
+}
+static void axpy_f32(float *acc, float p, const void *v, int n) {
+  const float *x = v;
+  for (int i = 0; i < n; i++) acc[i] += p * x[i];
+}
+static void axpy_f16(float *acc, float p, const void *v, int n) {
+  const uint16_t *x = v;
+  for (int i = 0; i < n; i++) acc[i] += p * di_f16_to_f32(x[i]);
+}
+static void axpy_bf16(float *acc, float p, const void *v, int n) {
+  const uint16_t *x = v;
+  for (int i = 0; i < n; i++) acc[i] += p * di_bf16_to_f32(x[i]);
+}
+
+static void kernels(di_kv_type t, int head_dim, di_kv_dot_fn *dot, di_kv_axpy_fn *axpy) {
+  static const di_kv_dot_fn dots[] = {[DI_KV_F16] = dot_f16, [DI_KV_F32] = dot_f32, [DI_KV_BF16] = dot_bf16};
+  static const di_kv_axpy_fn axpys[] = {[DI_KV_F16] = axpy_f16, [DI_KV_F32] = axpy_f32, [DI_KV_BF16] = axpy_bf16};
+  *dot = dots[t];
+  *axpy = axpys[t];
+  if (di_cpu_isa() >= DI_ISA_AVX2 && head_dim % 8 == 0) {
+    di_kv_dot_fn d = di_cpu_kv_dot_avx2(t);
+    di_kv_axpy_fn a = di_cpu_kv_axpy_avx2(t);
+    if (d && a) *dot = d, *axpy = a;
+  }
+}
+
+void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim, const float *q,
+                      int lo, int hi, float scale, float softcap, di_attn_partial *out) {
+  di_kv_dot_fn dot;
+  di_kv_axpy_fn axpy;
+  kernels(kv->type, head_dim, &dot, &axpy);
+  const int bs = kv->block_size;
+  const size_t off = (size_t)kvh * head_dim * kv->elt_bytes, row = (size_t)kv->kv_dim * kv->elt_bytes;
+  float s[DI_ATTN_TILE];
+  float mx = -INFINITY;
+  for (int j = lo; j <= hi; j++) {
+    const uint8_t *k = (const uint8_t *)di_kv_k(kv, blocks[j / bs], layer) + (size_t)(j % bs) * row + off;
+    float x = dot(q, k, head_dim) * scale;
+    if (softcap > 0) x = softcap * tanhf(x / softcap);
+    s[j - lo] = x;
+    if (x > mx) mx = x;
+  }
+  float l = 0;
+  for (int d = 0; d < head_dim; d++) out->acc[d] = 0;
+  for (int j = lo; j <= hi; j++) {
+    float p = expf(s[j - lo] - mx);
+    l += p;
+    const uint8_t *v = (const uint8_t *)di_kv_v(kv, blocks[j / bs], layer) + (size_t)(j % bs) * row + off;
+    axpy(out->acc, p, v, head_dim);
+  }
+  out->m = mx;
+  out->l = l;
+}
+
+void di_cpu_attn_merge(const di_attn_partial *const *parts, int n, int head_dim, float *out) {
+  float mx = -INFINITY;
+  for (int i = 0; i < n; i++)
+    if (parts[i]->m > mx) mx = parts[i]->m;
+  float l = 0;
+  for (int d = 0; d < head_dim; d++) out[d] = 0;
+  for (int i = 0; i < n; i++) {
+    float w = expf(parts[i]->m - mx);
+    l += parts[i]->l * w;
+    for (int d = 0; d < head_dim; d++) out[d] += parts[i]->acc[d] * w;
+  }
+  float inv = 1.0f / l;
+  for (int d = 0; d < head_dim; d++) out[d] *= inv;
+}

@@ -1,0 +1,39 @@
+/* Attention over the paged KV cache in tiles aligned to absolute positions
+ * (0-63, 64-127, ...). Each (token, head, tile) yields a partial softmax
+ * state; partials are merged in ascending tile order. The result of a token
+ * therefore depends only on its query and the cached K/V — not on chunking,
+ * batch composition or how tiles were spread over threads (row invariance). */
+#ifndef DI_BACKEND_CPU_ATTN_H
+#define DI_BACKEND_CPU_ATTN_H
+
+#include <stdint.h>
+
+#include "kv/pool.h"
+
+#define DI_ATTN_TILE 64
+#define DI_ATTN_MAX_TILES 8192 /* 512K positions */
+
+typedef struct di_attn_partial {
+  float m;   /* max score in the tile */
+  float l;   /* sum of exp(score - m) */
+  float acc[]; /* head_dim: sum of exp(score - m) * V */
+} di_attn_partial;
+
+static inline size_t di_attn_partial_bytes(int head_dim) {
+  return sizeof(di_attn_partial) + (size_t)head_dim * sizeof(float);
+}
+
+/* Partial state over positions [lo, hi] (within one tile) of one query head. */
+void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim, const float *q,
+                      int lo, int hi, float scale, float softcap, di_attn_partial *out);
+/* Merges n partials (in order) into out[head_dim]. */
+void di_cpu_attn_merge(const di_attn_partial *const *parts, int n, int head_dim, float *out);
+
+/* Inner products over one head row of the cache, per KV element type. */
+typedef float (*di_kv_dot_fn)(const float *q, const void *k, int n);
+typedef void (*di_kv_axpy_fn)(float *acc, float p, const void *v, int n);
+/* AVX2 versions, or NULL when the type has none (attn_avx2.c). */
+di_kv_dot_fn di_cpu_kv_dot_avx2(di_kv_type t);
+di_kv_axpy_fn di_cpu_kv_axpy_avx2(di_kv_type t);
+
+#endif
