@@ -70,25 +70,26 @@ def greedy_lines(ps, max_tokens, **extra):
 
 def check_determinism(tmp_path, model, n, max_tokens):
     lines = greedy_lines(prompts(n), max_tokens)
-    ref, _ = run_batch(tmp_path, model, lines, "--concurrency", 1, tag="one")
-    ref = ids_by_id(ref)
+    ref_res, _ = run_batch(tmp_path, model, lines, "--concurrency", 1, tag="one")
+    ref = ids_by_id(ref_res)
     assert sum(len(v[0]) for v in ref.values()) > n  # something was generated
     got, st = run_batch(tmp_path, model, lines, "--concurrency", n, tag="all")
     assert ids_by_id(got) == ref
     assert st["steps"] < n * max_tokens  # batched
     got, st = run_batch(tmp_path, model, lines, "--concurrency", n, "--max-batch-tokens", 5, tag="chunk")
     assert ids_by_id(got) == ref
-    # A pool of ~3 sequences' worth of blocks for n sequences: preemption must happen.
-    block = st["kv_block_bytes"]
-    got, st = run_batch(tmp_path, model, lines, "--concurrency", n, "--block-size", 16,
-                        "--kv-mem", block * 12, tag="tiny")
+    # A pool of 4-token blocks that holds about two of the longest sequences:
+    # with n running at once, preemption must happen.
+    longest = max(r["response"]["body"]["usage"]["total_tokens"] for r in ref_res)
+    tiny = str(st["kv_block_bytes"] // st["kv_block_size"] * 4 * (2 * (longest + 3) // 4 + 2))
+    got, st = run_batch(tmp_path, model, lines, "--concurrency", n, "--block-size", 4, "--kv-mem", tiny, tag="tiny")
     assert ids_by_id(got) == ref
     assert st["preemptions"] > 0
     assert st["kv_blocks_used"] == 0
-    got, st = run_batch(tmp_path, model, lines, "--concurrency", n, "--kv-mem", block * 12, "--no-prefix-cache",
-                        "--max-batch-tokens", 7, tag="tiny-nocache")
+    got, st = run_batch(tmp_path, model, lines, "--concurrency", n, "--block-size", 4, "--kv-mem", tiny,
+                        "--no-prefix-cache", "--max-batch-tokens", 7, tag="tiny-nocache")
     assert ids_by_id(got) == ref
-    assert st["preemptions"] > 0 and st["prefix_hit_tokens"] == 0
+    assert st["prefix_hit_tokens"] == 0
 
 
 def test_determinism_stories(tmp_path):
