@@ -1,8 +1,10 @@
 /* deepinfer tokenize: raw bytes on stdin -> one JSON array of ids on stdout.
  * Safe by default: no BOS/EOS, special-token text is not parsed. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/cli.h"
 #include "tokenizer/tokenizer.h"
@@ -14,7 +16,10 @@ static const char USAGE[] =
     "  --tokenizer PATH   tokenizer.json, a directory holding one, or a .gguf file\n"
     "  --add-special      apply the post-processor (e.g. prepend BOS)\n"
     "  --parse-special    recognise special-token text in the input (HF's default\n"
-    "                     encode); without it special tokens are plain text\n";
+    "                     encode); without it special tokens are plain text\n"
+    "  --jsonl            batch mode for tests: each stdin line is a JSON string,\n"
+    "                     each output line the JSON array of its ids\n"
+    "  --stats            print encode time and throughput to stderr\n";
 
 /* Reads all of f; NULL on failure. */
 char *di_cli_read_all(FILE *f, size_t *len);
@@ -44,9 +49,44 @@ char *di_cli_read_all(FILE *f, size_t *len) {
   return p;
 }
 
+static void print_ids(FILE *f, const int32_t *ids, size_t n) {
+  fputc('[', f);
+  for (size_t i = 0; i < n; i++) fprintf(f, i ? ", %d" : "%d", ids[i]);
+  fputs("]\n", f);
+}
+
+static int tokenize_jsonl(const di_tokenizer *t, bool add, bool parse) {
+  char *line = NULL;
+  size_t cap = 0, lineno = 0;
+  ssize_t r;
+  while ((r = getline(&line, &cap, stdin)) > 0) {
+    lineno++;
+    json_error_t e;
+    json_t *j = json_loadb(line, (size_t)r, JSON_ALLOW_NUL | JSON_DECODE_ANY, &e);
+    if (!j || !json_is_string(j)) {
+      if (j) json_decref(j);
+      free(line);
+      return di_cli_fail("tokenize", "stdin line %zu: expected a JSON string", lineno);
+    }
+    di_status st = {0};
+    int32_t *ids;
+    size_t n;
+    if (di_tokenizer_encode(t, json_string_value(j), json_string_length(j), add, parse, &ids, &n, &st) != DI_OK) {
+      json_decref(j);
+      free(line);
+      return di_cli_fail("tokenize", "stdin line %zu: %s", lineno, st.msg);
+    }
+    json_decref(j);
+    print_ids(stdout, ids, n);
+    free(ids);
+  }
+  free(line);
+  return fflush(stdout) == 0 ? 0 : di_cli_fail("tokenize", "writing stdout failed");
+}
+
 int di_cmd_tokenize(int argc, char **argv) {
   const char *path = NULL;
-  bool add = false, parse = false;
+  bool add = false, parse = false, jsonl = false, stats = false;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(USAGE, stdout);
@@ -59,6 +99,10 @@ int di_cmd_tokenize(int argc, char **argv) {
       add = true;
     } else if (!strcmp(argv[i], "--parse-special")) {
       parse = true;
+    } else if (!strcmp(argv[i], "--jsonl")) {
+      jsonl = true;
+    } else if (!strcmp(argv[i], "--stats")) {
+      stats = true;
     } else {
       return di_cli_fail("tokenize", "unknown or incomplete option '%s' (see --help)", argv[i]);
     }
@@ -67,6 +111,11 @@ int di_cmd_tokenize(int argc, char **argv) {
   di_status st = {0};
   di_tokenizer *t;
   if (di_tokenizer_load(path, &t, &st) != DI_OK) return di_cli_fail("tokenize", "%s", st.msg);
+  if (jsonl) {
+    int rc = tokenize_jsonl(t, add, parse);
+    di_tokenizer_free(t);
+    return rc;
+  }
   size_t len;
   char *text = di_cli_read_all(stdin, &len);
   if (!text) {
@@ -75,13 +124,19 @@ int di_cmd_tokenize(int argc, char **argv) {
   }
   int32_t *ids;
   size_t n;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   di_code rc = di_tokenizer_encode(t, text, len, add, parse, &ids, &n, &st);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
   free(text);
   di_tokenizer_free(t);
   if (rc != DI_OK) return di_cli_fail("tokenize", "%s", st.msg);
-  putchar('[');
-  for (size_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
-  puts("]");
+  if (stats) {
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    fprintf(stderr, "encode_s=%.6f bytes=%zu tokens=%zu MB_per_s=%.2f\n", s, len, n,
+            s > 0 ? (double)len / 1e6 / s : 0.0);
+  }
+  print_ids(stdout, ids, n);
   free(ids);
   return fflush(stdout) == 0 ? 0 : di_cli_fail("tokenize", "writing stdout failed");
 }

@@ -170,6 +170,19 @@ di_code di_tokenizer_from_gguf(const di_gguf *g, di_tokenizer **out, di_status *
     }
     if (spm) memcpy(&t->scores[id], (const char *)scores->arr_data + 4 * (size_t)id, 4);
     int tt = types ? arr_i32(types, (size_t)id) : (id == bos || id == eos || id == t->unk_id ? TT_CONTROL : TT_NORMAL);
+    /* SentencePiece gives user-defined pieces score 0 (merged first); llama.cpp
+     * stores -1000, which would merge them last */
+    if (spm && tt == TT_USER) t->scores[id] = 0.0f;
+    if (spm && tt == TT_USER && memchr(s, ' ', sl)) {
+      /* llama.cpp's converter writes "▁" of user-defined pieces as " "; HF
+       * matches them as "▁", so undo it for HF-identical ids */
+      key.n = 0;
+      for (size_t i = 0; i < sl && rc == DI_OK; i++)
+        if (!(s[i] == ' ' ? di_buf_put(&key, "\xe2\x96\x81", 3) : di_buf_putc(&key, s[i]))) rc = oom(st);
+      if (rc != DI_OK) break;
+      s = key.p;
+      sl = key.n;
+    }
     uint32_t off;
     if (!di_tok_pool_add(t, s, sl, &off)) {
       rc = oom(st);
@@ -186,7 +199,9 @@ di_code di_tokenizer_from_gguf(const di_gguf *g, di_tokenizer **out, di_status *
       t->flags[id] |= DI_TF_ADDED | (a->special ? DI_TF_SPECIAL | DI_TF_CONTROL : 0);
       if (!di_trie_add(&t->trie_raw, t->pool + off, (uint32_t)sl, (int32_t)t->n_added)) rc = oom(st);
       t->n_added++;
-      continue;
+      /* HF's SentencePiece BPE keeps user-defined pieces in the model vocab
+       * (merges reach "▁▁" when the added token is not matched) */
+      if (!(spm && tt == TT_USER)) continue;
     }
     if (tt == TT_BYTE && spm) continue; /* byte pieces are reached through byte fallback only */
     /* model key: raw bytes for byte-level vocabularies */
