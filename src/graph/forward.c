@@ -68,6 +68,7 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
   if (!f) return di_errorf(st, DI_ERR_NOMEM, "forward: out of memory");
   f->m = m;
   f->max_tokens = max_tokens;
+  f->freq_factors = m->rope_freqs.data;
   f->tp = di_threadpool_create(threads);
   size_t T = (size_t)max_tokens;
   size_t qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;

@@ -158,6 +158,7 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
   hp->rope_dim = hp->head_dim;
   gk_i(g, arch, "rope.dimension_count", &hp->rope_dim);
   gk_i(g, arch, "attention.sliding_window", &hp->sliding_window);
+  gk_f(g, arch, "rope.freq_base_swa", &hp->rope_base_local);
   gk_f(g, arch, "attn_logit_softcapping", &hp->attn_softcap);
   gk_f(g, arch, "final_logit_softcapping", &hp->final_softcap);
   {
@@ -185,6 +186,9 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
   if ((rc = bind_gguf(m, &m->output_norm, "output_norm.weight", hp->n_embd, 1, true, st))) return rc;
   if ((rc = bind_gguf(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, false, st))) return rc;
   hp->tied_output = m->output.data == NULL;
+  if ((rc = bind_gguf(m, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 1, false, st))) return rc;
+  if (m->rope_freqs.data && m->rope_freqs.type != DI_F32 && (rc = di_model_to_f32(m, &m->rope_freqs, 0, st)))
+    return rc;
   m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
   if (!m->layers) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
   for (int il = 0; il < hp->n_layer; il++) {

@@ -70,6 +70,7 @@ typedef struct di_layer_weights {
 typedef struct di_model {
   di_hparams hp;
   di_tensor tok_embd, output_norm, output;
+  di_tensor rope_freqs;     /* optional per-pair frequency divisors (llama3 GGUF) */
   di_layer_weights *layers;
   char *path;
   di_gguf *gguf;            /* when loaded from GGUF */
