@@ -439,7 +439,26 @@ static void test_text_prompt_thread(void) {
   di_engine_destroy(e);
 }
 
+/* Scheduler cost per step with 64 running sequences (printed for
+ * docs/BENCHMARKS.md; asserted only loosely: well under a millisecond). */
+static void test_sched_overhead(void) {
+  make_prompts(0);
+  cfg c = {.max_seqs = 64, .max_batch_tokens = 512, .block_size = 16, .prefix = 1};
+  di_engine *e = make(c);
+  out *o = calloc(64, sizeof *o);
+  for (int i = 0; i < 64; i++) submit(e, i % NP, &o[i], 64, 0, 0);
+  run_all(e);
+  di_engine_stats s;
+  di_engine_stats_get(e, &s);
+  double us = 1e6 * s.sched_seconds / (double)s.steps;
+  printf("scheduler: %.1f us per step over %llu steps (64 sequences)\n", us, (unsigned long long)s.steps);
+  CHECK(us < 1000);
+  free(o);
+  di_engine_destroy(e);
+}
+
 int main(void) {
+  test_sched_overhead();
   test_determinism(0);
   test_determinism(0.8f);
   test_prefix_cache();
