@@ -92,6 +92,9 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        time.sleep(0.2)  # let the stderr pump see the last lines
+        bad = [l for l in self.log if "Sanitizer" in l or "runtime error:" in l]
+        assert not bad, "sanitizer report from the server:\n" + "\n".join(self.log[-60:])
 
 
 def start_real(*extra) -> Server:
