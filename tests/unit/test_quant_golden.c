@@ -47,9 +47,12 @@ int main(void) {
     size_t need = (has_src ? (size_t)n * 4 : 0) + rb + (size_t)n * 4;
     CHECK(off + need <= (size_t)size);
     if (off + need > (size_t)size || !di_cpu_dtype_supported(t)) break;
-    const float *src = has_src ? (const float *)(buf + off) : NULL; /* little-endian host */
-    const uint8_t *raw = buf + off + (has_src ? (size_t)n * 4 : 0);
-    const float *ref = (const float *)(raw + rb);
+    /* records are packed; copy to aligned memory as rows in a GGUF file would be */
+    float *src = has_src ? malloc((size_t)n * 4) : NULL, *ref = malloc((size_t)n * 4);
+    uint8_t *raw = malloc(rb);
+    if (src) memcpy(src, buf + off, (size_t)n * 4); /* little-endian host */
+    memcpy(raw, buf + off + (src ? (size_t)n * 4 : 0), rb);
+    memcpy(ref, buf + off + (src ? (size_t)n * 4 : 0) + rb, (size_t)n * 4);
     off += need;
     types_seen[t]++;
 
@@ -90,7 +93,7 @@ int main(void) {
       free(x), free(xq);
     }
     printf("%-60s %-5s n=%-5ld ok\n", name, di_dtype_name(t), (long)n);
-    free(y);
+    free(y), free(src), free(ref), free(raw);
   }
   CHECK(off == (size_t)size);
   static const di_dtype want[] = {DI_F16, DI_BF16, DI_Q4_0, DI_Q4_1, DI_Q5_0, DI_Q5_1,

@@ -1,5 +1,6 @@
 #include "backend/cpu/isa.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,7 +11,7 @@
 
 static di_cpu_features g_feat;
 static di_cpu_isa_level g_level;
-static int g_init; /* 0: not yet; detection is idempotent, so a race only repeats it */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 #ifdef DI_X86
 static unsigned long long di_xgetbv0(void) {
@@ -57,16 +58,15 @@ static void di_detect(void) {
       if (strcmp(env, names[i]) == 0 && (di_cpu_isa_level)i < best) best = (di_cpu_isa_level)i;
   }
   g_level = best;
-  g_init = 1;
 }
 
 const di_cpu_features *di_cpu_features_get(void) {
-  if (!g_init) di_detect();
+  pthread_once(&g_once, di_detect);
   return &g_feat;
 }
 
 di_cpu_isa_level di_cpu_isa(void) {
-  if (!g_init) di_detect();
+  pthread_once(&g_once, di_detect);
   return g_level;
 }
 

@@ -2,6 +2,7 @@
  * path is tested against). */
 #include "backend/cpu/matmul.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 
 #include "backend/cpu/isa.h"
@@ -215,28 +216,35 @@ SCALAR_MM(mm_scalar_f32, t == DI_F32 ? dot_f32(w, xr, K) : t == DI_F16 ? dot_f16
 /* ---- dispatch ---- */
 
 typedef struct {
-  int level; /* the di_cpu_isa() the table was built for, -1 before */
   di_cpu_mm_fn mm[DI_DTYPE_COUNT];
   di_cpu_actq_fn actq[3];
 } kernel_table;
 
-static kernel_table g_tab = {.level = -1};
+/* One table per ISA level, built once for every level; a level change
+ * (di_cpu_isa_set) only changes which table is read. */
+static kernel_table g_tabs[DI_ISA_AVX512 + 1];
+static pthread_once_t g_tabs_once = PTHREAD_ONCE_INIT;
+
+static void build_tables(void) {
+  const di_cpu_features *f = di_cpu_features_get();
+  bool avx2 = f->avx2 && f->fma && f->f16c;
+  for (int level = 0; level <= DI_ISA_AVX512; level++) {
+    kernel_table *t = &g_tabs[level];
+    t->actq[DI_ACT_F32] = actq_f32;
+    t->actq[DI_ACT_Q8] = actq_q8;
+    t->actq[DI_ACT_Q8K] = actq_q8k;
+    /* AVX-512 machines run the AVX2 kernels (no AVX-512 kernels yet). */
+    if (level < DI_ISA_AVX2 || !avx2) continue; /* never touch code this CPU cannot run */
+    for (int i = 0; i < DI_DTYPE_COUNT; i++)
+      if (di_cpu_dtype_supported((di_dtype)i)) t->mm[i] = di_cpu_mm_avx2((di_dtype)i);
+    for (int k = 0; k < 3; k++)
+      if (di_cpu_actq_avx2((di_cpu_act_kind)k)) t->actq[k] = di_cpu_actq_avx2((di_cpu_act_kind)k);
+  }
+}
 
 static const kernel_table *kernels(void) {
-  int level = (int)di_cpu_isa();
-  if (g_tab.level == level) return &g_tab;
-  kernel_table t = {.level = level};
-  t.actq[DI_ACT_F32] = actq_f32;
-  t.actq[DI_ACT_Q8] = actq_q8;
-  t.actq[DI_ACT_Q8K] = actq_q8k;
-  if (level >= DI_ISA_AVX2) {
-    for (int i = 0; i < DI_DTYPE_COUNT; i++)
-      if (di_cpu_dtype_supported((di_dtype)i)) t.mm[i] = di_cpu_mm_avx2((di_dtype)i);
-    for (int k = 0; k < 3; k++)
-      if (di_cpu_actq_avx2((di_cpu_act_kind)k)) t.actq[k] = di_cpu_actq_avx2((di_cpu_act_kind)k);
-  }
-  g_tab = t;
-  return &g_tab;
+  pthread_once(&g_tabs_once, build_tables);
+  return &g_tabs[di_cpu_isa()];
 }
 
 void di_cpu_act_prepare(di_dtype wtype, const float *X, int64_t M, int64_t K, void *xq) {

@@ -29,7 +29,8 @@ void di_cpu_act_prepare(di_dtype wtype, const float *X, int64_t M, int64_t K, vo
 
 /* Y[m*ldy + n] = sum_k W[n][k] * X[m][k] for m in [0,M), n in [n0,n1).
  * W: rows of K elements in GGUF layout of wtype, row stride w_row_bytes (row n at
- * W + n*w_row_bytes); xq from di_cpu_act_prepare with the same wtype, M, K. */
+ * W + n*w_row_bytes), rows 2-byte aligned (4 for F32), as GGUF data always is;
+ * xq from di_cpu_act_prepare with the same wtype, M, K. */
 void di_cpu_matmul(di_dtype wtype, const void *W, size_t w_row_bytes, const void *xq,
                    int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
 

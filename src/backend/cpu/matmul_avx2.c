@@ -211,6 +211,9 @@ DEFINE_DRIVER(q32, 4, 2)
  * registers, so it is unpacked chunk by chunk and reused across MT rows. */
 
 #define qk_QK 256
+#ifndef QK_NT_GEMV
+#define QK_NT_GEMV 1
+#endif
 
 typedef struct {
   const uint8_t *p;
@@ -288,45 +291,46 @@ AI __m256i qk_scale(di_dtype t, const qk_w *w, int c) {
   return _mm256_set1_epi16(w->sc[c]);
 }
 
-typedef struct { __m256 v; } qk_acc;
-
 AI void qk_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const uint8_t *x,
                 size_t xrow, int64_t nb, int64_t K, float *Y, int64_t ldy) {
-  (void)NT; /* always 1 */
   const size_t bb = block_bytes(t);
-  __m256 acc[MT_MAX];
-  UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm256_setzero_ps();
+  __m256 acc[MT_MAX][2];
+  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
-    qk_w wv;
-    qk_load(t, w + b * bb, &wv);
-    __m256i isum[MT_MAX];
-    UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_setzero_si256();
+    qk_w wv[2];
+    UNROLL for (int j = 0; j < NT; j++) qk_load(t, w + j * wrow + b * bb, &wv[j]);
+    __m256i isum[MT_MAX][2];
+    UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++) isum[i][j] = _mm256_setzero_si256();
     UNROLL for (int c = 0; c < 8; c++) {
-      __m256i q = qk_chunk(t, &wv, c), s = qk_scale(t, &wv, c);
-      UNROLL for (int i = 0; i < MT; i++) {
-        const di_act_q8k *a = (const di_act_q8k *)(x + i * xrow) + b;
-        __m256i xv = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
-        isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), s));
+      UNROLL for (int j = 0; j < NT; j++) {
+        __m256i q = qk_chunk(t, &wv[j], c), s = qk_scale(t, &wv[j], c);
+        UNROLL for (int i = 0; i < MT; i++) {
+          const di_act_q8k *a = (const di_act_q8k *)(x + i * xrow) + b;
+          __m256i xv = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
+          isum[i][j] = _mm256_add_epi32(isum[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), s));
+        }
       }
     }
     UNROLL for (int i = 0; i < MT; i++) {
       const di_act_q8k *a = (const di_act_q8k *)(x + i * xrow) + b;
       __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
       __m256 dx = _mm256_broadcast_ss(&a->d);
-      __m256i corr = _mm256_madd_epi16(bs, wv.mins);
-      if (t == DI_Q6_K) { /* q - 32: subtract 32 * sum_g sc_g * bsum_g */
-        __m256i s = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(corr, 5));
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wv.d, dx), acc[i]);
-      } else {
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(wv.d, dx), acc[i]);
-        acc[i] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(wv.dmin, dx), acc[i]);
+      UNROLL for (int j = 0; j < NT; j++) {
+        __m256i corr = _mm256_madd_epi16(bs, wv[j].mins);
+        if (t == DI_Q6_K) { /* q - 32: subtract 32 * sum_g sc_g * bsum_g */
+          __m256i s = _mm256_sub_epi32(isum[i][j], _mm256_slli_epi32(corr, 5));
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wv[j].d, dx), acc[i][j]);
+        } else {
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][j]), _mm256_mul_ps(wv[j].d, dx), acc[i][j]);
+          acc[i][j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(wv[j].dmin, dx), acc[i][j]);
+        }
       }
     }
   }
-  UNROLL for (int i = 0; i < MT; i++) Y[i * ldy] = hsum8(acc[i]);
+  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++) Y[i * ldy + j] = hsum8(acc[i][j]);
 }
 DEFINE_COLS(qk)
-DEFINE_DRIVER(qk, 1, 1)
+DEFINE_DRIVER(qk, QK_NT_GEMV, 1)
 
 /* ---------------- dispatch ---------------- */
 
