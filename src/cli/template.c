@@ -10,10 +10,13 @@
 #include "recipe/chat.h"
 #include "tokenizer/tokenizer.h"
 
+char *di_cli_read_all(FILE *f, size_t *len); /* cli/tokenize.c */
+
 static const char USAGE[] =
     "usage: deepinfer template --tokenizer PATH --messages FILE [--tools FILE]\n"
     "                          [--add-generation-prompt] [--kwargs JSON] [--ids]\n"
     "                          [--allow-special-in-content] [--now YYYY-MM-DD[THH:MM:SS]]\n"
+    "                          [--template FILE]\n"
     "\n"
     "Renders the tokenizer's chat template over a conversation and prints the prompt.\n"
     "  --tokenizer PATH   tokenizer.json, a directory holding one (with tokenizer_config.json\n"
@@ -27,7 +30,10 @@ static const char USAGE[] =
     "                     template may produce special tokens, message text is plain text\n"
     "  --allow-special-in-content  trusted input: special-token text in messages becomes\n"
     "                     special tokens (Hugging Face's naive behaviour)\n"
-    "  --now DATE         the date strftime_now() sees (default: now, local time)\n";
+    "  --now DATE         the date strftime_now() sees (default: now, local time)\n"
+    "  --template FILE    use this Jinja template instead of the tokenizer's; without\n"
+    "                     --tokenizer the text is rendered with bos_token/eos_token taken\n"
+    "                     from --kwargs\n";
 
 static int fail(const char *fmt, const char *a, const char *b) {
   char m[640];
@@ -56,7 +62,7 @@ static bool parse_now(const char *s, int64_t *out) {
 }
 
 int di_cmd_template(int argc, char **argv) {
-  const char *path = NULL, *mpath = NULL, *tpath = NULL, *kwargs_s = NULL, *now_s = NULL;
+  const char *path = NULL, *mpath = NULL, *tpath = NULL, *kwargs_s = NULL, *now_s = NULL, *tmpl_path = NULL;
   bool agp = false, want_ids = false, allow = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -69,12 +75,14 @@ int di_cmd_template(int argc, char **argv) {
     else if (!strcmp(a, "--tools") && more) tpath = argv[++i];
     else if (!strcmp(a, "--kwargs") && more) kwargs_s = argv[++i];
     else if (!strcmp(a, "--now") && more) now_s = argv[++i];
+    else if (!strcmp(a, "--template") && more) tmpl_path = argv[++i];
     else if (!strcmp(a, "--add-generation-prompt")) agp = true;
     else if (!strcmp(a, "--ids")) want_ids = true;
     else if (!strcmp(a, "--allow-special-in-content")) allow = true;
     else return fail("unknown or incomplete option '%s' (see --help)", a, NULL);
   }
-  if (!path) return fail("--tokenizer PATH is required%s", "", NULL);
+  if (!path && !tmpl_path) return fail("--tokenizer PATH is required%s", "", NULL);
+  if (!path && want_ids) return fail("--ids needs --tokenizer PATH%s", "", NULL);
   if (!mpath) return fail("--messages FILE is required%s", "", NULL);
   di_chat_opts o = {.add_generation_prompt = agp, .kwargs_trusted = true};
   if (now_s && !parse_now(now_s, &o.now)) return fail("--now: expected YYYY-MM-DD[THH:MM:SS], got '%s'", now_s, NULL);
@@ -82,8 +90,9 @@ int di_cmd_template(int argc, char **argv) {
   json_error_t je;
   json_t *msgs = load_json(mpath, &je), *tools = NULL, *kw = NULL;
   if (!msgs) {
-    char where[64];
-    snprintf(where, sizeof where, "line %d column %d", je.line, je.column);
+    char where[300];
+    if (je.line > 0) snprintf(where, sizeof where, "line %d column %d: %s", je.line, je.column, je.text);
+    else snprintf(where, sizeof where, "%s", je.text);
     return fail("--messages %s: %s", mpath, where);
   }
   json_t *messages = msgs;
@@ -97,6 +106,7 @@ int di_cmd_template(int argc, char **argv) {
   di_chat_template *tmpl = NULL;
   di_render_out r = {0};
   di_status st = {0};
+  char *tsrc = NULL;
   if (!json_is_array(messages)) {
     fail("--messages %s: expected a JSON array of messages%s", mpath, NULL);
     goto done;
@@ -104,8 +114,9 @@ int di_cmd_template(int argc, char **argv) {
   if (tpath) {
     if (tools) json_decref(tools);
     if (!(tools = load_json(tpath, &je))) {
-      char m[300];
-      snprintf(m, sizeof m, "%s: line %d column %d: %s", tpath, je.line, je.column, je.text);
+      char m[400];
+      if (je.line > 0) snprintf(m, sizeof m, "%s: line %d column %d: %s", tpath, je.line, je.column, je.text);
+      else snprintf(m, sizeof m, "%s: %s", tpath, je.text);
       fail("--tools %s%s", m, NULL);
       goto done;
     }
@@ -114,24 +125,37 @@ int di_cmd_template(int argc, char **argv) {
     fail("--kwargs: invalid JSON object: %s%s", je.text, NULL);
     goto done;
   }
-  if (di_tokenizer_load(path, &tok, &st) != DI_OK) {
+  if (path && di_tokenizer_load(path, &tok, &st) != DI_OK) {
     fail("%s%s", st.msg, NULL);
     goto done;
   }
-  const char *src = di_tokenizer_chat_template(tok, NULL);
+  const char *src = tok ? di_tokenizer_chat_template(tok, NULL) : NULL;
+  size_t src_len = src ? strlen(src) : 0;
+  if (tmpl_path) {
+    FILE *f = fopen(tmpl_path, "rb");
+    if (!f || !(tsrc = di_cli_read_all(f, &src_len))) {
+      if (f) fclose(f);
+      fail("--template %s: cannot read the file%s", tmpl_path, NULL);
+      goto done;
+    }
+    fclose(f);
+    src = tsrc;
+  }
   if (!src) {
     fail("%s: no chat template (tokenizer_config.json chat_template, chat_template.jinja or GGUF "
          "tokenizer.chat_template)%s", path, NULL);
     goto done;
   }
-  if (di_chat_template_compile(src, strlen(src), &tmpl, &st) != DI_OK) {
+  if (di_chat_template_compile(src, src_len, &tmpl, &st) != DI_OK) {
     fail("%s%s", st.msg, NULL);
     goto done;
   }
   o.tools = tools;
   o.kwargs = kw;
-  o.bos_token = di_tokenizer_special_text(tok, "bos_token");
-  o.eos_token = di_tokenizer_special_text(tok, "eos_token");
+  if (tok) {
+    o.bos_token = di_tokenizer_special_text(tok, "bos_token");
+    o.eos_token = di_tokenizer_special_text(tok, "eos_token");
+  }
   if (di_chat_render_ex(tmpl, messages, &o, &r, &st) != DI_OK) {
     fail("%s%s", st.msg, NULL);
     goto done;
@@ -152,6 +176,7 @@ int di_cmd_template(int argc, char **argv) {
   }
   rc = fflush(stdout) == 0 ? 0 : di_cli_fail("template", "writing stdout failed");
 done:
+  free(tsrc);
   di_render_out_free(&r);
   di_chat_template_free(tmpl);
   di_tokenizer_free(tok);

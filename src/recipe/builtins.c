@@ -76,7 +76,7 @@ bool jbuiltin_test(jctx *c, const char *name, jv v, jargs *a, bool *out) {
   else if (!strcmp(name, "false")) r = v.kind == JV_BOOL && !v.u.b;
   else if (!strcmp(name, "mapping")) r = v.kind == JV_DICT;
   else if (!strcmp(name, "iterable")) r = v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_DICT || v.kind == JV_UNDEF;
-  else if (!strcmp(name, "sequence")) r = v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_DICT;
+  else if (!strcmp(name, "sequence")) r = v.kind == JV_STR || v.kind == JV_LIST || v.kind == JV_DICT || v.kind == JV_UNDEF;
   else if (!strcmp(name, "callable")) r = v.kind == JV_FUNC;
   else if (!strcmp(name, "equalto") || !strcmp(name, "eq") || !strcmp(name, "==")) r = jv_equal(v, a0);
   else if (!strcmp(name, "ne") || !strcmp(name, "!=")) r = !jv_equal(v, a0);

@@ -136,25 +136,26 @@ static jv from_json(conv *cv, const json_t *j, int depth) {
   return jv_none();
 }
 
-/* transformers 5: drop None-valued keys, alias reasoning fields. */
+/* transformers 5: drop None-valued keys, then alias the reasoning fields as
+ * {"thinking": r, **message, "reasoning_content": r} (that key order). */
 static jv normalize_message(jctx *c, jv m) {
   if (m.kind != JV_DICT) return m;
   jdict *src = m.u.d, *d = jdict_new(c->a, src->n + 2);
   if (!d) return jerr(c, DI_ERR_NOMEM, "render exceeded its memory budget");
+  static const char *const names[] = {"reasoning_content", "thinking", "reasoning"};
+  const jv *r = NULL;
+  for (int k = 0; k < 3 && !r; k++) {
+    r = jdict_get(src, names[k], strlen(names[k]));
+    if (r && r->kind == JV_NONE) r = NULL;
+  }
+  const jv *th = jdict_get(src, "thinking", 8);
+  if (r && (!th || th->kind == JV_NONE)) jdict_set(c->a, d, jv_cstr(c->a, "thinking"), *r);
   for (size_t i = 0; i < src->n; i++)
     if (src->vals[i].kind != JV_NONE) jdict_set(c->a, d, src->keys[i], src->vals[i]);
-  static const char *const names[] = {"reasoning_content", "thinking", "reasoning"};
-  for (int k = 0; k < 3; k++) {
-    const jv *r = jdict_get(d, names[k], strlen(names[k]));
-    if (!r) continue;
-    jv val = *r;
-    jdict_set(c->a, d, jv_cstr(c->a, "reasoning_content"), val);
-    if (!jdict_get(d, "thinking", 8)) jdict_set(c->a, d, jv_cstr(c->a, "thinking"), val);
-    break;
-  }
-  jv r = {.kind = JV_DICT};
-  r.u.d = d;
-  return r;
+  if (r) jdict_set(c->a, d, jv_cstr(c->a, "reasoning_content"), *r);
+  jv out = {.kind = JV_DICT};
+  out.u.d = d;
+  return out;
 }
 
 static void set_global(jctx *c, const char *name, jv v) {

@@ -156,7 +156,7 @@ static jv binop(jctx *c, const char *op, jv a, jv b) {
       }
       return jv_float(pow(as_f(a), as_f(b)));
     }
-    if (is_int(a) && is_int(b) && o != '/') {
+    if (is_int(a) && is_int(b) && (o != '/' || dbl)) {
       int64_t x = as_int(a), y = as_int(b), r = 0;
       bool ovf = false;
       switch (o) {

@@ -315,17 +315,23 @@ jv jstr_case(jctx *c, jv s, int mode /* 0 lower, 1 upper, 2 capitalize, 3 title 
   for (size_t i = 0; i < x->len;) {
     int32_t cp;
     size_t k = cp_at(x->s, x->len, i, &cp);
-    int32_t m = cp;
-    if (mode == 0) m = utf8proc_tolower(cp);
-    else if (mode == 1) m = utf8proc_toupper(cp);
-    else if (mode == 2) m = first ? utf8proc_totitle(cp) : utf8proc_tolower(cp);
-    else m = word_start ? utf8proc_totitle(cp) : utf8proc_tolower(cp);
+    bool titled = (mode == 2 && first) || (mode == 3 && word_start);
+    bool upper = mode == 1 || titled;
+    int32_t m = upper ? (mode == 1 ? utf8proc_toupper(cp) : utf8proc_totitle(cp)) : utf8proc_tolower(cp);
     if (mode == 3) {
       utf8proc_category_t cat = utf8proc_category(cp);
-      bool cased = cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
-      word_start = !cased;
+      word_start = !(cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT);
     }
     first = false;
+    /* Python applies SpecialCasing's one-to-many mappings; utf8proc only the simple ones */
+    const char *special = NULL;
+    if (cp == 0xDF && upper) special = mode == 1 ? "SS" : "Ss";
+    if (cp == 0x130 && !upper) special = "i\xcc\x87";
+    if (special) {
+      jbuf_put(&b, special, strlen(special), jstr_tainted(x, i));
+      i += k;
+      continue;
+    }
     utf8proc_uint8_t enc[4];
     utf8proc_ssize_t n = utf8proc_encode_char(m, enc);
     jbuf_put(&b, (const char *)enc, (size_t)n, jstr_tainted(x, i));
