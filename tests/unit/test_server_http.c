@@ -424,7 +424,10 @@ static void test_metrics(di_server *s) {
   request("GET", "/metrics", NULL, "", 0, &r);
   CHECK(r.status == 200 && strstr(r.body, "deepinfer:time_to_first_token_seconds_bucket"));
   CHECK(strstr(r.body, "deepinfer:http_requests_total{code=\"400\"}"));
-  FILE *f = fopen("/tmp/di_server_metrics.txt", "w");
+  char mpath[64], ppath[64], cmd[256];
+  snprintf(mpath, sizeof mpath, "/tmp/di_server_metrics.%d.txt", (int)getpid());
+  snprintf(ppath, sizeof ppath, "/tmp/di_server_promtool.%d.txt", (int)getpid());
+  FILE *f = fopen(mpath, "w");
   if (f) {
     fwrite(r.body, 1, r.len, f);
     fclose(f);
@@ -433,15 +436,56 @@ static void test_metrics(di_server *s) {
    * names are the contract (docs/METRICS.md): that one complaint is allowed,
    * any other problem (or a parse error, exit 1) fails. */
   if (system("command -v promtool >/dev/null 2>&1") == 0) {
-    int rc = system("promtool check metrics < /tmp/di_server_metrics.txt > /tmp/di_server_promtool.txt 2>&1");
+    snprintf(cmd, sizeof cmd, "promtool check metrics < %s > %s 2>&1", mpath, ppath);
+    int rc = system(cmd);
     CHECKF(WEXITSTATUS(rc) == 0 || WEXITSTATUS(rc) == 3, "promtool check metrics: exit %d", WEXITSTATUS(rc));
-    FILE *pf = fopen("/tmp/di_server_promtool.txt", "r");
+    FILE *pf = fopen(ppath, "r");
     char line[512];
     while (pf && fgets(line, sizeof line, pf))
       CHECKF(strstr(line, "should not contain ':'"), "promtool: %s", line);
     if (pf) fclose(pf);
+    remove(ppath);
   }
+  remove(mpath);
   free(r.body);
+}
+
+typedef struct think_out {
+  char r[128], c[128];
+} think_out;
+
+static void think_sink(void *user, int reasoning, const char *s, size_t n) {
+  think_out *o = user;
+  strncat(reasoning ? o->r : o->c, s, n);
+}
+
+/* Split results must not depend on how the text is cut into deltas. */
+static void test_think(void) {
+  const struct {
+    const char *text;
+    int open;
+    const char *r, *c;
+  } cases[] = {
+      {"<think>a<b</think>\n\nanswer", 0, "a<b", "answer"},
+      {"plain <think> text", 0, "", "plain <think> text"},
+      {"reason</think>ans", 1, "reason", "ans"},
+      {"<thin", 0, "", "<thin"},
+      {"<think>unfinished</thi", 0, "unfinished</thi", ""},
+      {"</think", 0, "", "</think"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (size_t step = 1; step <= strlen(cases[i].text); step++) {
+      think_out o = {{0}, {0}};
+      di_srv_think t;
+      di_srv_think_init(&t, cases[i].open);
+      size_t n = strlen(cases[i].text);
+      for (size_t k = 0; k < n; k += step) {
+        size_t m = k + step < n ? step : n - k;
+        di_srv_think_feed(&t, cases[i].text + k, m, k + m == n, think_sink, &o);
+      }
+      CHECKF(!strcmp(o.r, cases[i].r) && !strcmp(o.c, cases[i].c), "case %zu step %zu: r='%s' c='%s'", i, step,
+             o.r, o.c);
+    }
 }
 
 static int serve_main(int argc, char **argv) {
@@ -490,6 +534,7 @@ int main(int argc, char **argv) {
   CHECKF(di_server_start(&o, &be, &s, &st) == DI_OK, "%s", st.msg);
   if (!s) return di_test_finish("test_server_http");
   g_port = di_server_port(s);
+  test_think();
   test_basics();
   test_bodies();
   test_validation();
