@@ -109,35 +109,68 @@ void di_forward_ctx_free(di_forward_ctx *f) {
 
 /* ---- parallel matmul: threads split output columns, never the reduction ---- */
 
+#define MM_MAX_JOBS 3
+
+/* Several matrices that read the same input (Q/K/V, gate/up) run as one
+ * parallel task over their concatenated output columns: one sync instead of
+ * three, and no thread idles on a small matrix. */
 typedef struct mm_task {
-  const di_tensor *w;
+  const di_tensor *w[MM_MAX_JOBS];
+  float *y[MM_MAX_JOBS];
+  int n;
+  const float *x;
   const void *xq;
   int64_t M;
-  float *y;
-  int64_t ldy;
 } mm_task;
 
 static void mm_run(void *p, int ith, int nth) {
   mm_task *t = p;
-  int64_t N = t->w->ne[1];
+  int64_t total = 0;
+  for (int j = 0; j < t->n; j++) total += t->w[j]->ne[1];
   /* Chunks rounded to 16 columns keep SIMD tiles whole. */
-  int64_t per = ((N + nth - 1) / nth + 15) / 16 * 16;
-  int64_t n0 = per * ith, n1 = n0 + per < N ? n0 + per : N;
-  if (n0 < n1)
-    di_cpu_matmul(t->w->type, t->w->data, t->w->row_bytes, t->xq, t->M, t->w->ne[0], t->y, t->ldy, n0, n1);
+  int64_t per = ((total + nth - 1) / nth + 15) / 16 * 16;
+  int64_t c0 = per * ith, c1 = c0 + per < total ? c0 + per : total, base = 0;
+  for (int j = 0; j < t->n && c0 < c1; j++) {
+    const di_tensor *w = t->w[j];
+    int64_t n0 = c0 - base, n1 = c1 - base;
+    if (n0 < 0) n0 = 0;
+    if (n1 > w->ne[1]) n1 = w->ne[1];
+    if (n0 < n1) di_cpu_matmul(w->type, w->data, w->row_bytes, t->xq, t->M, w->ne[0], t->y[j], w->ne[1], n0, n1);
+    base += w->ne[1];
+  }
 }
 
-/* y[M][w.rows] = x[M][w.cols] * w^T */
+static void prep_run(void *p, int ith, int nth) {
+  mm_task *t = p;
+  const di_tensor *w = t->w[0];
+  int64_t per = (t->M + nth - 1) / nth, m0 = per * ith, m1 = m0 + per < t->M ? m0 + per : t->M;
+  if (m0 >= m1) return;
+  size_t rb = di_cpu_act_bytes(w->type, 1, w->ne[0]);
+  di_cpu_act_prepare(w->type, t->x + m0 * w->ne[0], m1 - m0, w->ne[0], (uint8_t *)t->xq + (size_t)m0 * rb);
+}
+
+/* y_j[M][w_j.rows] = x[M][cols] * w_j^T for each j; matrices of one dtype
+ * share one prepared activation. */
+static void matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n, const float *x, int64_t M) {
+  for (int j = 0; j < n;) {
+    mm_task t = {.x = x, .xq = f->xq, .M = M};
+    /* group consecutive matrices of the same type */
+    do {
+      t.w[t.n] = ws[j];
+      t.y[t.n] = ys[j];
+      t.n++;
+      j++;
+    } while (j < n && ws[j]->type == t.w[0]->type);
+    if (M >= 8) di_threadpool_run(f->tp, prep_run, &t);
+    else di_cpu_act_prepare(t.w[0]->type, x, M, t.w[0]->ne[0], f->xq);
+    di_threadpool_run(f->tp, mm_run, &t);
+  }
+}
+
 static void matmul(di_forward_ctx *f, const di_tensor *w, const float *x, int64_t M, float *y) {
-  di_cpu_act_prepare(w->type, x, M, w->ne[0], f->xq);
-  mm_task t = {w, f->xq, M, y, w->ne[1]};
-  di_threadpool_run(f->tp, mm_run, &t);
+  matmul_n(f, &w, &y, 1, x, M);
 }
 
-static void add_bias(float *y, const di_tensor *b, int T, int n) {
-  if (!b->data) return;
-  for (int t = 0; t < T; t++) di_cpu_add(y + (size_t)t * n, b->data, n);
-}
 
 /* ---- attention over the paged KV: (token, head, tile) partials, then merge ---- */
 
@@ -238,13 +271,92 @@ static di_code check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const 
   return DI_OK;
 }
 
+/* ---- per-token stages between the matmuls, parallel over tokens ---- */
+
+typedef struct stage_ctx {
+  di_forward_ctx *f;
+  di_kv_pool *kv;
+  const di_batch *b;
+  const di_layer_weights *L;
+  int layer;
+  const float *rope;
+  void (*fn)(struct stage_ctx *c, int t);
+} stage_ctx;
+
+static void stage_run(void *p, int ith, int nth) {
+  stage_ctx *c = p;
+  for (int t = ith; t < c->b->n_tokens; t += nth) c->fn(c, t);
+}
+
+/* Small batches (decode) run inline: a thread sync costs more than the work. */
+static void par_tokens(stage_ctx *c, void (*fn)(stage_ctx *, int)) {
+  c->fn = fn;
+  if (c->b->n_tokens < 4) stage_run(c, 0, 1);
+  else di_threadpool_run(c->f->tp, stage_run, c);
+}
+
+static void st_attn_norm(stage_ctx *c, int t) {
+  const di_hparams *hp = &c->f->m->hp;
+  size_t o = (size_t)t * hp->n_embd;
+  di_cpu_rms_norm(c->f->x + o, c->L->attn_norm.data, c->f->xn + o, hp->n_embd, hp->rms_eps);
+}
+
+/* bias, QK-norm, RoPE, and K/V into the token's cache slot */
+static void st_qk(stage_ctx *c, int t) {
+  di_forward_ctx *f = c->f;
+  const di_hparams *hp = &f->m->hp;
+  const di_layer_weights *L = c->L;
+  const int H = hp->n_head, HKV = hp->n_head_kv, hd = hp->head_dim, kvd = HKV * hd, rd = hp->rope_dim;
+  float *q = f->q + (size_t)t * H * hd, *k = f->k + (size_t)t * kvd, *v = f->v + (size_t)t * kvd;
+  if (L->bq.data) di_cpu_add(q, L->bq.data, H * hd);
+  if (L->bk.data) di_cpu_add(k, L->bk.data, kvd);
+  if (L->bv.data) di_cpu_add(v, L->bv.data, kvd);
+  const float *cs = c->rope + (size_t)t * rd;
+  for (int h = 0; h < H; h++) {
+    if (hp->qk_norm) di_cpu_rms_norm(q + h * hd, L->q_norm.data, q + h * hd, hd, hp->rms_eps);
+    di_cpu_rope(q + h * hd, cs, rd, hp->rope_type);
+  }
+  for (int h = 0; h < HKV; h++) {
+    if (hp->qk_norm) di_cpu_rms_norm(k + h * hd, L->k_norm.data, k + h * hd, hd, hp->rms_eps);
+    di_cpu_rope(k + h * hd, cs, rd, hp->rope_type);
+  }
+  di_kv_pool *kv = c->kv;
+  const di_batch *b = c->b;
+  int32_t blk = b->seqs[b->seq[t]].blocks[b->pos[t] / kv->block_size];
+  size_t slot = (size_t)(b->pos[t] % kv->block_size) * kvd * kv->elt_bytes;
+  di_cpu_kv_store((uint8_t *)di_kv_k(kv, blk, c->layer) + slot, k, kvd, kv->type);
+  di_cpu_kv_store((uint8_t *)di_kv_v(kv, blk, c->layer) + slot, v, kvd, kv->type);
+}
+
+/* residual add of a block's output (post-normed for Gemma) */
+static void residual(stage_ctx *c, int t, const di_tensor *post) {
+  const di_hparams *hp = &c->f->m->hp;
+  size_t o = (size_t)t * hp->n_embd;
+  float *y = c->f->tmp + o;
+  if (post->data) di_cpu_rms_norm(y, post->data, y, hp->n_embd, hp->rms_eps);
+  di_cpu_add(c->f->x + o, y, hp->n_embd);
+}
+
+static void st_attn_out(stage_ctx *c, int t) {
+  const di_hparams *hp = &c->f->m->hp;
+  residual(c, t, &c->L->attn_post_norm);
+  size_t o = (size_t)t * hp->n_embd;
+  di_cpu_rms_norm(c->f->x + o, c->L->ffn_norm.data, c->f->xn + o, hp->n_embd, hp->rms_eps);
+}
+
+static void st_glu(stage_ctx *c, int t) {
+  size_t o = (size_t)t * c->f->m->hp.n_ff;
+  di_cpu_glu(c->f->gate + o, c->f->up + o, c->f->m->hp.n_ff, c->f->m->hp.act);
+}
+
+static void st_ffn_out(stage_ctx *c, int t) { residual(c, t, &c->L->ffn_post_norm); }
+
 di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
   di_code rc;
   if ((rc = check_batch(f, kv, b, st))) return rc;
   const di_model *m = f->m;
   const di_hparams *hp = &m->hp;
-  const int T = b->n_tokens, D = hp->n_embd, H = hp->n_head, HKV = hp->n_head_kv, hd = hp->head_dim;
-  const int qd = H * hd, kvd = HKV * hd, rd = hp->rope_dim;
+  const int T = b->n_tokens, D = hp->n_embd, rd = hp->rope_dim;
 
   /* token embeddings */
   for (int t = 0; t < T; t++) {
@@ -264,55 +376,28 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
   for (int il = 0; il < hp->n_layer; il++) {
     const di_layer_weights *L = &m->layers[il];
     bool swa = di_hparams_layer_is_swa(hp, il);
-    const float *rope = swa ? f->rope_l : f->rope_g;
+    stage_ctx sc = {f, kv, b, L, il, swa ? f->rope_l : f->rope_g, NULL};
 
     /* attention block */
-    for (int t = 0; t < T; t++)
-      di_cpu_rms_norm(f->x + (size_t)t * D, L->attn_norm.data, f->xn + (size_t)t * D, D, hp->rms_eps);
-    matmul(f, &L->wq, f->xn, T, f->q);
-    matmul(f, &L->wk, f->xn, T, f->k);
-    matmul(f, &L->wv, f->xn, T, f->v);
-    add_bias(f->q, &L->bq, T, qd);
-    add_bias(f->k, &L->bk, T, kvd);
-    add_bias(f->v, &L->bv, T, kvd);
-    for (int t = 0; t < T; t++) {
-      for (int h = 0; h < H; h++) {
-        float *qh = f->q + ((size_t)t * H + h) * hd;
-        if (hp->qk_norm) di_cpu_rms_norm(qh, L->q_norm.data, qh, hd, hp->rms_eps);
-        di_cpu_rope(qh, rope + (size_t)t * rd, rd, hp->rope_type);
-      }
-      for (int h = 0; h < HKV; h++) {
-        float *kh = f->k + ((size_t)t * HKV + h) * hd;
-        if (hp->qk_norm) di_cpu_rms_norm(kh, L->k_norm.data, kh, hd, hp->rms_eps);
-        di_cpu_rope(kh, rope + (size_t)t * rd, rd, hp->rope_type);
-      }
-      const di_batch_seq *s = &b->seqs[b->seq[t]];
-      int32_t blk = s->blocks[b->pos[t] / kv->block_size];
-      size_t slot = (size_t)(b->pos[t] % kv->block_size) * kvd * kv->elt_bytes;
-      di_cpu_kv_store((uint8_t *)di_kv_k(kv, blk, il) + slot, f->k + (size_t)t * kvd, kvd, kv->type);
-      di_cpu_kv_store((uint8_t *)di_kv_v(kv, blk, il) + slot, f->v + (size_t)t * kvd, kvd, kv->type);
-    }
+    par_tokens(&sc, st_attn_norm);
+    const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_y[] = {f->q, f->k, f->v};
+    matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
+    par_tokens(&sc, st_qk);
     if ((rc = attn_plan(f, b, swa, st))) return rc;
     attn_task at = {f, kv, b, il, swa};
     di_threadpool_run(f->tp, attn_tiles_run, &at);
     di_threadpool_run(f->tp, attn_merge_run, &at);
     matmul(f, &L->wo, f->att, T, f->tmp);
-    if (hp->post_norms)
-      for (int t = 0; t < T; t++)
-        di_cpu_rms_norm(f->tmp + (size_t)t * D, L->attn_post_norm.data, f->tmp + (size_t)t * D, D, hp->rms_eps);
-    di_cpu_add(f->x, f->tmp, T * D);
+    par_tokens(&sc, st_attn_out); /* residual, then the FFN's input norm */
 
     /* feed-forward block */
-    for (int t = 0; t < T; t++)
-      di_cpu_rms_norm(f->x + (size_t)t * D, L->ffn_norm.data, f->xn + (size_t)t * D, D, hp->rms_eps);
-    matmul(f, &L->w_gate, f->xn, T, f->gate);
-    matmul(f, &L->w_up, f->xn, T, f->up);
-    di_cpu_glu(f->gate, f->up, T * hp->n_ff, hp->act);
+    const di_tensor *gu_w[] = {&L->w_gate, &L->w_up};
+    float *gu_y[] = {f->gate, f->up};
+    matmul_n(f, gu_w, gu_y, 2, f->xn, T);
+    par_tokens(&sc, st_glu);
     matmul(f, &L->w_down, f->gate, T, f->tmp);
-    if (hp->post_norms)
-      for (int t = 0; t < T; t++)
-        di_cpu_rms_norm(f->tmp + (size_t)t * D, L->ffn_post_norm.data, f->tmp + (size_t)t * D, D, hp->rms_eps);
-    di_cpu_add(f->x, f->tmp, T * D);
+    par_tokens(&sc, st_ffn_out);
   }
 
   /* classifier for the tokens that want logits */
