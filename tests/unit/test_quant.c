@@ -161,6 +161,10 @@ static void test_dequant(void) {
   }
   CHECK(!di_cpu_quantize_row(DI_Q4_K, (float[256]){0}, (uint8_t[256]){0}, 256));
   CHECK(!di_cpu_dtype_supported(DI_Q2_K));
+  CHECK(di_cpu_act_format(DI_Q4_0) == di_cpu_act_format(DI_Q8_0));
+  CHECK(di_cpu_act_format(DI_Q4_K) == di_cpu_act_format(DI_Q6_K));
+  CHECK(di_cpu_act_format(DI_F16) == di_cpu_act_format(DI_F32));
+  CHECK(di_cpu_act_format(DI_Q4_K) != di_cpu_act_format(DI_Q5_0));
 }
 
 typedef struct {

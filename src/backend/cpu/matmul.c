@@ -33,6 +33,8 @@ static size_t act_row_bytes(di_dtype t, int64_t K) {
   }
 }
 
+int di_cpu_act_format(di_dtype wtype) { return (int)act_kind(wtype); }
+
 size_t di_cpu_act_bytes(di_dtype wtype, int64_t M, int64_t K) {
   return (size_t)M * act_row_bytes(wtype, K);
 }

@@ -25,6 +25,10 @@ bool di_cpu_dtype_supported(di_dtype t);
 /* Bytes of prepared activations for M rows of K (K a multiple of the weight's
  * block size). The buffer needs only 4-byte alignment; 64 is best. */
 size_t di_cpu_act_bytes(di_dtype wtype, int64_t M, int64_t K);
+/* Weight types with equal values here take the same prepared activations, so one
+ * di_cpu_act_prepare can feed several matmuls (Q/K/V, gate/up): 0 f32, 1 Q8 blocks
+ * of 32 (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0), 2 Q8 blocks of 256 (Q4_K Q5_K Q6_K). */
+int di_cpu_act_format(di_dtype wtype);
 void di_cpu_act_prepare(di_dtype wtype, const float *X, int64_t M, int64_t K, void *xq);
 
 /* Y[m*ldy + n] = sum_k W[n][k] * X[m][k] for m in [0,M), n in [n0,n1).
