@@ -9,6 +9,7 @@
 #include "backend/cpu/isa.h"
 #include "backend/cpu/membw.h"
 #include "cli/args.h"
+#include "cli/bench_serve.h"
 #include "cli/cli.h"
 #include "cli/gen.h"
 #include "util/threadpool.h"
@@ -30,7 +31,11 @@ static const char *usage =
     "      --mmap           memory-map the weights instead of reading them\n"
     "      --no-bw          skip the bandwidth measurement\n"
     "      --json           one JSON object on stdout\n"
-    "  -h, --help           this help\n";
+    "  -h, --help           this help\n"
+    "\n"
+    "Serving mode: deepinfer bench -m MODEL --concurrency N --requests R --prompt-len P\n"
+    "--gen-len G [--json] runs R requests N at a time through the engine (see\n"
+    "deepinfer bench --concurrency 1 --help).\n";
 
 static double now(void) {
   struct timespec t;
@@ -49,6 +54,9 @@ static double median(double *v, int n) {
 }
 
 int di_cmd_bench(int argc, char **argv) {
+  /* Serving mode (many concurrent requests through the engine) has its own runner. */
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--concurrency") || !strcmp(argv[i], "--requests")) return di_cmd_bench_serve(argc, argv);
   const char *model = NULL;
   long long np = 512, ng = 128, depth = 0, reps = 3, threads = 0;
   bool json = false, use_mmap = false, no_bw = false;
