@@ -539,6 +539,7 @@ static void drain_inbox(di_engine *e) {
     e->reqs = r;
     e->n_reqs++;
     e->acc.prompt_tokens += (uint64_t)r->n_prompt;
+    r->seqs[0]->queued_at = e->acc.steps;
     di_seq_list_insert(&e->waiting, r->seqs[0]);
   }
   for (int i = 0; i < nc; i++) {

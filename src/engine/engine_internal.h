@@ -57,6 +57,7 @@ typedef struct di_seq {
   size_t pending_len, pending_cap;
   int n_gen;
   int n_preempted;
+  uint64_t queued_at;     /* engine step when it last entered the waiting queue */
   /* per-step scratch */
   int take;               /* tokens in this step's batch */
   int logits_row;         /* -1 = no logits this step */

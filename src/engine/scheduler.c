@@ -15,11 +15,17 @@
  * continues exactly where it stopped: it samples nothing during recompute, so
  * its RNG stream and outputs are unchanged. If no other victim exists the
  * sequence itself yields; a sequence alone in the pool that still cannot grow
- * finishes with "length". Admission never preempts. */
+ * finishes with "length". Admission never preempts.
+ *
+ * Aging: priority could starve a low-priority request under a steady stream
+ * of higher-priority ones, so a sequence that has waited DI_SCHED_AGING_STEPS
+ * steps is admitted next regardless of priority (oldest first). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
+
+#define DI_SCHED_AGING_STEPS 256
 
 static bool seq_before(const di_seq *a, const di_seq *b) {
   if (a->req->priority != b->req->priority) return a->req->priority > b->req->priority;
@@ -56,6 +62,7 @@ static void preempt(di_engine *e, di_seq *s) {
   s->n_computed = 0;
   s->n_preempted++;
   s->state = DI_SEQ_WAITING;
+  s->queued_at = e->acc.steps;
   di_seq_list_remove(&e->running, s);
   di_seq_list_insert(&e->waiting, s);
   e->acc.preemptions++;
@@ -145,9 +152,19 @@ static bool schedule_running(di_engine *e, di_batch *b, int *budget, int *n_out,
   return false;
 }
 
+/* The head of the queue, unless a sequence has waited too long. */
+static di_seq *next_waiting(di_engine *e) {
+  di_seq *s = e->waiting.v[0], *old = s;
+  for (int i = 1; i < e->waiting.n; i++) {
+    di_seq *w = e->waiting.v[i];
+    if (w->req->arrival < old->req->arrival || (w->req->arrival == old->req->arrival && w->index < old->index)) old = w;
+  }
+  return e->acc.steps - old->queued_at >= DI_SCHED_AGING_STEPS ? old : s;
+}
+
 static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
   while (e->waiting.n > 0 && *budget > 0) {
-    di_seq *s = e->waiting.v[0];
+    di_seq *s = next_waiting(e);
     di_req *r = s->req;
     int slots = (s->index == 0 && r->n_seqs == 1) ? r->n : 1; /* siblings are forked later */
     if (e->running.n + slots > e->max_seqs && e->running.n > 0) break;

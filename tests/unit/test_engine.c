@@ -409,6 +409,22 @@ static void test_priority(void) {
   }
   run_all(e);
   CHECK(n_order == 4 && order[0] == 4 && order[1] == 2 && order[2] == 1 && order[3] == 3);
+  /* No starvation: a priority-0 request under a steady stream of priority-9
+   * ones still finishes (aging). */
+  n_order = 0;
+  p.priority = 0;
+  uint64_t low;
+  CHECK(di_engine_submit(e, &p, &low, NULL, 0) == DI_OK);
+  p.priority = 9;
+  bool low_done = false;
+  for (int step = 0; step < 2000 && !low_done; step++) {
+    if (step % 2 == 0) CHECK(di_engine_submit(e, &p, NULL, NULL, 0) == DI_OK);
+    di_engine_step(e);
+    for (int k = 0; k < n_order; k++) low_done |= order[k] == (int)low;
+    if (n_order == 8) n_order = 0;
+  }
+  CHECK(low_done);
+  run_all(e);
   di_engine_destroy(e);
 }
 
