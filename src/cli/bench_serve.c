@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "cli/args.h"
@@ -41,6 +42,14 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds of this process: on a shared machine wall time swings with
+ * other load, CPU time per token much less. */
+static double cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
 }
 
 static void on_event(const di_event *ev, void *user) {
@@ -118,7 +127,7 @@ int di_cmd_bench_serve(int argc, char **argv) {
   bench_req *reqs = calloc((size_t)n_req, sizeof *reqs);
   uint64_t rng = (uint64_t)seed * 0x9E3779B97F4A7C15ull + 1;
   int n_done = 0, next = 0;
-  double t0 = now_s();
+  double t0 = now_s(), c0 = cpu_s();
   while (n_done < n_req) {
     while (next < n_req && next - n_done < conc) {
       for (int k = 0; k < plen; k++) {
@@ -143,7 +152,7 @@ int di_cmd_bench_serve(int argc, char **argv) {
     }
     di_engine_step(e);
   }
-  double wall = now_s() - t0;
+  double wall = now_s() - t0, cpu = cpu_s() - c0;
   di_engine_stats s;
   di_engine_stats_get(e, &s);
   double *ttft = malloc((size_t)n_req * sizeof *ttft), *tpot = malloc((size_t)n_req * sizeof *tpot);
@@ -163,11 +172,12 @@ int di_cmd_bench_serve(int argc, char **argv) {
            "\"threads\": %d, \"seconds\": %.3f, \"output_tokens\": %lld, \"output_tok_s\": %.2f, "
            "\"ttft_p50\": %.4f, \"ttft_p90\": %.4f, \"ttft_p99\": %.4f, \"tpot_p50\": %.5f, \"tpot_p90\": %.5f, "
            "\"tpot_p99\": %.5f, \"prefix_hit_rate\": %.4f, \"preemptions\": %llu, \"steps\": %llu, "
-           "\"sched_fraction\": %.5f, \"kv_blocks_total\": %d, \"kv_blocks_high_water\": %d}\n",
+           "\"sched_fraction\": %.5f, \"kv_blocks_total\": %d, \"kv_blocks_high_water\": %d, \"cpu_seconds\": %.3f, "
+           "\"output_tok_per_cpu_s\": %.3f}\n",
            o.model_path, conc, n_req, plen, glen, o.threads, wall, toks, toks / wall, pct(ttft, n_req, 50),
            pct(ttft, n_req, 90), pct(ttft, n_req, 99), pct(tpot, n_tpot, 50), pct(tpot, n_tpot, 90),
            pct(tpot, n_tpot, 99), hit, (unsigned long long)s.preemptions, (unsigned long long)s.steps, sched_frac,
-           s.kv_blocks_total, s.kv_blocks_high_water);
+           s.kv_blocks_total, s.kv_blocks_high_water, cpu, toks / cpu);
   } else {
     printf("model        %s\n", o.model_path);
     printf("load         %lld requests, %lld in flight, prompt %lld (shared %lld), gen %lld\n", n_req, conc, plen,
@@ -179,6 +189,7 @@ int di_cmd_bench_serve(int argc, char **argv) {
     printf("TPOT         p50 %.2f ms  p90 %.2f ms  p99 %.2f ms\n", 1e3 * pct(tpot, n_tpot, 50),
            1e3 * pct(tpot, n_tpot, 90), 1e3 * pct(tpot, n_tpot, 99));
     printf("prefix cache %.1f%% of prompt tokens hit\n", 100 * hit);
+    printf("CPU          %.2f s, %.2f output tokens per CPU-second\n", cpu, toks / cpu);
     printf("preemptions  %llu\n", (unsigned long long)s.preemptions);
     printf("KV blocks    %d total, %d high water (block %d)\n", s.kv_blocks_total, s.kv_blocks_high_water, s.kv_block_size);
     printf("scheduler    %.3f%% of step time\n", 100 * sched_frac);
