@@ -211,22 +211,20 @@ static int fake_token_bytes(void *ctx, int32_t id, char *buf, size_t cap) {
   return 1;
 }
 
-static di_code fake_render(void *ctx, const di_srv_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,
-                           int *think_open, di_status *st) {
-  size_t cap = 16;
-  for (size_t i = 0; i < n; i++) cap += strlen(msgs[i].role) + strlen(msgs[i].content) + 4;
-  char *text = malloc(cap);
-  if (!text) return di_errorf(st, DI_ERR_NOMEM, "oom");
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++) {
-    int cont = msgs[i].prefix && i == n - 1;
-    k += (size_t)snprintf(text + k, cap - k, cont ? "%s: %s" : "%s: %s\n", msgs[i].role, msgs[i].content);
+static di_code fake_render(void *ctx, const json_t *msgs, const json_t *tools, int cont, int32_t **ids,
+                           size_t *n_ids, int *think_open, di_status *st) {
+  char text[8192];
+  size_t k = 0, n = json_array_size(msgs);
+  for (size_t i = 0; i < n && k < sizeof text; i++) {
+    json_t *m = json_array_get(msgs, i);
+    const char *c = json_string_value(json_object_get(m, "content"));
+    k += (size_t)snprintf(text + k, sizeof text - k, cont && i == n - 1 ? "%s: %s" : "%s: %s\n",
+                          json_string_value(json_object_get(m, "role")), c ? c : "");
   }
-  if (!(n && msgs[n - 1].prefix)) k += (size_t)snprintf(text + k, cap - k, "assistant: ");
+  if (!cont && k < sizeof text) k += (size_t)snprintf(text + k, sizeof text - k, "assistant: ");
+  if (k >= sizeof text) return di_errorf(st, DI_ERR_RANGE, "fake prompt too long");
   *think_open = 0;
-  di_code rc = fake_tokenize(ctx, text, k, 1, 0, ids, n_ids, st);
-  free(text);
-  return rc;
+  return fake_tokenize(ctx, text, k, 1, 0, ids, n_ids, st);
 }
 
 static di_code fake_fim(void *ctx, const char *prefix, const char *suffix, int32_t **ids, size_t *n, di_status *st) {
