@@ -555,6 +555,9 @@ static void exec_for(jctx *c, jframe *f, const jnode *n) {
   }
   for (size_t i = 0; i < items->n && !c->err; i++) {
     if (!step(c)) return;
+    /* Jinja gives every iteration fresh locals: a `set` in one iteration is
+     * not seen by the next (reads fall through to the enclosing scope). */
+    if (i && !(lf = frame_new(c, f))) return;
     bind_target(c, lf, n->kids[0], items->items[i]);
     jdict *ld = loop_dict(c, items, i);
     if (!ld) { jerr(c, DI_ERR_NOMEM, "template render exceeded its memory budget"); return; }
