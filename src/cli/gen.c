@@ -3,9 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/progress.h"
+
 di_code di_gen_open(di_gen *g, const di_gen_opts *o, di_status *st) {
   memset(g, 0, sizeof *g);
   di_model_opts mo = {.use_mmap = o->use_mmap};
+  di_progress_set(di_progress_stderr, NULL);
   di_code rc = di_model_load(o->model_path, &mo, &g->model, st);
   if (rc) return rc;
   const di_hparams *hp = &g->model->hp;

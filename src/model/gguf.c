@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "util/mem.h"
+#include "util/progress.h"
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
 #define GGUF_MAX_PARTS 64
@@ -337,13 +338,15 @@ static di_code load_file(const char *path, bool use_mmap, gguf_part *part, di_st
   }
   size_t got = 0;
   while (got < size) {
-    ssize_t r = read(fd, buf + got, size - got > (1u << 30) ? (1u << 30) : size - got);
+    /* 64 MiB reads keep progress reports flowing for large models */
+    ssize_t r = read(fd, buf + got, size - got > (64u << 20) ? (64u << 20) : size - got);
     if (r <= 0) {
       close(fd);
       di_free_aligned(buf, size);
       return di_errorf(st, DI_ERR_IO, "%s: read failed at byte %zu", path, got);
     }
     got += (size_t)r;
+    if (size > (256u << 20)) di_progress(path, (double)got / (double)size);
   }
   close(fd);
   *part = (gguf_part){buf, size, false, true};

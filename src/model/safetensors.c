@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "util/mem.h"
+#include "util/progress.h"
 
 static di_code parse_dtype(const char *s, di_dtype *t, size_t *es) {
   if (!strcmp(s, "F32")) { *t = DI_F32; *es = 4; }
@@ -124,12 +125,13 @@ di_code di_st_open(const char *path, bool use_mmap, di_st_file *f, di_status *st
     }
     size_t got = 0;
     while (got < f->size) {
-      ssize_t r = read(fd, f->base + got, f->size - got);
+      ssize_t r = read(fd, f->base + got, f->size - got > (64u << 20) ? (64u << 20) : f->size - got);
       if (r <= 0) {
         close(fd);
         return di_errorf(st, DI_ERR_IO, "%s: read failed at byte %zu", path, got);
       }
       got += (size_t)r;
+      if (f->size > (256u << 20)) di_progress(path, (double)got / (double)f->size);
     }
     close(fd);
   }
