@@ -82,9 +82,12 @@ static void make_prompts(int shared) {
   }
 }
 
+static int g_ignore_eos;
+
 static void submit(di_engine *e, int i, out *o, int max_tokens, float temp, uint64_t seed) {
   di_request_params p;
   di_request_params_default(&p);
+  p.ignore_eos = g_ignore_eos;
   p.prompt_ids = prompts[i];
   p.n_prompt = (size_t)prompt_len[i];
   p.max_tokens = max_tokens;
@@ -462,7 +465,9 @@ static void test_sched_overhead(void) {
   cfg c = {.max_seqs = 64, .max_batch_tokens = 512, .block_size = 16, .prefix = 1};
   di_engine *e = make(c);
   out *o = calloc(64, sizeof *o);
+  g_ignore_eos = 1;
   for (int i = 0; i < 64; i++) submit(e, i % NP, &o[i], 64, 0, 0);
+  g_ignore_eos = 0;
   run_all(e);
   di_engine_stats s;
   di_engine_stats_get(e, &s);
