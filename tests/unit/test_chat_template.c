@@ -64,24 +64,41 @@ static bool ids_equal(const int32_t *a, size_t na, json_t *b) {
   return true;
 }
 
+/* The texts of the non-whitespace added tokens of a vocabulary. */
+typedef struct added_list {
+  const char **text;
+  size_t *len;
+  size_t n;
+} added_list;
+
+static void added_list_init(const di_tokenizer *tok, added_list *al) {
+  memset(al, 0, sizeof *al);
+  int32_t nv = di_tokenizer_n_vocab(tok);
+  al->text = malloc(sizeof(char *) * (size_t)nv);
+  al->len = malloc(sizeof(size_t) * (size_t)nv);
+  for (int32_t id = 0; id < nv; id++) {
+    if (!di_tokenizer_is_added(tok, id)) continue;
+    size_t l;
+    const char *t = di_tokenizer_token_text(tok, id, &l);
+    if (!t || !l || strspn(t, " \n\t\r") == l) continue;
+    al->text[al->n] = t;
+    al->len[al->n++] = l;
+  }
+}
+
 /* true if any string in j contains the text of a non-whitespace added token */
-static bool has_added_text(const di_tokenizer *tok, json_t *j) {
+static bool has_added_text(const added_list *al, json_t *j) {
   if (json_is_string(j)) {
     const char *s = json_string_value(j);
-    for (int32_t id = 0; id < di_tokenizer_n_vocab(tok); id++) {
-      if (!di_tokenizer_is_added(tok, id)) continue;
-      size_t l;
-      const char *t = di_tokenizer_token_text(tok, id, &l);
-      if (!t || !l || strspn(t, " \n\t\r") == l) continue;
-      if (memmem(s, strlen(s), t, l)) return true;
-    }
+    for (size_t i = 0; i < al->n; i++)
+      if (memmem(s, strlen(s), al->text[i], al->len[i])) return true;
     return false;
   }
   size_t i;
   json_t *v;
   const char *k;
-  if (json_is_array(j)) json_array_foreach(j, i, v) if (has_added_text(tok, v)) return true;
-  if (json_is_object(j)) json_object_foreach(j, k, v) if (has_added_text(tok, v)) return true;
+  if (json_is_array(j)) json_array_foreach(j, i, v) if (has_added_text(al, v)) return true;
+  if (json_is_object(j)) json_object_foreach(j, k, v) if (has_added_text(al, v)) return true;
   return false;
 }
 
@@ -172,6 +189,8 @@ static void run_reference(const char *name) {
     if (di_tokenizer_load(dir, &tok, &tst) != DI_OK) tok = NULL;
   }
   CHECKF(tok != NULL, "%s: tokenizer did not load (%s); ids not checked", name, tst.msg);
+  added_list al = {0};
+  if (tok) added_list_init(tok, &al);
 
   snprintf(p, sizeof p, "tokenizers/chat/%s/conversations.json", name);
   json_t *convs = json_load_file(di_test_data(p, path, sizeof path), 0, &je);
@@ -220,7 +239,7 @@ static void run_reference(const char *name) {
           }
           CHECKF(di_chat_assemble_ids(tok, &r, false, &ids, &n, &is) == DI_OK, "%s: %s", name, is.msg);
           if (!is.code) {
-            if (!has_added_text(tok, json_object_get(conv, "messages"))) {
+            if (!has_added_text(&al, json_object_get(conv, "messages"))) {
               bool ok = ids_equal(ids, n, wids);
               CHECKF(ok, "%s %s %s: safe ids differ on a benign conversation", name, cid, kws);
               n_safe += ok;
@@ -244,6 +263,8 @@ static void run_reference(const char *name) {
   if (f) pclose(f);
   printf("%s: %d texts, %d errors, %d naive ids, %d safe ids equal the reference\n", name, n_text, n_err, n_ids, n_safe);
   if (tok) injection(name, tok, t, bos, eos);
+  free(al.text);
+  free(al.len);
   di_tokenizer_free(tok);
   di_chat_template_free(t);
   json_decref(convs);
