@@ -4,12 +4,27 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 #include "backend/cpu/isa.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/quant.h"
 
+/* DI_CPU_EXACT=1 (accuracy debugging, slow): activations stay f32 and each
+ * weight row is dequantized and dotted in f32, so a model's output can be split
+ * into weight-quantization and activation-quantization error. Read once. */
+static int g_exact = -1;
+
+static bool exact_mode(void) {
+  if (g_exact < 0) {
+    const char *e = getenv("DI_CPU_EXACT");
+    g_exact = e && *e && strcmp(e, "0") != 0;
+  }
+  return g_exact;
+}
+
 static di_cpu_act_kind act_kind(di_dtype t) {
+  if (exact_mode()) return DI_ACT_F32;
   switch (t) {
   case DI_Q4_0: case DI_Q4_1: case DI_Q5_0: case DI_Q5_1: case DI_Q8_0: return DI_ACT_Q8;
   case DI_Q4_K: case DI_Q5_K: case DI_Q6_K: return DI_ACT_Q8K;
@@ -215,6 +230,23 @@ SCALAR_MM(mm_scalar_qk, dot_qk(t, w, xr, K))
 SCALAR_MM(mm_scalar_f32, t == DI_F32 ? dot_f32(w, xr, K) : t == DI_F16 ? dot_f16(w, xr, K)
                                                                       : dot_bf16(w, xr, K))
 
+/* Exact mode: dequantize row n once per call, then plain f32 dots for every m. */
+static void mm_exact(const void *W, size_t wrow, const void *x, int64_t M, int64_t K, float *Y,
+                     int64_t ldy, int64_t n0, int64_t n1, di_dtype t) {
+  static _Thread_local float *buf;
+  static _Thread_local int64_t cap;
+  if (cap < K) {
+    free(buf);
+    buf = malloc((size_t)K * sizeof *buf);
+    cap = buf ? K : 0;
+    if (!buf) return;
+  }
+  for (int64_t n = n0; n < n1; n++) {
+    di_cpu_dequant_row(t, (const uint8_t *)W + (size_t)n * wrow, buf, K);
+    for (int64_t m = 0; m < M; m++) Y[m * ldy + n] = dot_f32(buf, (const float *)x + m * K, K);
+  }
+}
+
 /* ---- dispatch ---- */
 
 typedef struct {
@@ -260,6 +292,10 @@ void di_cpu_matmul(di_dtype wtype, const void *W, size_t w_row_bytes, const void
                    int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   if (M <= 0 || n1 <= n0) return;
   size_t xrow = act_row_bytes(wtype, K);
+  if (exact_mode()) {
+    mm_exact(W, w_row_bytes, xq, M, K, Y, ldy, n0, n1, wtype);
+    return;
+  }
   di_cpu_mm_fn fn = kernels()->mm[wtype];
   if (fn) {
     fn(W, w_row_bytes, xq, xrow, M, K, Y, ldy, n0, n1);
