@@ -168,16 +168,8 @@ static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
     di_req *r = s->req;
     int slots = (s->index == 0 && r->n_seqs == 1) ? r->n : 1; /* siblings are forked later */
     if (e->running.n + slots > e->max_seqs && e->running.n > 0) break;
-    if (s->n_computed == 0 && s->table.n_blocks == 0 && e->be.policy != DI_KV_POLICY_WINDOW) {
-      int hit = di_kv_table_match_prefix(e->pool, &s->table, s->tokens, s->len);
-      s->n_computed = hit;
-      if (!r->admitted_once && s->index == 0) {
-        r->cached_tokens = hit;
-        e->acc.prefix_queries++;
-        e->acc.prefix_query_tokens += (uint64_t)r->n_prompt;
-        e->acc.prefix_hit_tokens += (uint64_t)hit;
-      }
-    }
+    if (s->n_computed == 0 && s->table.n_blocks == 0 && e->be.policy != DI_KV_POLICY_WINDOW)
+      s->n_computed = di_kv_table_match_prefix(e->pool, &s->table, s->tokens, s->len);
     int end = s->n_computed + (s->len - s->n_computed < *budget ? s->len - s->n_computed : *budget);
     if (!fits(e, s, end)) end = shrink_to_fit(e, s, end);
     if (end <= s->n_computed) {
@@ -186,6 +178,12 @@ static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
       if (e->running.n == 0 && b->n_tokens == 0)
         di_engine_finish_seq(e, s, DI_FINISH_ERROR, "the KV pool is too small for this sequence");
       break;
+    }
+    if (!r->admitted_once && s->index == 0) { /* hits count once per request, at first admission */
+      r->cached_tokens = s->n_computed;
+      e->acc.prefix_queries++;
+      e->acc.prefix_query_tokens += (uint64_t)r->n_prompt;
+      e->acc.prefix_hit_tokens += (uint64_t)s->n_computed;
     }
     r->admitted_once = true;
     di_seq_list_remove(&e->waiting, s);

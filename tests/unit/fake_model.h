@@ -16,6 +16,7 @@
 
 static const int32_t fake_eos_ids[1] = {FAKE_EOS};
 static int fake_forward_calls;
+static int fake_window; /* > 0: attention sees only the last fake_window positions */
 
 static uint64_t fake_mix(uint64_t x) {
   x ^= x >> 33;
@@ -44,7 +45,8 @@ static di_code fake_forward(void *user, di_kv_pool *kv, const di_batch *b, float
     if (!want) continue;
     const di_batch_seq *s = &b->seqs[b->seq[i]];
     uint64_t h = 1469598103934665603ull;
-    for (int p = 0; p <= b->pos[i]; p++) {
+    int lo = fake_window > 0 && b->pos[i] - fake_window + 1 > 0 ? b->pos[i] - fake_window + 1 : 0;
+    for (int p = lo; p <= b->pos[i]; p++) {
       int32_t blk = s->blocks[p / bs];
       if (blk < 0 || blk >= kv->n_blocks || kv->refcount[blk] < 1)
         return di_errorf(st, DI_ERR_INTERNAL, "fake: pos %d reads a bad block", p);
