@@ -470,7 +470,7 @@ static void sample_and_emit(di_engine *e, di_seq *s, const float *logits) {
     }
   }
   emit(e, s, so.token, s->pending, release, &so, DI_FINISH_NONE, NULL);
-  memmove(s->pending, s->pending + release, s->pending_len - release);
+  if (s->pending) memmove(s->pending, s->pending + release, s->pending_len - release);
   s->pending_len -= release;
   if (stopped) di_engine_finish_seq(e, s, DI_FINISH_STOP, NULL);
   else if ((r->p.max_tokens > 0 && s->n_gen >= r->p.max_tokens) || s->len >= s->cap)
