@@ -273,11 +273,9 @@ static void test_scalar_vs_simd(di_cpu_isa_level best) {
 
 /* Bitwise: row m computed with M=1 equals row m inside every M in 2..37, and
  * every split of n0..n1 equals the full range. */
-static void test_row_invariance(void) {
-  const int64_t MMAX = 37, N = 21;
-  for (int ti = 0; ti < NTYPES; ti++) {
-    di_dtype t = all_types[ti];
-    int64_t K = is_k(t) ? 512 : test_k(t);
+static void row_invariance_case(di_dtype t, int64_t K, int64_t MMAX) {
+  const int64_t N = 21;
+  {
     wmat w = make_w(t, N, K);
     float *X = malloc((size_t)(MMAX * K) * 4);
     for (int64_t i = 0; i < MMAX * K; i++) X[i] = rndf();
@@ -309,6 +307,16 @@ static void test_row_invariance(void) {
            di_cpu_isa_name(di_cpu_isa()), bad);
     free(X), free(xq), free(alone), free(Y), free_w(&w);
   }
+}
+
+static void test_row_invariance(void) {
+  for (int ti = 0; ti < NTYPES; ti++)
+    row_invariance_case(all_types[ti], is_k(all_types[ti]) ? 512 : test_k(all_types[ti]), 37);
+  /* long rows: the GEMM walks N in panels of ~192 KB of weights, so these cross
+   * panel boundaries */
+  row_invariance_case(DI_F32, 12291, 9);
+  row_invariance_case(DI_Q8_0, 32 * 400, 9);
+  row_invariance_case(DI_Q6_K, 256 * 60, 6);
 }
 
 int main(void) {

@@ -31,10 +31,15 @@ AI __m256 fp16x1(di_fp16 h) { return _mm256_set1_ps(_cvtsh_ss(h)); }
 #define MT_MAX 4
 
 /* Runs tile shapes over [0,M) x [n0,n1). GEMV (M == 1) takes NT_GEMV columns at a
- * time for independent chains; GEMM takes MT_MAX x NT_GEMM. */
+ * time for independent chains. GEMM walks the columns in panels of about
+ * PANEL_BYTES of weights, which stay in L2 while every MT_MAX x NT_GEMM tile of
+ * rows passes over them, so weights are read from memory once per panel rather
+ * than once per row tile. */
+#define PANEL_BYTES (192 * 1024)
+
 #define DEFINE_DRIVER(PFX, NT_GEMV, NT_GEMM)                                                     \
-  AI void PFX##_mm(di_dtype t, const void *W, size_t wrow, const void *X, size_t xrow,       \
-                       int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {     \
+  AI void PFX##_mm(di_dtype t, const void *W, size_t wrow, const void *X, size_t xrow,           \
+                   int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {         \
     const uint8_t *w = W, *x = X;                                                                \
     int64_t nb = K / PFX##_QK;                                                                   \
     if (M == 1) {                                                                                \
@@ -44,15 +49,20 @@ AI __m256 fp16x1(di_fp16 h) { return _mm256_set1_ps(_cvtsh_ss(h)); }
       for (; n < n1; n++) PFX##_tile(t, 1, 1, w + n * wrow, wrow, x, xrow, nb, K, Y + n, ldy);   \
       return;                                                                                    \
     }                                                                                            \
-    for (int64_t m = 0; m < M; m += MT_MAX) {                                                    \
-      int64_t mt = M - m < MT_MAX ? M - m : MT_MAX;                                              \
-      const uint8_t *xm = x + m * xrow;                                                          \
-      float *ym = Y + m * ldy;                                                                   \
-      switch (mt) {                                                                              \
-      case 4: PFX##_cols(t, 4, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, n0, n1); break;       \
-      case 3: PFX##_cols(t, 3, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, n0, n1); break;       \
-      case 2: PFX##_cols(t, 2, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, n0, n1); break;       \
-      default: PFX##_cols(t, 1, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, n0, n1); break;      \
+    int64_t panel = (int64_t)(PANEL_BYTES / (wrow ? wrow : 1)) / NT_GEMM * NT_GEMM;              \
+    if (panel < NT_GEMM) panel = NT_GEMM;                                                        \
+    for (int64_t p0 = n0; p0 < n1; p0 += panel) {                                                \
+      int64_t p1 = n1 - p0 < panel ? n1 : p0 + panel;                                            \
+      for (int64_t m = 0; m < M; m += MT_MAX) {                                                  \
+        int64_t mt = M - m < MT_MAX ? M - m : MT_MAX;                                            \
+        const uint8_t *xm = x + m * xrow;                                                        \
+        float *ym = Y + m * ldy;                                                                 \
+        switch (mt) {                                                                            \
+        case 4: PFX##_cols(t, 4, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;     \
+        case 3: PFX##_cols(t, 3, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;     \
+        case 2: PFX##_cols(t, 2, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;     \
+        default: PFX##_cols(t, 1, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;    \
+        }                                                                                        \
       }                                                                                          \
     }                                                                                            \
   }
