@@ -462,6 +462,7 @@ static int write_stats(const char *path, di_engine *e, double secs, const batch 
 int di_cmd_batch(int argc, char **argv) {
   di_engine_opts o;
   di_engine_opts_default(&o);
+  o.max_seqs = 0; /* 0 after parsing = not given: follows --concurrency */
   const char *in_path = NULL, *out_path = NULL, *stats_path = NULL;
   long long conc = 16;
   bool quiet = false;
@@ -490,7 +491,7 @@ int di_cmd_batch(int argc, char **argv) {
   }
   if (!o.model_path) return di_cli_fail("batch", "missing -m MODEL (see --help)");
   if (!in_path || !out_path) return di_cli_fail("batch", "need -i INPUT and -o OUTPUT (see --help)");
-  if (!o.max_seqs || o.max_seqs == 16) o.max_seqs = (int)conc;
+  if (!o.max_seqs) o.max_seqs = (int)conc;
   FILE *in = fopen(in_path, "r");
   if (!in) return di_cli_fail("batch", "cannot open %s", in_path);
   /* Lines are read up front: the output keeps their order. */

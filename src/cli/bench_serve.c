@@ -81,6 +81,7 @@ static double pct(const double *v, int n, double p) {
 int di_cmd_bench_serve(int argc, char **argv) {
   di_engine_opts o;
   di_engine_opts_default(&o);
+  o.max_seqs = 0; /* 0 after parsing = not given: follows --concurrency */
   long long conc = 0, n_req = 0, plen = 128, glen = 128, shared = 0, seed = 1;
   bool json = false;
   for (int i = 1; i < argc; i++) {
@@ -113,7 +114,7 @@ int di_cmd_bench_serve(int argc, char **argv) {
   if (plen < 1 || glen < 1) return di_cli_fail("bench", "--prompt-len and --gen-len must be >= 1");
   if (shared > plen) return di_cli_fail("bench", "--shared-prefix exceeds --prompt-len");
   if (n_req == 0) n_req = 4 * conc;
-  if (o.max_seqs == 16) o.max_seqs = (int)conc;
+  if (!o.max_seqs) o.max_seqs = (int)conc;
   char err[512];
   di_engine *e = NULL;
   if (di_engine_create(&o, &e, err, sizeof err) != DI_OK) return di_cli_fail("bench", "%s", err);

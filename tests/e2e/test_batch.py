@@ -187,3 +187,24 @@ def test_bad_lines_do_not_disturb_others(tmp_path):
     assert res[mixed.index("{not json")]["error"]["code"] == "invalid_request"
     assert ids_by_id([r for r in res if r["custom_id"] in ref]) == ref
     assert st["errors"] == len(bad)
+
+
+def test_chat_lines(tmp_path):
+    need(SMOL)
+    body = {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8, "temperature": 0}
+    res, _ = run_batch(tmp_path, SMOL, [line("c", body, url="/v1/chat/completions"),
+                                        line("p", {"prompt": "Hello", "max_tokens": 4, "temperature": 0})], tag="chat")
+    b = res[0]["response"]["body"]
+    assert b["object"] == "chat.completion"
+    msg = b["choices"][0]["message"]
+    assert msg["role"] == "assistant" and isinstance(msg["content"], str) and msg["content"]
+    assert b["usage"]["prompt_tokens"] > 5 and b["usage"]["completion_tokens"] <= 8
+    assert res[1]["response"]["body"]["object"] == "text_completion"
+
+
+def test_chat_without_template_is_a_line_error(tmp_path):
+    need(STORIES)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    res, st = run_batch(tmp_path, STORIES, [line("c", body, url="/v1/chat/completions")], tag="notmpl")
+    assert res[0]["response"] is None and "chat template" in res[0]["error"]["message"]
+    assert st["errors"] == 1
