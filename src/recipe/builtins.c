@@ -139,7 +139,7 @@ static jv select_items(jctx *c, jv seq, jargs *a, bool by_attr, bool keep) {
   jargs ta = {.pos = a->n > first_test + 1 ? a->pos + first_test + 1 : NULL,
               .n = a->n > first_test + 1 ? a->n - first_test - 1 : 0};
   jlist *out = jlist_new(c->a, l.u.l->n);
-  if (!out) return oom(c);
+  if (!out || !jcharge(c, l.u.l->n)) return c->err ? jv_undef(NULL) : oom(c);
   out->n = 0;
   for (size_t i = 0; i < l.u.l->n && !c->err; i++) {
     jv it = l.u.l->items[i];
@@ -163,6 +163,7 @@ static jv select_items(jctx *c, jv seq, jargs *a, bool by_attr, bool keep) {
 static jv do_map(jctx *c, jv seq, jargs *a) {
   jv l = jv_iter_list(c, seq);
   if (c->err) return l;
+  if (!jcharge(c, l.u.l->n)) return jv_undef(NULL);
   jv attr = jargs_get(a, SIZE_MAX, "attribute", jv_undef(NULL));
   jv dflt = jargs_get(a, SIZE_MAX, "default", jv_undef(NULL));
   jlist *out = jlist_new(c->a, l.u.l->n);
@@ -188,6 +189,7 @@ static jv sort_list(jctx *c, jv seq, bool reverse, jv attr) {
   jv l = jv_iter_list(c, seq);
   if (c->err) return l;
   size_t n = l.u.l->n;
+  if (!jcharge(c, (uint64_t)n * n / 4)) return jv_undef(NULL); /* insertion sort */
   jlist *out = jlist_new(c->a, n);
   jv *keys = jarena_alloc(c->a, (n + 1) * sizeof(jv));
   if (!out || !keys) return oom(c);
@@ -367,6 +369,7 @@ jv jbuiltin_filter(jctx *c, const char *name, jv v, jargs *a) {
     if (c->err) return l;
     jv attr = jargs_get(a, 1, "attribute", jv_undef(NULL));
     bool cs = jv_truthy(jargs_get(a, 0, "case_sensitive", jv_bool(false)));
+    if (!jcharge(c, (uint64_t)l.u.l->n * l.u.l->n / 4)) return jv_undef(NULL);
     jlist *o = jlist_new(c->a, l.u.l->n);
     jv *seen = jarena_alloc(c->a, (l.u.l->n + 1) * sizeof(jv));
     if (!o || !seen) return oom(c);

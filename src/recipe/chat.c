@@ -124,7 +124,7 @@ static jv from_json(conv *cv, const json_t *j, int depth) {
         if (!di_recipe_utf8_valid(k, kl, &bad))
           return jerr(c, DI_ERR_INVALID, "%s: invalid UTF-8 in key at byte offset %zu", cv->path, bad);
         jv val = from_json(cv, v, depth + 1);
-        if (!jdict_set(c->a, d, jv_str(c->a, k, kl, cv->taint), val))
+        if (!jdict_append(c->a, d, jv_str(c->a, k, kl, cv->taint), val))
           return jerr(c, DI_ERR_NOMEM, "render exceeded its memory budget");
       }
       cv->path[plen] = 0;
@@ -150,8 +150,9 @@ static jv normalize_message(jctx *c, jv m) {
   }
   const jv *th = jdict_get(src, "thinking", 8);
   if (r && (!th || th->kind == JV_NONE)) jdict_set(c->a, d, jv_cstr(c->a, "thinking"), *r);
+  /* keys are unique, and "thinking" was only put first if src has none */
   for (size_t i = 0; i < src->n; i++)
-    if (src->vals[i].kind != JV_NONE) jdict_set(c->a, d, src->keys[i], src->vals[i]);
+    if (src->vals[i].kind != JV_NONE) jdict_append(c->a, d, src->keys[i], src->vals[i]);
   if (r) jdict_set(c->a, d, jv_cstr(c->a, "reasoning_content"), *r);
   jv out = {.kind = JV_DICT};
   out.u.d = d;

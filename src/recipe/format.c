@@ -106,30 +106,38 @@ static void repr_str(jbuf *b, const jstr *s) {
   jbuf_put(b, &q, 1, false);
 }
 
-void jv_repr(jctx *c, jbuf *b, jv v) {
+/* Values can nest without bound (`{% set ns.x = [ns.x] %}` in a loop), so
+ * printing them is depth-limited rather than trusted to the C stack. */
+static void repr_depth(jctx *c, jbuf *b, jv v, int depth) {
+  if (depth > 200) {
+    jerr(c, DI_ERR_RANGE, "RecursionError: value nested deeper than 200 levels");
+    return;
+  }
   if (v.kind == JV_STR) { repr_str(b, v.u.s); return; }
   if (v.kind == JV_LIST) {
     jbuf_puts(b, v.u.l->tuple ? "(" : "[");
-    for (size_t i = 0; i < v.u.l->n; i++) {
+    for (size_t i = 0; i < v.u.l->n && !c->err; i++) {
       if (i) jbuf_puts(b, ", ");
-      jv_repr(c, b, v.u.l->items[i]);
+      repr_depth(c, b, v.u.l->items[i], depth + 1);
     }
     jbuf_puts(b, v.u.l->tuple ? (v.u.l->n == 1 ? ",)" : ")") : "]");
     return;
   }
   if (v.kind == JV_DICT || v.kind == JV_NS) {
     jbuf_puts(b, v.kind == JV_NS ? "<Namespace {" : "{");
-    for (size_t i = 0; i < v.u.d->n; i++) {
+    for (size_t i = 0; i < v.u.d->n && !c->err; i++) {
       if (i) jbuf_puts(b, ", ");
-      jv_repr(c, b, v.u.d->keys[i]);
+      repr_depth(c, b, v.u.d->keys[i], depth + 1);
       jbuf_puts(b, ": ");
-      jv_repr(c, b, v.u.d->vals[i]);
+      repr_depth(c, b, v.u.d->vals[i], depth + 1);
     }
     jbuf_puts(b, v.kind == JV_NS ? "}>" : "}");
     return;
   }
   jv_to_str(c, b, v);
 }
+
+void jv_repr(jctx *c, jbuf *b, jv v) { repr_depth(c, b, v, 0); }
 
 void jv_to_str(jctx *c, jbuf *b, jv v) {
   char num[64];
@@ -216,6 +224,7 @@ bool jv_tojson(jctx *c, jbuf *b, jv v, int indent, const char *item_sep, const c
     return false;
   }
   char num[64];
+  if (!jcharge(c, 1)) return false;
   switch (v.kind) {
     case JV_NONE: jbuf_puts(b, "null"); return true;
     case JV_BOOL: jbuf_puts(b, v.u.b ? "true" : "false"); return true;
@@ -245,6 +254,7 @@ bool jv_tojson(jctx *c, jbuf *b, jv v, int indent, const char *item_sep, const c
       size_t *order = jarena_alloc(c->a, d->n * sizeof(size_t));
       if (!order) { jerr(c, DI_ERR_NOMEM, "template render exceeded its memory budget"); return false; }
       for (size_t i = 0; i < d->n; i++) order[i] = i;
+      if (sort_keys && !jcharge(c, (uint64_t)d->n * d->n / 4)) return false;
       if (sort_keys) /* insertion sort: dicts in templates are small */
         for (size_t i = 1; i < d->n; i++)
           for (size_t j = i; j > 0; j--) {

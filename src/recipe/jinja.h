@@ -118,6 +118,8 @@ jlist *jlist_new(jarena *a, size_t n);
 jv jv_list(jlist *l);
 jdict *jdict_new(jarena *a, size_t cap);
 bool jdict_set(jarena *a, jdict *d, jv key, jv val); /* false when out of memory */
+/* Adds a key known to be absent (JSON objects): O(1) instead of a scan. */
+bool jdict_append(jarena *a, jdict *d, jv key, jv val);
 const jv *jdict_get(const jdict *d, const char *key, size_t klen);
 const jv *jdict_getv(const jdict *d, jv key);
 
@@ -201,6 +203,15 @@ typedef struct jctx {
  * callers can `return jerr(...)`. */
 jv jerr(jctx *c, di_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 jv jundef_fail(jctx *c, jv u);
+
+/* Charges work proportional to n against the step budget, so that loops over
+ * large values (membership tests, sorts, joins) stay bounded in time too. */
+static inline bool jcharge(jctx *c, uint64_t n) {
+  c->steps += n;
+  if (c->steps <= c->max_steps) return !c->err;
+  jerr(c, DI_ERR_RANGE, "template render exceeded %llu evaluation steps", (unsigned long long)c->max_steps);
+  return false;
+}
 
 /* Python str() and repr() into a buffer (taint of strings kept). */
 void jv_to_str(jctx *c, jbuf *b, jv v);

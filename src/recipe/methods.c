@@ -46,6 +46,8 @@ static size_t cp_before(const char *s, size_t i) {
 }
 
 jv jv_iter_list(jctx *c, jv v) {
+  if (!jcharge(c, v.kind == JV_LIST ? 0 : v.kind == JV_STR ? v.u.s->len : v.kind == JV_DICT ? v.u.d->n : 0))
+    return jv_undef(NULL);
   switch (v.kind) {
     case JV_LIST: return v;
     case JV_UNDEF: return jv_list(jlist_new(c->a, 0));
@@ -119,6 +121,7 @@ jv jv_getattr(jctx *c, jv obj, const char *name, size_t len) {
   if ((obj.kind == JV_STR && in_set(STR_METHODS, name, len)) || (obj.kind == JV_LIST && in_set(LIST_METHODS, name, len)))
     return bound(c, obj, name, len);
   if (obj.kind == JV_DICT || obj.kind == JV_NS) {
+    if (!jcharge(c, obj.u.d->n / 8)) return jv_undef(NULL);
     const jv *v = jdict_get(obj.u.d, name, len);
     if (v) return *v;
   }
@@ -128,6 +131,7 @@ jv jv_getattr(jctx *c, jv obj, const char *name, size_t len) {
 jv jv_getitem(jctx *c, jv obj, jv key) {
   if (obj.kind == JV_UNDEF) return jundef_fail(c, obj);
   if (obj.kind == JV_DICT || obj.kind == JV_NS) {
+    if (!jcharge(c, obj.u.d->n / 8)) return jv_undef(NULL);
     const jv *v = jdict_getv(obj.u.d, key);
     if (v) return *v;
   } else if ((obj.kind == JV_LIST || obj.kind == JV_STR) && (key.kind == JV_INT || key.kind == JV_BOOL)) {
@@ -142,7 +146,14 @@ jv jv_getitem(jctx *c, jv obj, jv key) {
   return jv_undef(fmt_undef(c, jv_object_repr(obj), key));
 }
 
-int jv_compare(jctx *c, jv a, jv b, bool *ok) {
+static int compare_depth(jctx *c, jv a, jv b, bool *ok, int depth);
+int jv_compare(jctx *c, jv a, jv b, bool *ok) { return compare_depth(c, a, b, ok, 0); }
+
+static int compare_depth(jctx *c, jv a, jv b, bool *ok, int depth) {
+  if (depth > 200) {
+    *ok = false;
+    return 0;
+  }
   bool an = a.kind == JV_INT || a.kind == JV_FLOAT || a.kind == JV_BOOL;
   bool bn = b.kind == JV_INT || b.kind == JV_FLOAT || b.kind == JV_BOOL;
   if (an && bn) {
@@ -163,7 +174,7 @@ int jv_compare(jctx *c, jv a, jv b, bool *ok) {
   if (a.kind == JV_LIST && b.kind == JV_LIST) {
     for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
       if (jv_equal(a.u.l->items[i], b.u.l->items[i])) continue;
-      return jv_compare(c, a.u.l->items[i], b.u.l->items[i], ok);
+      return compare_depth(c, a.u.l->items[i], b.u.l->items[i], ok, depth + 1);
     }
     return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
   }
@@ -180,6 +191,9 @@ static bool str_find(const jstr *h, const jstr *n, size_t from, size_t *at) {
 }
 
 bool jv_contains(jctx *c, jv container, jv item) {
+  uint64_t work = container.kind == JV_STR ? container.u.s->len / 16 : container.kind == JV_LIST ? container.u.l->n
+                  : (container.kind == JV_DICT || container.kind == JV_NS) ? container.u.d->n / 8 : 0;
+  if (!jcharge(c, work)) return false;
   switch (container.kind) {
     case JV_STR:
       if (item.kind != JV_STR) {
@@ -374,7 +388,7 @@ jv jstr_replace(jctx *c, jv s, jv old, jv new_, int64_t count) {
 
 jv jstr_join(jctx *c, jv sep, jv items, jv attr) {
   jv l = jv_iter_list(c, items);
-  if (c->err) return l;
+  if (c->err || !jcharge(c, l.u.l->n)) return jv_undef(NULL);
   jbuf b;
   jbuf_init(&b, c->a, (size_t)-1);
   for (size_t i = 0; i < l.u.l->n && !c->err; i++) {

@@ -225,6 +225,10 @@ bool jdict_set(jarena *a, jdict *d, jv key, jv val) {
       d->vals[i] = val;
       return true;
     }
+  return jdict_append(a, d, key, val);
+}
+
+bool jdict_append(jarena *a, jdict *d, jv key, jv val) {
   if (d->n == d->cap) {
     size_t cap = d->cap ? d->cap * 2 : 8;
     jv *k = jarena_alloc(a, cap * sizeof(jv)), *v = jarena_alloc(a, cap * sizeof(jv));
@@ -263,7 +267,10 @@ static double num_f(jv v) {
   return v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : (double)v.u.b;
 }
 
-bool jv_equal(jv a, jv b) {
+/* Depth-limited like printing: nesting is not bounded by the template. Past
+ * the limit values compare unequal, which is safe, never a crash. */
+static bool equal_depth(jv a, jv b, int depth) {
+  if (depth > 200) return false;
   if (is_num(a) && is_num(b)) {
     if (a.kind != JV_FLOAT && b.kind != JV_FLOAT) {
       int64_t x = a.kind == JV_INT ? a.u.i : a.u.b, y = b.kind == JV_INT ? b.u.i : b.u.b;
@@ -278,18 +285,20 @@ bool jv_equal(jv a, jv b) {
     case JV_LIST:
       if (a.u.l->n != b.u.l->n) return false;
       for (size_t i = 0; i < a.u.l->n; i++)
-        if (!jv_equal(a.u.l->items[i], b.u.l->items[i])) return false;
+        if (!equal_depth(a.u.l->items[i], b.u.l->items[i], depth + 1)) return false;
       return true;
     case JV_DICT:
       if (a.u.d->n != b.u.d->n) return false;
       for (size_t i = 0; i < a.u.d->n; i++) {
         const jv *o = jdict_getv(b.u.d, a.u.d->keys[i]);
-        if (!o || !jv_equal(a.u.d->vals[i], *o)) return false;
+        if (!o || !equal_depth(a.u.d->vals[i], *o, depth + 1)) return false;
       }
       return true;
     default: return a.u.d == b.u.d;
   }
 }
+
+bool jv_equal(jv a, jv b) { return equal_depth(a, b, 0); }
 
 const char *jv_type_name(jv v) {
   switch (v.kind) {

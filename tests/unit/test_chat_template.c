@@ -129,8 +129,23 @@ static void injection(const char *name, di_tokenizer *tok, di_chat_template *t, 
     content[len] = 0;
     n_special++;
   }
-  json_t *evil = json_pack("[{s:s, s:s}]", "role", "user", "content", content);
-  json_t *benign = json_pack("[{s:s, s:s}]", "role", "user", "content", "a");
+  /* system and user text, and for templates that print tool calls with tojson
+   * (llama3, qwen3) tool-call arguments and tool results too */
+  bool tools = !strcmp(name, "qwen3") || !strcmp(name, "llama3");
+  json_t *evil = json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "system", "content", content, "role", "user",
+                           "content", content);
+  json_t *benign = json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "system", "content", "a", "role", "user",
+                             "content", "a");
+  if (tools) {
+    json_t *msgs[2] = {evil, benign};
+    for (int k = 0; k < 2; k++) {
+      const char *x = k ? "b" : content;
+      json_array_append_new(msgs[k], json_pack("{s:s, s:s, s:[{s:s, s:{s:s, s:{s:s}}}]}", "role", "assistant",
+                                               "content", "", "tool_calls", "type", "function", "function", "name",
+                                               "f", "arguments", x, x));
+      json_array_append_new(msgs[k], json_pack("{s:s, s:s}", "role", k ? "tool" : "tool", "content", x));
+    }
+  }
   di_status st = {0};
   di_render_out re, rb;
   CHECKF(di_chat_render(t, evil, NULL, true, NULL, bos, eos, &re, &st) == DI_OK, "%s: %s", name, st.msg);
@@ -310,6 +325,14 @@ static void hostile(void) {
   di_status_clear(&st);
   CHECK(render1("{{ range(100000000000) | length }}", M, &out, &st) == DI_ERR_RANGE);
   di_status_clear(&st);
+  /* quadratic work is charged to the step budget */
+  CHECK(render1("{% set l = range(1000000) %}{% for i in l %}{{ i in l }}{% endfor %}", M, &out, &st) == DI_ERR_RANGE);
+  CHECK(render1("{% set l = range(300000) | list %}{{ l | unique | length }}", M, &out, &st) == DI_ERR_RANGE);
+  /* values nested without bound print with an error, not a stack overflow */
+  CHECK(render1("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                "{{ ns.x }}", M, &out, &st) == DI_ERR_RANGE);
+  CHECK(render1("{% set ns = namespace(x=[]) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                "{{ ns.x == ns.x }}{{ ns.x | tojson }}", M, &out, &st) == DI_ERR_RANGE);
   char deep[4000];
   memset(deep, '(', 1500);
   strcpy(deep + 1500, "1");
