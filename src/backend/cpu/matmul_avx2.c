@@ -127,9 +127,12 @@ typedef struct {
   float m;    /* Q4_1/Q5_1 min */
 } q32_w;
 
+/* Low nibbles of 16 bytes to bytes 0-15, high nibbles to 16-31: one broadcast load,
+ * one variable shift (0 for the low half, 4 for the high), one mask. */
 AI __m256i nibbles16(const uint8_t *qs) {
-  __m128i v = _mm_loadu_si128((const __m128i *)qs);
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0f));
+  __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+  v = _mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0));
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
 /* 0x10 in byte i where bit i of the 32-bit qh is set. */
