@@ -776,10 +776,6 @@ static jnode *parse_statement(parser *P) {
     jnode *hole = mk(P, N_LITERAL, t);
     if (!n || !hole) return NULL;
     hole->lit = jv_none();
-    P->pos--; /* reuse the filter-expression parser: pretend a '|' precedes the name */
-    const jtok *save = &P->t[P->pos];
-    (void)save;
-    P->pos++;
     const jtok *ft = cur(P);
     if (ft->kind != TK_NAME) return fail(P, ft, DI_ERR_FORMAT, "%s", "expected a filter name");
     P->pos++;
@@ -799,6 +795,8 @@ static jnode *parse_statement(parser *P) {
     with_kids(n, &v);
     return end_tag(P, body ? n : NULL, "endfilter");
   }
+  if (!strncmp(t->s, "end", 3) || is_name(t, "elif") || is_name(t, "else"))
+    return fail(P, t, DI_ERR_FORMAT, "unexpected '%s' (no open block it could close)", t->s);
   return fail(P, t, DI_ERR_UNSUPPORTED, "unsupported statement '%s'", t->s);
 }
 
