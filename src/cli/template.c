@@ -38,6 +38,9 @@ static const char USAGE[] =
 static int fail(const char *fmt, const char *a, const char *b) {
   char m[640];
   snprintf(m, sizeof m, fmt, a, b ? b : "");
+  /* one line on stderr, even when a template's own message spans several */
+  for (char *p = m; *p; p++)
+    if (*p == '\n' || *p == '\r') *p = ' ';
   return di_cli_fail("template", "%s", m);
 }
 
