@@ -55,7 +55,9 @@ static void print_ids(FILE *f, const int32_t *ids, size_t n) {
   fputs("]\n", f);
 }
 
-static int tokenize_jsonl(const di_tokenizer *t, bool add, bool parse) {
+static int tokenize_jsonl(const di_tokenizer *t, bool add, bool parse, bool stats) {
+  double enc_s = 0;
+  size_t bytes = 0, tokens = 0;
   char *line = NULL;
   size_t cap = 0, lineno = 0;
   ssize_t r;
@@ -71,7 +73,14 @@ static int tokenize_jsonl(const di_tokenizer *t, bool add, bool parse) {
     di_status st = {0};
     int32_t *ids;
     size_t n;
-    if (di_tokenizer_encode(t, json_string_value(j), json_string_length(j), add, parse, &ids, &n, &st) != DI_OK) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    di_code rc = di_tokenizer_encode(t, json_string_value(j), json_string_length(j), add, parse, &ids, &n, &st);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    enc_s += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    bytes += json_string_length(j);
+    tokens += n;
+    if (rc != DI_OK) {
       json_decref(j);
       free(line);
       return di_cli_fail("tokenize", "stdin line %zu: %s", lineno, st.msg);
@@ -81,6 +90,9 @@ static int tokenize_jsonl(const di_tokenizer *t, bool add, bool parse) {
     free(ids);
   }
   free(line);
+  if (stats)
+    fprintf(stderr, "encode_s=%.6f bytes=%zu tokens=%zu MB_per_s=%.2f\n", enc_s, bytes, tokens,
+            enc_s > 0 ? (double)bytes / 1e6 / enc_s : 0.0);
   return fflush(stdout) == 0 ? 0 : di_cli_fail("tokenize", "writing stdout failed");
 }
 
@@ -112,7 +124,7 @@ int di_cmd_tokenize(int argc, char **argv) {
   di_tokenizer *t;
   if (di_tokenizer_load(path, &t, &st) != DI_OK) return di_cli_fail("tokenize", "%s", st.msg);
   if (jsonl) {
-    int rc = tokenize_jsonl(t, add, parse);
+    int rc = tokenize_jsonl(t, add, parse, stats);
     di_tokenizer_free(t);
     return rc;
   }

@@ -182,7 +182,8 @@ struct di_tokenizer {
   uint32_t *bytes_off, *bytes_len; /* what the id decodes to on its own */
   uint8_t *flags;
   uint8_t *byteval;
-  float *scores; /* SPM only */
+  float *scores;     /* SPM only */
+  uint32_t *spm_rank; /* SPM: merge priority of each piece (higher score = lower rank) */
 
   /* model */
   int model;

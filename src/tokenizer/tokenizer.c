@@ -134,6 +134,12 @@ static int hexval(char c) {
   return -1;
 }
 
+static _Thread_local const float *g_scores;
+static int by_score_desc(const void *a, const void *b) {
+  float x = g_scores[*(const int32_t *)a], y = g_scores[*(const int32_t *)b];
+  return x > y ? -1 : x < y ? 1 : (*(const int32_t *)a > *(const int32_t *)b) - (*(const int32_t *)a < *(const int32_t *)b);
+}
+
 di_code di_tok_finish(di_tokenizer *t, di_status *st) {
   di_buf b = {0};
   t->max_token_len = 0;
@@ -169,6 +175,24 @@ di_code di_tok_finish(di_tokenizer *t, di_status *st) {
   for (size_t i = 0; i < t->model_map.cap; i++)
     if (t->model_map.slots[i].val >= 0 && t->model_map.slots[i].klen > t->max_token_len)
       t->max_token_len = t->model_map.slots[i].klen;
+  if (t->model == DI_MODEL_SPM) {
+    /* equal scores share a rank: ties are broken by position, as llama.cpp does */
+    int32_t *order = malloc((size_t)t->n_vocab * sizeof *order);
+    t->spm_rank = malloc((size_t)t->n_vocab * sizeof *t->spm_rank);
+    if (!order || !t->spm_rank) {
+      free(order);
+      return oom(st);
+    }
+    for (int32_t i = 0; i < t->n_vocab; i++) order[i] = i;
+    g_scores = t->scores;
+    qsort(order, (size_t)t->n_vocab, sizeof *order, by_score_desc);
+    uint32_t r = 0;
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+      if (i > 0 && t->scores[order[i]] != t->scores[order[i - 1]]) r++;
+      t->spm_rank[order[i]] = r;
+    }
+    free(order);
+  }
   if (!t->cache && !(t->cache = di_bpe_cache_new())) return oom(st);
   return DI_OK;
 }
@@ -183,6 +207,7 @@ void di_tokenizer_free(di_tokenizer *t) {
   free(t->flags);
   free(t->byteval);
   free(t->scores);
+  free(t->spm_rank);
   di_smap_free(&t->model_map);
   di_smap_free(&t->text_map);
   di_pmap_free(&t->merges);
