@@ -61,7 +61,7 @@ def encode_many(path, texts, add=False, parse=False, timeout=300):
     data = "".join(json.dumps(t) + "\n" for t in texts).encode()
     p = run(args, data, timeout)
     assert p.returncode == 0, p.stderr.decode(errors="replace")
-    out = [json.loads(l) for l in p.stdout.decode().splitlines()]
+    out = [json.loads(l) for l in p.stdout.decode().split("\n") if l]
     assert len(out) == len(texts)
     return out
 
@@ -73,7 +73,7 @@ def decode_many(path, id_lists, skip=False, timeout=300):
     data = "".join(json.dumps(ids) + "\n" for ids in id_lists).encode()
     p = run(args, data, timeout)
     assert p.returncode == 0, p.stderr.decode(errors="replace")
-    out = [json.loads(l) for l in p.stdout.decode().splitlines()]
+    out = [json.loads(l) for l in p.stdout.decode().split("\n") if l]
     assert len(out) == len(id_lists)
     return out
 
