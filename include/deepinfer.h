@@ -126,6 +126,20 @@ int di_engine_step(di_engine *e);
 di_code di_engine_start(di_engine *e); /* background stepping thread */
 void di_engine_stop(di_engine *e);     /* stops and joins it; queued requests stay queued */
 
+/* Pollable streams: the same events, queued for a consumer that pulls them
+ * instead of being called on the stepping thread (p->cb must be NULL; p->user
+ * is unused). Use with di_engine_start, or step the engine between polls. */
+typedef struct di_stream di_stream;
+di_code di_engine_submit_stream(di_engine *e, const di_request_params *p, di_stream **out, char *err,
+                                size_t errlen);
+/* Waits up to timeout_ms (-1 = forever, 0 = no wait) for the next event: 1 with
+ * *ev filled (its pointers valid until the next call), 0 on timeout, -1 once
+ * every completion has finished and all events were read. */
+int di_stream_next(di_stream *s, di_event *ev, int timeout_ms);
+uint64_t di_stream_id(const di_stream *s);
+/* Cancels the request if still running; safe at any time. */
+void di_stream_free(di_stream *s);
+
 /* The engine's tokenizer (src/tokenizer/tokenizer.h), for callers that render
  * chat templates; NULL if the engine has none. */
 struct di_tokenizer;

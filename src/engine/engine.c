@@ -108,9 +108,17 @@ static void req_free(di_engine *e, di_req *r) {
   free(r);
 }
 
+static void drain_inbox(di_engine *e);
+
 void di_engine_destroy(di_engine *e) {
   if (!e) return;
   di_engine_stop(e);
+  /* Every request still queued or running gets its final (cancelled) event. */
+  if (e->pool) {
+    drain_inbox(e);
+    for (di_req *r = e->reqs; r; r = r->next)
+      for (int k = 0; k < r->n_seqs; k++) di_engine_finish_seq(e, r->seqs[k], DI_FINISH_CANCELLED, NULL);
+  }
   for (di_req *r = e->reqs, *n; r; r = n) {
     n = r->next;
     req_free(e, r);

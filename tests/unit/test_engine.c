@@ -505,7 +505,68 @@ static void test_window_policy(void) {
   fake_window = 0;
 }
 
+/* Pollable stream: the same tokens as the callback API, pulled from another
+ * thread; freeing a stream early cancels its request. */
+static void test_stream(void) {
+  make_prompts(0);
+  cfg c = {.max_seqs = 4, .max_batch_tokens = 32, .block_size = 4, .prefix = 1};
+  di_engine *e = make(c);
+  out ref_o;
+  memset(&ref_o, 0, sizeof ref_o);
+  di_request_params p;
+  di_request_params_default(&p);
+  p.prompt_ids = prompts[5];
+  p.n_prompt = (size_t)prompt_len[5];
+  p.max_tokens = 12;
+  p.ignore_eos = 1;
+  p.n = 2;
+  p.sampling.temperature = 0.7f;
+  p.sampling.seed = 3;
+  p.cb = on_event;
+  p.user = &ref_o;
+  CHECK(di_engine_submit(e, &p, NULL, NULL, 0) == DI_OK);
+  run_all(e);
+  CHECK(di_engine_start(e) == DI_OK);
+  p.cb = NULL;
+  p.user = NULL;
+  di_stream *s = NULL;
+  CHECK(di_engine_submit_stream(e, &p, &s, NULL, 0) == DI_OK);
+  out o;
+  memset(&o, 0, sizeof o);
+  di_event ev;
+  int r, guard = 0;
+  while ((r = di_stream_next(s, &ev, 1000)) >= 0 && guard++ < 1000)
+    if (r == 1) on_event(&ev, &o);
+  CHECK(r == -1 && o.n_final == 2);
+  for (int i = 0; i < 2; i++)
+    CHECK(o.n_tokens[i] == 12 && !memcmp(o.tokens[i], ref_o.tokens[i], sizeof(int32_t) * 12));
+  di_stream_free(s);
+  /* free before the end: cancelled, nothing leaks */
+  p.max_tokens = 0;
+  CHECK(di_engine_submit_stream(e, &p, &s, NULL, 0) == DI_OK);
+  CHECK(di_stream_next(s, &ev, 5000) == 1);
+  di_stream_free(s);
+  di_engine_stats st;
+  for (int i = 0; i < 5000; i++) {
+    di_engine_stats_get(e, &st);
+    if (st.running == 0 && st.waiting == 0 && st.finished == 3) break;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  CHECK(st.finished == 3 && st.kv_blocks_used == 0);
+  di_engine_stop(e);
+  /* destroying the engine ends a stream still running: cancelled, no leak */
+  CHECK(di_engine_submit_stream(e, &p, &s, NULL, 0) == DI_OK);
+  di_engine_step(e);
+  di_engine_destroy(e);
+  int finals = 0;
+  while ((r = di_stream_next(s, &ev, 0)) == 1) finals += ev.finish == DI_FINISH_CANCELLED;
+  CHECK(r == -1 && finals == 2);
+  di_stream_free(s);
+}
+
 int main(void) {
+  test_stream();
   test_window_policy();
   test_sched_overhead();
   test_determinism(0);
