@@ -208,3 +208,31 @@ def test_chat_without_template_is_a_line_error(tmp_path):
     res, st = run_batch(tmp_path, STORIES, [line("c", body, url="/v1/chat/completions")], tag="notmpl")
     assert res[0]["response"] is None and "chat template" in res[0]["error"]["message"]
     assert st["errors"] == 1
+
+
+def test_hostile_lines(tmp_path):
+    need(STORIES)
+    good = line("ok", {"prompt": "Lily", "max_tokens": 4, "temperature": 0})
+    hostile = [
+        line("h1", {"prompt": {}}),
+        line("h2", {"prompt": "a", "max_tokens": "10"}),
+        line("h3", {"prompt": "a", "n": 10 ** 12}),
+        line("h4", {"prompt": "a", "stop": [1, 2]}),
+        line("h5", {"prompt": "a", "logit_bias": {"abc": 1}}),
+        line("h6", {"prompt": "a", "seed": "x"}),
+        line("h7", {"prompt": [1.5, 2]}),
+        line("h8", {"prompt": "a", "logprobs": 99}),
+        line("h9", {"prompt": "a", "top_k": -5}),
+        line("h10", {"prompt": []}),
+        line("h11", {"prompt": "a", "echo": True}),
+        json.dumps({"custom_id": "h12", "method": "GET", "url": "/v1/completions", "body": {"prompt": "a"}}),
+        json.dumps({"custom_id": "h13", "method": "POST", "url": "/v1/completions"}),
+        "[" * 5000 + "]" * 5000,
+        '{"custom_id": "h15", "body": "\xff\xfe"}',
+        "\x00\x01\x02 garbage",
+    ]
+    res, st = run_batch(tmp_path, STORIES, [good, *hostile, good.replace('"ok"', '"ok2"')], tag="hostile")
+    assert res[0]["error"] is None and res[-1]["error"] is None
+    for r in res[1:-1]:
+        assert r["response"] is None and r["error"]["message"], r
+    assert st["errors"] == len(hostile)
