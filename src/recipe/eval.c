@@ -530,7 +530,18 @@ static jdict *loop_dict(jctx *c, jlist *items, size_t i) {
       {"nextitem", i + 1 < n ? items->items[i + 1] : jv_undef("there is no next item")},
   };
   for (size_t k = 0; k < sizeof kv / sizeof kv[0]; k++)
-    if (!jdict_set(c->a, d, jv_cstr(c->a, kv[k].k), kv[k].v)) return NULL;
+    if (!jdict_append(c->a, d, jv_cstr(c->a, kv[k].k), kv[k].v)) return NULL;
+  /* loop.cycle(a, b, ...): a method bound to this iteration's index */
+  jfunc *fn = jarena_alloc(c->a, sizeof *fn);
+  jv *self = jarena_alloc(c->a, sizeof *self);
+  if (!fn || !self) return NULL;
+  *self = jv_int((int64_t)i);
+  fn->kind = JF_METHOD;
+  fn->name = "cycle";
+  fn->self = self;
+  jv cyc = {.kind = JV_FUNC};
+  cyc.u.fn = fn;
+  if (!jdict_append(c->a, d, jv_cstr(c->a, "cycle"), cyc)) return NULL;
   return d;
 }
 

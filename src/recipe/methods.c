@@ -457,6 +457,10 @@ jv jbuiltin_method(jctx *c, jv self, const char *name, jargs *a) {
     }
     return jv_list(l);
   }
+  if (self.kind == JV_INT && !strcmp(name, "cycle")) { /* loop.cycle */
+    if (!a->n) return jerr(c, DI_ERR_INVALID, "TypeError: no items for cycling given");
+    return a->pos[(size_t)self.u.i % a->n];
+  }
   if (self.kind == JV_LIST) {
     jv x = jargs_get(a, 0, "value", jv_undef(NULL));
     int64_t cnt = 0;
