@@ -24,9 +24,18 @@ AI float hsum8(__m256 v) {
 
 AI __m256 fp16x1(di_fp16 h) { return _mm256_set1_ps(_cvtsh_ss(h)); }
 
+/* GEMV streams weights from memory, and the hardware prefetchers follow a few
+ * interleaved row streams poorly: fetch the same bytes of the next tile's rows
+ * (dist ahead) while this tile computes, one prefetch per cache line of the block. */
+AI void prefetch_next(const uint8_t *p, size_t dist, size_t block_bytes) {
+  for (size_t o = 0; o < block_bytes; o += 64) _mm_prefetch((const char *)(p + dist + o), _MM_HINT_T0);
+}
+
 /* ---------------- tile drivers (shared by all types) ----------------
- * A type provides: W (unpacked weight block), load(t, block, &W), and
- * step(t, &W, act_block, &acc) for one (m,n) and block; fin(acc) -> float. */
+ * A kernel family PFX provides PFX_QK (elements per block) and
+ * PFX_tile(t, MT, NT, ...), computing an MT x NT tile over all K; the tile is
+ * always_inline with constant t, MT, NT, so every (type, shape) is its own
+ * fully unrolled loop with the accumulators in registers. */
 
 #define MT_MAX 4
 
@@ -102,6 +111,7 @@ AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
   for (int64_t b = 0; b < nb; b++) {
     __m256 wv[4];
     UNROLL for (int j = 0; j < NT; j++) wv[j] = fl_load(t, w + j * wrow + b * 8 * es);
+    if (MT == 1) UNROLL for (int j = 0; j < NT; j++) prefetch_next(w + j * wrow + b * 8 * es, NT * wrow, 8 * es);
     UNROLL for (int i = 0; i < MT; i++) {
       __m256 xv = _mm256_loadu_ps((const float *)(x + i * xrow) + b * 8);
       UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(wv[j], xv, acc[i][j]);
@@ -115,7 +125,10 @@ AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
   }
 }
 DEFINE_COLS(fl)
-DEFINE_DRIVER(fl, 4, 2)
+#ifndef FL_NT_GEMV
+#define FL_NT_GEMV 4
+#endif
+DEFINE_DRIVER(fl, FL_NT_GEMV, 2)
 
 /* ---------------- 32-element blocks with Q8 activations ---------------- */
 
@@ -206,6 +219,7 @@ AI void q32_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, cons
   for (int64_t b = 0; b < nb; b++) {
     q32_w wv[4];
     UNROLL for (int j = 0; j < NT; j++) q32_load(t, w + j * wrow + b * bb, &wv[j]);
+    if (MT == 1) UNROLL for (int j = 0; j < NT; j++) prefetch_next(w + j * wrow + b * bb, NT * wrow, bb);
     UNROLL for (int i = 0; i < MT; i++) {
       const di_act_q8 *a = (const di_act_q8 *)(x + i * xrow) + b;
       UNROLL for (int j = 0; j < NT; j++) q32_step(t, &wv[j], a, &acc[i][j]);
@@ -215,7 +229,10 @@ AI void q32_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, cons
     Y[i * ldy + j] = hsum8(acc[i][j].v) + acc[i][j].m;
 }
 DEFINE_COLS(q32)
-DEFINE_DRIVER(q32, 4, 2)
+#ifndef Q32_NT_GEMV
+#define Q32_NT_GEMV 2
+#endif
+DEFINE_DRIVER(q32, Q32_NT_GEMV, 2)
 
 /* ---------------- K-quants (256-element super-blocks) with Q8_K activations ----------------
  * Per super-block and (m,n): isum = sum over 32-element chunks of
@@ -312,6 +329,7 @@ AI void qk_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
   for (int64_t b = 0; b < nb; b++) {
     qk_w wv[2];
     UNROLL for (int j = 0; j < NT; j++) qk_load(t, w + j * wrow + b * bb, &wv[j]);
+    if (MT == 1) UNROLL for (int j = 0; j < NT; j++) prefetch_next(w + j * wrow + b * bb, NT * wrow, bb);
     __m256i isum[MT_MAX][2];
     UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++) isum[i][j] = _mm256_setzero_si256();
     UNROLL for (int c = 0; c < 8; c++) {
