@@ -51,6 +51,11 @@ PLAIN_PROMPTS = [
     ("code", 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'),
     ("colors", "The three primary colors are red,"),
     ("science", "Water boils at a temperature of"),
+    ("planet", "The largest planet in our solar system is"),
+    ("moon", "In 1969, Neil Armstrong became the first person to"),
+    ("tea", "To make a cup of tea, first"),
+    ("fox", "The quick brown fox jumps over the lazy dog. The quick brown fox"),
+    ("pizza", "My favorite food is pizza because"),
 ]
 
 SMOL_CHAT = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
