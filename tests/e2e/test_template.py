@@ -244,7 +244,7 @@ def test_shipped_templates_via_cli(tmp_path):
 
     # tokenizer_config.json and chat_template.jinja sources; the unit test covers all six
     for name in ["qwen3", "gpt-oss"]:
-        d = Path.home() / ".cache" / "deepinfer" / "recipe-test" / name
+        d = Path.home() / ".cache" / "deepinfer" / "tokenizers" / name
         if not (d / "tokenizer.json").exists():
             d.mkdir(parents=True, exist_ok=True)
             for f in (SHARED / "tokenizers" / name).iterdir():

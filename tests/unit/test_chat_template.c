@@ -39,10 +39,10 @@ static const char *tok_text(json_t *cfg, const char *key) {
   return NULL;
 }
 
-/* ~/.cache/deepinfer/recipe-test/<name>: the tokenizer folder decompressed once. */
+/* ~/.cache/deepinfer/tokenizers/<name>: the tokenizer folder decompressed once (shared with the tokenizer tests). */
 static bool prepare_dir(const char *name, char *dir, size_t n) {
   const char *home = getenv("HOME");
-  snprintf(dir, n, "%s/.cache/deepinfer/recipe-test/%s", home ? home : "/tmp", name);
+  snprintf(dir, n, "%s/.cache/deepinfer/tokenizers/%s", home ? home : "/tmp", name);
   char tj[1200], cmd[16384], src[1024];
   snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
   di_test_data("tokenizers", src, sizeof src);
