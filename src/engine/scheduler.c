@@ -162,12 +162,23 @@ static di_seq *next_waiting(di_engine *e) {
   return e->acc.steps - old->queued_at >= DI_SCHED_AGING_STEPS ? old : s;
 }
 
+/* Running sequences plus the siblings that running n > 1 requests will fork
+ * when their prompt completes: admission keeps this <= max_seqs. */
+static int running_slots(const di_engine *e) {
+  int n = e->running.n;
+  for (int i = 0; i < e->running.n; i++) {
+    const di_seq *s = e->running.v[i];
+    if (s->index == 0 && s->req->n_seqs < s->req->n) n += s->req->n - 1;
+  }
+  return n;
+}
+
 static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
   while (e->waiting.n > 0 && *budget > 0) {
     di_seq *s = next_waiting(e);
     di_req *r = s->req;
-    int slots = (s->index == 0 && r->n_seqs == 1) ? r->n : 1; /* siblings are forked later */
-    if (e->running.n + slots > e->max_seqs && e->running.n > 0) break;
+    int slots = (s->index == 0 && r->n_seqs < r->n) ? r->n : 1; /* siblings are forked later */
+    if (e->running.n > 0 && running_slots(e) + slots > e->max_seqs) break;
     if (s->n_computed == 0 && s->table.n_blocks == 0 && e->be.policy != DI_KV_POLICY_WINDOW)
       s->n_computed = di_kv_table_match_prefix(e->pool, &s->table, s->tokens, s->len);
     int end = s->n_computed + (s->len - s->n_computed < *budget ? s->len - s->n_computed : *budget);
