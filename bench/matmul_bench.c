@@ -2,7 +2,7 @@
  * layer shape, prefill GEMM throughput at M=512, and the machine's streaming
  * read bandwidth measured in the same run, so GEMV is reported as a share of it.
  *
- *   bench_matmul [--threads N] [--quick] [--cpu-time] [--isa scalar|avx2] [--types q4_0,q8_0,...]
+ *   bench_matmul [--threads N] [--quick] [--cpu-time] [--in-cache] [--isa scalar|avx2] [--types q4_0,q8_0,...]
  *
  * Weights are cycled through enough copies (>= 384 MB) that they stream from
  * DRAM like a real model's layers, not from the L3. Times are the best of the
@@ -158,12 +158,13 @@ static const tname types[] = {{"f32", DI_F32},   {"f16", DI_F16},   {"bf16", DI_
                               {"q5_k", DI_Q5_K}, {"q6_k", DI_Q6_K}};
 
 int main(int argc, char **argv) {
-  int threads = 1, quick = 0;
+  int threads = 1, quick = 0, in_cache = 0;
   const char *only = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--cpu-time")) g_cpu_time = 1;
+    else if (!strcmp(argv[i], "--in-cache")) in_cache = 1;
     else if (!strcmp(argv[i], "--types") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
       const char *v = argv[++i];
@@ -173,17 +174,20 @@ int main(int argc, char **argv) {
         return 2;
       }
     } else {
-      fprintf(stderr, "usage: bench_matmul [--threads N] [--quick] [--cpu-time] [--isa scalar|avx2] [--types q4_0,q8_0,...]\n");
+      fprintf(stderr, "usage: bench_matmul [--threads N] [--quick] [--cpu-time] [--in-cache] [--isa scalar|avx2] [--types q4_0,q8_0,...]\n");
       return 2;
     }
   }
   if (threads < 1 || threads > 64) threads = 1;
   g_threads = threads;
-  const int64_t N = 5632, K = 2048, MP = quick ? 64 : 512;
-  const int reps = quick ? 3 : 5;
-  double bw = read_bandwidth(threads, reps);
+  /* --in-cache: 128 weight rows (72-288 KB quantized, 512 KB F16, 1 MB F32) and
+   * one copy, so GEMV shows the kernels' compute ceiling, not memory bandwidth */
+  const int64_t N = in_cache ? 128 : 5632, K = 2048, MP = quick ? 64 : 512;
+  const int reps = in_cache ? 50 : quick ? 3 : 5;
+  int bw_reps = reps < 5 ? reps : 5;
+  double bw = read_bandwidth(threads, bw_reps);
   printf("isa %s, threads %d, %s, read bandwidth %.1f GB/s (512 MB streaming read, best of %d)\n",
-         di_cpu_isa_name(di_cpu_isa()), threads, g_cpu_time ? "CPU time" : "wall time", bw, reps);
+         di_cpu_isa_name(di_cpu_isa()), threads, g_cpu_time ? "CPU time" : "wall time", bw, bw_reps);
   printf("GEMV M=1 N=%ld K=%ld, GEMM M=%ld\n", (long)N, (long)K, (long)MP);
   printf("%-5s %10s %8s %8s %11s\n", "type", "GEMV GB/s", "share", "us/GEMV", "GEMM GOP/s");
   uint64_t seed = 0x12345678;
@@ -193,14 +197,14 @@ int main(int argc, char **argv) {
     di_dtype t = types[ti].t;
     if (only && !strstr(only, types[ti].name)) continue;
     size_t rb = di_dtype_row_bytes(t, K), mat = rb * (size_t)N;
-    size_t copies = ((size_t)(quick ? 128 : 384) << 20) / mat + 1;
+    size_t copies = in_cache ? 1 : ((size_t)(quick ? 128 : 384) << 20) / mat + 1;
     uint8_t *W = aligned_alloc(64, (mat * copies + 63) / 64 * 64);
     fill_weights(t, W, N, K, &seed);
     for (size_t c = 1; c < copies; c++) memcpy(W + c * mat, W, mat);
     void *xq = aligned_alloc(64, (di_cpu_act_bytes(t, MP, K) + 63) / 64 * 64);
     di_cpu_act_prepare(t, X, MP, K, xq);
     /* GEMV: one pass over every copy, as decode streams every layer once */
-    double tv[16];
+    double tv[64];
     job j = {.kind = 1, .t = t, .wrow = rb, .xq = xq, .M = 1, .K = K, .N = N, .Y = Y};
     for (int r = 0; r < reps; r++) {
       double t0 = now();
