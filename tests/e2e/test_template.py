@@ -277,3 +277,60 @@ def test_shipped_templates_via_cli(tmp_path):
         r = subprocess.run(cmd + ["--ids"], capture_output=True, timeout=120)
         assert r.returncode == 0, (name, r.stderr.decode())
         assert json.loads(r.stdout) == rec["ids"], name
+
+
+def random_conversation(rng):
+    pieces = ["Hello", " world", "\n", "\n\n", "  ", "\t", "\u00a0", "\u3000", "é", "e\u0301", "🇫🇷", "👨‍👩‍👧",
+              "<|im_start|>", "<think>", "</think>", "[INST]", "<start_of_turn>", "{\"a\": 1}", "'", "\"", "\\",
+              "</tool_call>", "ß", "İ", "x" * 50, "数字123", "\r\n", " ", "<|eot_id|>", "<｜User｜>"]
+
+    def text():
+        return "".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+
+    msgs = []
+    if rng.random() < 0.5:
+        msgs.append({"role": "system", "content": text()})
+    for i in range(rng.randint(1, 5)):
+        msgs.append({"role": "user", "content": text()})
+        if rng.random() < 0.8:
+            m = {"role": "assistant", "content": text()}
+            if rng.random() < 0.3:
+                m["reasoning_content"] = text()
+            msgs.append(m)
+    if rng.random() < 0.5 and msgs[-1]["role"] == "assistant":
+        msgs.pop()
+    return msgs
+
+
+def test_random_conversations_shipped_templates(tmp_path):
+    """Random conversations (whitespace runs, combining marks, special-token text,
+    quotes) through the six shipped templates: byte-equal to jinja2, or the same
+    error class."""
+    check_binary()
+    import random
+
+    rng = random.Random(int(os.environ.get("DI_TEMPLATE_SEED", "1234")))
+    n = int(os.environ.get("DI_TEMPLATE_RANDOM", "8"))
+    for name in ["deepseek-v3", "llama3", "qwen3", "gemma3", "gpt-oss", "mistral7b"]:
+        d = SHARED / "tokenizers" / name
+        cfg = json.loads((d / "tokenizer_config.json").read_text())
+        src = cfg.get("chat_template") or (d / "chat_template.jinja").read_text()
+
+        def special(k):
+            v = cfg.get(k)
+            return v.get("content") if isinstance(v, dict) else v
+
+        kw = {k: special(k) for k in ("bos_token", "eos_token") if special(k)}
+        for _ in range(n):
+            msgs = random_conversation(rng)
+            agp = rng.random() < 0.5
+            try:
+                want = jinja_render(src, msgs, add_generation_prompt=agp, **kw)
+            except Exception as e:  # noqa: BLE001
+                want = e
+            r = ours(tmp_path, src, msgs, add_generation_prompt=agp, **kw)
+            if isinstance(want, Exception):
+                assert r.returncode == 2 and type(want).__name__ in r.stderr.decode(), (name, msgs, r.stderr)
+            else:
+                assert r.returncode == 0, (name, msgs, r.stderr.decode())
+                assert r.stdout.decode() == want, (name, msgs)
