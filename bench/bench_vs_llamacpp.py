@@ -118,16 +118,17 @@ def llamacpp_worker(args):
         decode(toks, 0)
         return args.pp / (time.perf_counter() - t0)
 
-    def run_tg():
+    def run_tg(n=None):
+        n = args.tg if n is None else n
         clear()
         if args.depth:
             decode(rand_tokens(args.depth), 0)
         t0 = time.perf_counter()
         pos = args.depth
-        for _ in range(args.tg):
+        for _ in range(n):
             decode([rng.randrange(n_vocab)], pos)
             pos += 1
-        return args.tg / (time.perf_counter() - t0)
+        return n / (time.perf_counter() - t0)
 
     out = {}
     if args.pp > 0:
@@ -135,7 +136,7 @@ def llamacpp_worker(args):
         out["pp_runs"] = [run_pp() for _ in range(args.reps)]
         out["pp_tok_s"] = statistics.median(out["pp_runs"])
     if args.tg > 0:
-        run_tg()  # warm-up
+        run_tg(1)  # warm-up (llama-bench: one token)
         out["tg_runs"] = [run_tg() for _ in range(args.reps)]
         out["tg_tok_s"] = statistics.median(out["tg_runs"])
     out["system_info"] = L.llama_print_system_info().decode(errors="replace").strip()
@@ -290,8 +291,12 @@ def pick(d, *keys):
     return None
 
 
-def run_deepinfer(exe, model, pp, tg, threads, timeout):
+def run_deepinfer(exe, model, pp, tg, threads, timeout, depth=0, reps=3):
     cmd = [exe, "bench", "-m", str(model), "-p", str(pp), "-n", str(tg), "--threads", str(threads), "--json"]
+    if depth:
+        cmd += ["--depth", str(depth)]
+    if reps != 3:
+        cmd += ["--reps", str(reps)]
     log("  " + " ".join(cmd))
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -315,7 +320,7 @@ def run_deepinfer(exe, model, pp, tg, threads, timeout):
         "pp_tok_s": pick(obj, "pp_tok_s", "pp", f"pp{pp}", "prompt_tok_s", "pp_tps"),
         "tg_tok_s": pick(obj, "tg_tok_s", "tg", f"tg{tg}", "gen_tok_s", "tg_tps"),
         "bw_share": pick(obj, "bw_share", "tg_bw_share", "bandwidth_share"),
-        "bw_gbs": pick(obj, "bw_gbs", "read_bw_gbs", "mem_bw_gbs", "bandwidth_gbs"),
+        "bw_gbs": pick(obj, "bw_gb_s", "bw_gbs", "read_bw_gbs", "mem_bw_gbs", "bandwidth_gbs"),
         "raw": obj,
     }
     for k in ("pp", "tg"):
@@ -385,44 +390,47 @@ def cpu_name():
 
 def render_markdown(results, meta):
     lines = []
-    lines.append(f"Measured {meta['date']} on {meta['cpu']} ({meta['nproc']} cores visible), "
-                 f"llama-cpp-python {meta.get('llama_cpp_python', '?')} "
-                 f"(llama.cpp built with `{meta.get('llamacpp_build', '?')}`), "
-                 f"pp{meta['pp']} / tg{meta['tg']}, median of {meta['reps']} after a warm-up"
-                 + (f", tg at depth {meta['depth']}" if meta["depth"] else "") + ".")
+    lines.append(f"{meta['cpu']} ({meta['nproc']} cores visible). llama.cpp = llama-cpp-python "
+                 f"{meta.get('llama_cpp_python', '?')} built with `{meta.get('llamacpp_build', '?')}`, measured "
+                 "through its low-level API the way llama-bench does (warm-up, then the median of the runs; "
+                 "pp = one decode of P random tokens into an empty cache, tg = N single-token decodes; weights "
+                 "read into memory, KV F16). DeepInfer = `deepinfer bench -m FILE -p P -n N --threads T --json`. "
+                 "\"share\" = tg tok/s × weight bytes read per token ÷ read bandwidth (DeepInfer's own "
+                 "measurement when it ran, else this script's AVX2 probe). Ratio = DeepInfer ÷ llama.cpp. "
+                 "\"load\" = the machine's 1-minute load average at the time: with other jobs on the 2 cores "
+                 "the absolute numbers are low and noisy; compare numbers of one row.")
     lines.append("")
-    if meta.get("bw"):
-        bws = ", ".join(f"{t} thread{'s' if t > 1 else ''}: {v:.1f} GB/s" for t, v in sorted(meta["bw"].items()) if v)
-        lines.append(f"Read bandwidth (AVX2 streaming probe in this script, median of 5): {bws}. "
-                     "\"share\" = tg tok/s × weight bytes read per token ÷ that bandwidth.")
-        lines.append("")
-    lines.append("| model | weights | threads | llama.cpp pp tok/s | llama.cpp tg tok/s | llama.cpp tg share "
-                 "| DeepInfer pp tok/s | DeepInfer tg tok/s | DeepInfer tg share | pp ratio | tg ratio |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    lines.append("| model | weights | threads | test | llama.cpp pp tok/s | llama.cpp tg tok/s | llama.cpp tg share "
+                 "| DeepInfer pp tok/s | DeepInfer tg tok/s | DeepInfer tg share | pp ratio | tg ratio | date, load |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def x(v):
+        return (fmt(v, 2) + "×") if v else "–"
+
     for r in results:
-        lc, di = r["llamacpp"] or {}, r["deepinfer"] or {}
+        lc, di = r.get("llamacpp") or {}, r.get("deepinfer") or {}
         shape, _, wt = r["spec"].partition("-")
         lshare = r.get("llamacpp_share")
         dshare = di.get("bw_share") if isinstance(di, dict) else None
-        if dshare is None and isinstance(di, dict):
+        if dshare is None:
             dshare = r.get("deepinfer_share")
-        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
-            shape.upper() if "." in shape or shape.endswith("m") else shape, wt.upper() or "?", r["threads"],
-            fmt(lc.get("pp_tok_s")), fmt(lc.get("tg_tok_s")),
-            f"{lshare:.0%}" if lshare else "–",
-            fmt(di.get("pp_tok_s")) if "error" not in di else "n/a",
-            fmt(di.get("tg_tok_s")) if "error" not in di else "n/a",
-            f"{dshare:.0%}" if isinstance(dshare, (int, float)) else "–",
-            fmt(ratio(di.get("pp_tok_s"), lc.get("pp_tok_s")), 2) + ("×" if ratio(di.get("pp_tok_s"), lc.get("pp_tok_s")) else ""),
-            fmt(ratio(di.get("tg_tok_s"), lc.get("tg_tok_s")), 2) + ("×" if ratio(di.get("tg_tok_s"), lc.get("tg_tok_s")) else ""),
-        ))
-    errs = [(r["spec"], r["threads"], r["deepinfer"]["error"]) for r in results
-            if isinstance(r["deepinfer"], dict) and "error" in r["deepinfer"]]
+        test = f"pp{r.get('pp')} tg{r.get('tg')}" + (f" @d{r['depth']}" if r.get("depth") else "") \
+            + f" ×{r.get('reps')}"
+        dierr = "error" in di
+        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            shape.upper(), wt.upper() or "?", r["threads"], test,
+            fmt(lc.get("pp_tok_s")), fmt(lc.get("tg_tok_s")), f"{lshare:.0%}" if lshare else "–",
+            "n/a" if dierr else fmt(di.get("pp_tok_s")), "n/a" if dierr else fmt(di.get("tg_tok_s")),
+            f"{dshare:.0%}" if isinstance(dshare, (int, float)) and not dierr else "–",
+            x(ratio(di.get("pp_tok_s"), lc.get("pp_tok_s"))), x(ratio(di.get("tg_tok_s"), lc.get("tg_tok_s"))),
+            f"{r.get('date', '?')}, {r.get('loadavg', '?')}"))
+    errs = sorted({r["deepinfer"]["error"] for r in results
+                   if isinstance(r.get("deepinfer"), dict) and "error" in r["deepinfer"]})
     if errs:
         lines.append("")
-        lines.append("DeepInfer not measured: " + "; ".join(sorted({e[2] for e in errs})) + ".")
+        lines.append("DeepInfer n/a: " + "; ".join(errs) + ".")
     lines.append("")
-    lines.append(f"Command: `{meta['command']}`")
+    lines.append(f"Last command: `{meta['command']}`")
     return "\n".join(lines)
 
 
@@ -489,6 +497,7 @@ def main():
                 "(see tests/golden/make_goldens.py for the build); measuring DeepInfer only")
             lc_py = None
 
+    load_before = os.getloadavg()
     bw = {}
     if not a.no_bw:
         for t in threads:
@@ -504,11 +513,15 @@ def main():
             lc = run_llamacpp(lc_py, path, a.pp, a.tg, t, a.reps, a.depth, a.timeout, a.mmap) if lc_py else None
             if lc and "llama_cpp_python" in lc:
                 meta["llama_cpp_python"] = lc["llama_cpp_python"]
-            di = run_deepinfer(di_exe, path, a.pp, a.tg, t, a.timeout) if di_exe else {"error": "not run"}
+            di = run_deepinfer(di_exe, path, a.pp, a.tg, t, a.timeout, a.depth, a.reps) if di_exe else {"error": "not run"}
             r = {"spec": spec, "file": str(path), "threads": t, "bytes_per_token": per_tok,
                  "llamacpp": lc, "deepinfer": di}
-            if lc and lc.get("tg_tok_s") and bw.get(t):
-                r["llamacpp_share"] = lc["tg_tok_s"] * per_tok / (bw[t] * 1e9)
+            bw_t = di.get("bw_gbs") or bw.get(t)
+            r["bw_gbs"] = bw_t
+            r.update(pp=a.pp, tg=a.tg, reps=a.reps, depth=a.depth, date=datetime.date.today().isoformat(),
+                     loadavg=round(os.getloadavg()[0], 1))
+            if lc and lc.get("tg_tok_s") and bw_t:
+                r["llamacpp_share"] = lc["tg_tok_s"] * per_tok / (bw_t * 1e9)
             if di and di.get("tg_tok_s") and bw.get(t):
                 r["deepinfer_share"] = di["tg_tok_s"] * per_tok / (bw[t] * 1e9)
             results.append(r)
@@ -519,11 +532,28 @@ def main():
     meta.update({
         "date": datetime.date.today().isoformat(), "cpu": cpu_name(), "nproc": os.cpu_count(),
         "pp": a.pp, "tg": a.tg, "reps": a.reps, "depth": a.depth, "bw": bw,
+        "loadavg": [round(x, 1) for x in load_before] + [round(x, 1) for x in os.getloadavg()],
         "llamacpp_build": os.environ.get("REF_CMAKE_ARGS",
-                                         "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"),
+                                         "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"),
         "command": "python3 bench/bench_vs_llamacpp.py " + " ".join(
             x for x in sys.argv[1:] if x not in ("--update-docs",)),
     })
+    if a.update_docs:
+        store = BENCH_DIR / "bench_vs_llamacpp.results.json"
+        old = []
+        if store.is_file():
+            try:
+                old = json.loads(store.read_text())
+            except ValueError:
+                old = []
+        key = lambda r: (r["spec"], r["threads"], r.get("pp"), r.get("tg"), r.get("depth"))
+        merged = {key(r): r for r in old}
+        for r in results:
+            merged[key(r)] = r
+        order = {m: i for i, m in enumerate(ALL_MODELS)}
+        results = sorted(merged.values(), key=lambda r: (order.get(r["spec"], 99), r["spec"], r.get("depth") or 0, r["threads"]))
+        BENCH_DIR.mkdir(parents=True, exist_ok=True)
+        store.write_text(json.dumps(results, indent=1, default=str))
     md = render_markdown(results, meta)
     print(md)
     if a.json_out:
