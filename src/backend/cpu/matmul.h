@@ -9,7 +9,12 @@
  * Row invariance: Y[m][n] is computed by the same instruction sequence whatever
  * M, n0..n1 or thread count (threads split N, never K), so a token's result is
  * bit-identical alone or inside a batch. The ISA (isa.h) is chosen once per
- * process; scalar and SIMD results agree within float rounding, not bitwise. */
+ * process; scalar and SIMD results agree within float rounding, not bitwise.
+ *
+ * Environment: DI_CPU_ISA=scalar|avx2 lowers the ISA (isa.h). DI_CPU_EXACT=1 is
+ * an accuracy-debugging mode: activations stay f32 and each weight row is
+ * dequantized and dotted in f32 (slow), which separates weight-quantization from
+ * activation-quantization error when comparing logits with another engine. */
 #ifndef DI_CPU_MATMUL_H
 #define DI_CPU_MATMUL_H
 
