@@ -12,7 +12,7 @@ scratch venv outside the repository, built from source for a portable x86-64 AVX
     /tmp/refvenv/bin/python tests/golden/make_goldens.py            # writes tests/golden/*
 
 Settings: KV cache F32 (type_k = type_v = 0), logits for all positions, flash attention off,
-n_batch = n_ubatch = 1024 (the whole prompt is one batch), 2 threads, greedy = argmax of the
+n_batch = n_ubatch = 1024 (the whole prompt is one batch), 1 thread (bit-identical to 2), greedy = argmax of the
 logits (lowest id on ties; llama.cpp's greedy sampler does the same), 64 generated tokens,
 EOS is NOT a stop (generation continues; eos_index records where it first appeared).
 
@@ -242,7 +242,7 @@ def run_model(key, threads):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=list(MODELS), action="append")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     for key in a.only or list(MODELS):
         run_model(key, a.threads)
