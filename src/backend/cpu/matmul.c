@@ -13,13 +13,16 @@
 /* DI_CPU_EXACT=1 (accuracy debugging, slow): activations stay f32 and each
  * weight row is dequantized and dotted in f32, so a model's output can be split
  * into weight-quantization and activation-quantization error. Read once. */
-static int g_exact = -1;
+static bool g_exact;
+static pthread_once_t g_exact_once = PTHREAD_ONCE_INIT;
+
+static void read_exact_env(void) {
+  const char *e = getenv("DI_CPU_EXACT");
+  g_exact = e && *e && strcmp(e, "0") != 0;
+}
 
 static bool exact_mode(void) {
-  if (g_exact < 0) {
-    const char *e = getenv("DI_CPU_EXACT");
-    g_exact = e && *e && strcmp(e, "0") != 0;
-  }
+  pthread_once(&g_exact_once, read_exact_env);
   return g_exact;
 }
 
