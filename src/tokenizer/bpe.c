@@ -254,6 +254,6 @@ di_code di_tok_model_encode(const di_tokenizer *t, const char *w, size_t n, di_i
   free(s);
   free(hp.p);
   if (!ok) return oom(st);
-  if (cacheable) cache_put(t->cache, w, n, h, out->p + first_out, out->n - first_out);
+  if (cacheable && out->n > first_out) cache_put(t->cache, w, n, h, out->p + first_out, out->n - first_out);
   return DI_OK;
 }
