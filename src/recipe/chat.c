@@ -167,6 +167,8 @@ static void set_global(jctx *c, const char *name, jv v) {
 di_code di_chat_render_ex(const di_chat_template *t, const json_t *messages, const di_chat_opts *o,
                           di_render_out *out, di_status *st) {
   memset(out, 0, sizeof *out);
+  static const di_chat_opts defaults = {0};
+  if (!o) o = &defaults;
   if (!t || !messages || !json_is_array(messages))
     return di_errorf(st, DI_ERR_INVALID, "chat template: messages must be a JSON array");
   if (o->tools && !json_is_array(o->tools) && !json_is_null(o->tools))

@@ -61,7 +61,7 @@ typedef struct di_chat_opts {
  * tools must be valid UTF-8 (else DI_ERR_INVALID naming the field and byte
  * offset). Template errors come back as DI_ERR_INVALID with the Python/Jinja
  * error text ("TemplateError: ...", "UndefinedError: ..."); exceeded limits
- * as DI_ERR_RANGE or DI_ERR_NOMEM. */
+ * as DI_ERR_RANGE or DI_ERR_NOMEM. o may be NULL (all defaults). */
 di_code di_chat_render_ex(const di_chat_template *t, const json_t *messages, const di_chat_opts *o,
                           di_render_out *out, di_status *st);
 di_code di_chat_render(const di_chat_template *t, const json_t *messages, const json_t *tools,
