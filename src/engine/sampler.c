@@ -129,12 +129,12 @@ static void fill_logprobs(const float *raw, int n, const di_sample_in *in, di_sa
   out->logprob = raw[out->token] - lz;
   int k = in->top_logprobs < n ? in->top_logprobs : n;
   out->n_top = 0;
-  for (int i = 0; i < n; i++) { /* insertion into a sorted top-k list */
+  for (int i = 0; i < n && k > 0; i++) { /* insertion into a sorted top-k list */
     di_sampler_pair c = {raw[i], i};
     int j = out->n_top;
     if (j == k) {
       di_sampler_pair last = {out->top_logprobs[k - 1], out->top_ids[k - 1]};
-      if (k == 0 || !pair_before(c, last)) continue;
+      if (!pair_before(c, last)) continue;
       j--;
     } else {
       out->n_top++;

@@ -39,6 +39,12 @@ int main(void) {
   double z = 0;
   for (int i = 0; i < V; i++) z += exp(logits[i] - logits[best]);
   CHECK(fabs(o.logprob + log(z)) < 1e-4);
+  /* logprob without alternatives */
+  {
+    di_sample_in in0 = {.p = &p, .rng = &rng, .top_logprobs = 0, .logprob = true};
+    di_sampler_sample(&sm, logits, &in0, &o);
+    CHECK(o.token == best && o.n_top == 0 && fabs(o.logprob + log(z)) < 1e-4);
+  }
   /* seeded reproducibility; different seeds differ */
   p.temperature = 1.5f;
   int32_t seq_a[50], seq_b[50], seq_c[50];
