@@ -69,7 +69,7 @@ fi
 
 if [[ $QUICK == 0 ]]; then
   say "ASan + UBSan build"
-  if build build-asan -DCMAKE_BUILD_TYPE=Debug -DDI_SANITIZE=ON; then
+  if build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDI_SANITIZE=ON; then
     say "unit tests (ASan + UBSan)"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 run_ctest build-asan
   else

@@ -34,7 +34,7 @@ static void runner_open(runner *r, const char *path, int chunk, di_kv_type kvt) 
   CHECK(di_kv_pool_create(&r->kv, 64 * di_kv_block_bytes(16, hp->n_layer, hp->n_head_kv * hp->head_dim, kvt), 16,
                           hp->n_layer, hp->n_head_kv * hp->head_dim, kvt, &st) == DI_OK);
   for (int i = 0; i < 32; i++) r->blocks[i] = di_kv_alloc(r->kv);
-  CHECKF(di_forward_ctx_create(r->m, chunk, 2, &r->f, &st) == DI_OK, "%s", st.msg);
+  CHECKF(di_forward_ctx_create(r->m, chunk, 1, &r->f, &st) == DI_OK, "%s", st.msg);
 }
 
 static void runner_close(runner *r) {
