@@ -509,13 +509,17 @@ int di_cmd_batch(int argc, char **argv) {
   }
   free(buf);
   fclose(in);
-  FILE *out = fopen(out_path, "w");
-  if (!out) return di_cli_fail("batch", "cannot create %s", out_path);
   char err[512];
   di_engine *e = NULL;
-  if (di_engine_create(&o, &e, err, sizeof err) != DI_OK) {
-    fclose(out);
-    return di_cli_fail("batch", "%s", err);
+  int rc = 0;
+  FILE *out = NULL;
+  if (di_engine_create(&o, &e, err, sizeof err) != DI_OK) rc = di_cli_fail("batch", "%s", err);
+  else if (!(out = fopen(out_path, "w"))) rc = di_cli_fail("batch", "cannot create %s", out_path);
+  if (rc) {
+    di_engine_destroy(e);
+    for (size_t i = 0; i < n_lines; i++) free(lines[i]);
+    free(lines);
+    return rc;
   }
   batch b = {.model_name = o.model_path};
   const char *slash = strrchr(o.model_path, '/');
