@@ -470,6 +470,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="CI smoke: 110m-q4_0, 1 thread, pp 32, tg 8, 1 rep, no docs")
     ap.add_argument("--update-docs", action="store_true", help="rewrite the generated block of docs/BENCHMARKS.md")
     ap.add_argument("--json-out", help="also write all results as JSON here")
+    ap.add_argument("--render-docs", action="store_true",
+                    help="measure nothing: re-render docs/BENCHMARKS.md from the stored results")
     ap.add_argument("--timeout", type=int, default=900, help="per measurement, seconds")
     # worker mode (internal)
     ap.add_argument("--_worker", action="store_true", help=argparse.SUPPRESS)
@@ -479,6 +481,20 @@ def main():
     if a._worker:
         a.threads = int(a.threads)
         llamacpp_worker(a)
+        return 0
+
+    if a.render_docs:
+        store = BENCH_DIR / "bench_vs_llamacpp.results.json"
+        results = json.loads(store.read_text())
+        meta = {"cpu": cpu_name(), "nproc": os.cpu_count(),
+                "llama_cpp_python": next((r["llamacpp"].get("llama_cpp_python") for r in results
+                                          if r.get("llamacpp")), "?"),
+                "llamacpp_build": os.environ.get("REF_CMAKE_ARGS", "-DGGML_NATIVE=OFF -DGGML_AVX=ON "
+                                                 "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"),
+                "command": "python3 bench/bench_vs_llamacpp.py --render-docs (rows from earlier runs)"}
+        md = render_markdown(results, meta)
+        print(md)
+        update_docs(md)
         return 0
 
     if a.quick:
@@ -499,10 +515,6 @@ def main():
 
     load_before = os.getloadavg()
     bw = {}
-    if not a.no_bw:
-        for t in threads:
-            bw[t] = measure_read_bw(t, mib=256 if a.quick else 1024, reps=3 if a.quick else 5)
-            log(f"read bandwidth {t} thread(s): {bw[t]} GB/s")
 
     results, meta = [], {}
     for spec in specs:
@@ -510,10 +522,15 @@ def main():
         _, per_tok = gguf_weight_bytes(path)
         for t in threads:
             log(f"{spec} threads={t}")
+            if not a.no_bw and not di_exe:
+                # measured right before each run: the load of a shared machine changes in minutes
+                bw[t] = measure_read_bw(t, mib=256 if a.quick else 1024, reps=3 if a.quick else 5)
+                log(f"  read bandwidth {t} thread(s): {bw[t]} GB/s")
             lc = run_llamacpp(lc_py, path, a.pp, a.tg, t, a.reps, a.depth, a.timeout, a.mmap) if lc_py else None
             if lc and "llama_cpp_python" in lc:
                 meta["llama_cpp_python"] = lc["llama_cpp_python"]
-            di = run_deepinfer(di_exe, path, a.pp, a.tg, t, a.timeout, a.depth, a.reps) if di_exe else {"error": "not run"}
+            di = run_deepinfer(di_exe, path, a.pp, a.tg, t, a.timeout, a.depth, a.reps) if di_exe else \
+                {"error": "skipped (--skip-deepinfer)" if a.skip_deepinfer else "deepinfer binary not found"}
             r = {"spec": spec, "file": str(path), "threads": t, "bytes_per_token": per_tok,
                  "llamacpp": lc, "deepinfer": di}
             bw_t = di.get("bw_gbs") or bw.get(t)
