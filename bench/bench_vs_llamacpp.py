@@ -357,7 +357,9 @@ def ensure_model(spec):
     p = BENCH_DIR / f"llama-{m.group(1)}-{m.group(2)}.gguf"
     if not p.is_file():
         log(f"generating {p.name} (bench/gen_random_gguf.py)")
-        r = subprocess.run([sys.executable, str(HERE / "gen_random_gguf.py"), "--shape", m.group(1),
+        venv_py = REPO / ".venv" / "bin" / "python"
+        py = str(venv_py) if venv_py.exists() else sys.executable  # needs numpy + gguf
+        r = subprocess.run([py, str(HERE / "gen_random_gguf.py"), "--shape", m.group(1),
                             "--type", m.group(2).upper(), "--out", str(p)])
         if r.returncode != 0:
             raise SystemExit(f"gen_random_gguf.py failed for {spec} (it needs numpy + gguf: run with .venv/bin/python)")
