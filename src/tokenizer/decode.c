@@ -127,7 +127,7 @@ static di_code push_one(di_detok_stream *s, int32_t id, di_status *st) {
   if (id < 0 || id >= t->n_vocab || !(t->flags[id] & DI_TF_PRESENT))
     return di_errorf(st, DI_ERR_RANGE, "token id %d is outside the vocabulary (size %d)", id,
                      t->n_vocab);
-  if (s->skip_special && (t->flags[id] & DI_TF_SPECIAL)) return DI_OK;
+  if (s->skip_special && (t->flags[id] & (DI_TF_SPECIAL | DI_TF_NOSKIP)) == DI_TF_SPECIAL) return DI_OK;
   const char *p = t->pool + t->bytes_off[id];
   size_t n = t->bytes_len[id];
   bool first = s->n_tokens++ == 0;

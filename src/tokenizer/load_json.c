@@ -473,12 +473,23 @@ static di_code parse_added(di_tokenizer *t, json_t *added, di_status *st) {
                   .normalized = jbool(a, "normalized", !jbool(a, "special", false))};
     const char *s = json_string_value(c);
     size_t sl = json_string_length(c);
-    if ((rc = set_text(t, id, s, sl, st)) != DI_OK) break;
-    t->flags[id] |= DI_TF_ADDED | (d.special ? DI_TF_SPECIAL : 0);
     if (d.normalized && t->n_norms) {
+      /* HF keeps the normalized content as the token's text (decode and
+       * id_to_token show it); the written content still finds the id */
+      uint32_t off;
+      if (!di_tok_pool_add(t, s, sl, &off) || !di_smap_put(&t->text_map, off, (uint32_t)sl, id, NULL)) {
+        rc = oom(st);
+        break;
+      }
       if ((rc = di_tok_normalize(t, s, sl, &nb, st)) != DI_OK) break;
+      /* HF's skip_special_tokens looks the *normalized* text up among the
+       * special contents, so a special token that normalization changes is
+       * never skipped; kept for id/byte parity */
+      if (d.special && (nb.n != sl || memcmp(nb.p, s, sl) != 0)) t->flags[id] |= DI_TF_NOSKIP;
       s = nb.p, sl = nb.n;
     }
+    if ((rc = set_text(t, id, s, sl, st)) != DI_OK) break;
+    t->flags[id] |= DI_TF_ADDED | (d.special ? DI_TF_SPECIAL : 0);
     if (!di_tok_pool_add(t, s, sl, &d.off)) {
       rc = oom(st);
       break;

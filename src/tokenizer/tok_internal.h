@@ -169,6 +169,7 @@ enum {
   DI_TF_BYTE = 4,    /* <0xNN> byte-fallback token */
   DI_TF_PRESENT = 8, /* id is defined */
   DI_TF_CONTROL = 16,
+  DI_TF_NOSKIP = 32, /* special, but HF's skip_special_tokens misses it (see load_json.c) */
 };
 
 typedef struct di_bpe_cache di_bpe_cache;
