@@ -82,13 +82,14 @@ static float dot_bf16(const void *w, const float *x, int64_t k) {
   return s;
 }
 
-/* A 32-element weight block as integers: value = d * (q[j] + off) + m. */
-typedef struct { int8_t q[32]; float d, m; int off; } wblock32;
+/* A 32-element weight block as integers: value = d * q[j] + m (q signed, the
+ * Q4_0/Q5_0 offset already applied, as ggml's kernels do before the int8 dot). */
+typedef struct { int8_t q[32]; float d, m; } wblock32;
 
-static void unpack_nibbles(const uint8_t *qs, uint32_t qh, int8_t *q) {
+static void unpack_nibbles(const uint8_t *qs, uint32_t qh, int off, int8_t *q) {
   for (int j = 0; j < 16; j++) {
-    q[j] = (int8_t)((qs[j] & 0x0f) | ((qh >> j) & 1) << 4);
-    q[j + 16] = (int8_t)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
+    q[j] = (int8_t)(((qs[j] & 0x0f) | ((qh >> j) & 1) << 4) + off);
+    q[j + 16] = (int8_t)(((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) + off);
   }
 }
 
@@ -98,32 +99,29 @@ static uint32_t le32(const uint8_t *p) {
 
 static void unpack32(di_dtype t, const void *p, wblock32 *b) {
   b->m = 0;
-  b->off = 0;
   switch (t) {
   case DI_Q4_0: {
     const di_block_q4_0 *w = p;
-    unpack_nibbles(w->qs, 0, b->q);
+    unpack_nibbles(w->qs, 0, -8, b->q);
     b->d = di_cpu_fp16_to_f32(w->d);
-    b->off = -8;
     break;
   }
   case DI_Q4_1: {
     const di_block_q4_1 *w = p;
-    unpack_nibbles(w->qs, 0, b->q);
+    unpack_nibbles(w->qs, 0, 0, b->q);
     b->d = di_cpu_fp16_to_f32(w->d);
     b->m = di_cpu_fp16_to_f32(w->m);
     break;
   }
   case DI_Q5_0: {
     const di_block_q5_0 *w = p;
-    unpack_nibbles(w->qs, le32(w->qh), b->q);
+    unpack_nibbles(w->qs, le32(w->qh), -16, b->q);
     b->d = di_cpu_fp16_to_f32(w->d);
-    b->off = -16;
     break;
   }
   case DI_Q5_1: {
     const di_block_q5_1 *w = p;
-    unpack_nibbles(w->qs, le32(w->qh), b->q);
+    unpack_nibbles(w->qs, le32(w->qh), 0, b->q);
     b->d = di_cpu_fp16_to_f32(w->d);
     b->m = di_cpu_fp16_to_f32(w->m);
     break;
@@ -137,18 +135,20 @@ static void unpack32(di_dtype t, const void *p, wblock32 *b) {
   }
 }
 
+/* As ggml: per block (d_w * d_a) * isum into one sum, the min terms m * s_a
+ * (Q4_1/Q5_1) into a second one, added at the end. */
 static float dot_q32(di_dtype t, const void *w, const di_act_q8 *x, int64_t k) {
   size_t bb = di_dtype_block_bytes(t);
-  float s = 0;
+  float s = 0, sm = 0;
   for (int64_t i = 0; i < k / 32; i++) {
     wblock32 b;
     unpack32(t, (const uint8_t *)w + (size_t)i * bb, &b);
     int32_t isum = 0;
     for (int j = 0; j < 32; j++) isum += b.q[j] * x[i].qs[j];
-    isum += b.off * x[i].sum;
-    s += b.d * x[i].d * (float)isum + b.m * x[i].d * (float)x[i].sum;
+    s += b.d * x[i].d * (float)isum;
+    sm += b.m * x[i].s;
   }
-  return s;
+  return s + sm;
 }
 
 /* A 256-element K-quant block as integers: value = d * sc[g] * q - dmin * mn[g],
@@ -199,9 +199,10 @@ static void unpackk(di_dtype t, const void *p, wblockk *b) {
   }
 }
 
+/* As ggml: (d_a * d_w) * isum into one sum, (-d_a * dmin) * imin into another. */
 static float dot_qk(di_dtype t, const void *w, const di_act_q8k *x, int64_t k) {
   size_t bb = di_dtype_block_bytes(t);
-  float s = 0;
+  float s = 0, sm = 0;
   for (int64_t i = 0; i < k / 256; i++) {
     wblockk b;
     unpackk(t, (const uint8_t *)w + (size_t)i * bb, &b);
@@ -212,9 +213,10 @@ static float dot_qk(di_dtype t, const void *w, const di_act_q8k *x, int64_t k) {
       isum += b.sc[g] * gs;
       imin += b.mn[g] * x[i].bsums[g];
     }
-    s += b.d * x[i].d * (float)isum - b.dmin * x[i].d * (float)imin;
+    s += x[i].d * b.d * (float)isum;
+    sm += -x[i].d * b.dmin * (float)imin;
   }
-  return s;
+  return s + sm;
 }
 
 /* One generic loop; the per-type work is in the dot functions above. */
@@ -254,7 +256,7 @@ static void mm_exact(const void *W, size_t wrow, const void *x, int64_t M, int64
 
 typedef struct {
   di_cpu_mm_fn mm[DI_DTYPE_COUNT];
-  di_cpu_actq_fn actq[3];
+  di_cpu_actq_fn actq[DI_ACT_KINDS];
 } kernel_table;
 
 /* One table per ISA level, built once for every level; a level change
@@ -274,7 +276,7 @@ static void build_tables(void) {
     if (level < DI_ISA_AVX2 || !avx2) continue; /* never touch code this CPU cannot run */
     for (int i = 0; i < DI_DTYPE_COUNT; i++)
       if (di_cpu_dtype_supported((di_dtype)i)) t->mm[i] = di_cpu_mm_avx2((di_dtype)i);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < DI_ACT_KINDS; k++)
       if (di_cpu_actq_avx2((di_cpu_act_kind)k)) t->actq[k] = di_cpu_actq_avx2((di_cpu_act_kind)k);
   }
 }

@@ -135,7 +135,8 @@ DEFINE_DRIVER(fl, FL_NT_GEMV, 2)
 #define q32_QK 32
 
 typedef struct {
-  __m256i q;  /* 32 weights as bytes: unsigned for Q4/Q5 (offset or min applied apart), signed for Q8_0 */
+  __m256i q;  /* 32 weights as bytes: unsigned (Q4_1/Q5_1), or |q| of signed ones */
+  __m256i sq; /* signed types (Q4_0/Q5_0/Q8_0): q itself, to sign the activations */
   __m256 d;   /* weight scale, broadcast */
   float m;    /* Q4_1/Q5_1 min */
 } q32_w;
@@ -148,29 +149,42 @@ AI __m256i nibbles16(const uint8_t *qs) {
   return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
-/* 0x10 in byte i where bit i of the 32-bit qh is set. */
-AI __m256i fifth_bits(const uint8_t *qh) {
+/* 0xff in byte i where bit i of the 32-bit qh is set, else 0. */
+AI __m256i bit_mask32(const uint8_t *qh) {
   uint32_t h;
   memcpy(&h, qh, 4);
   __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
                                   _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
                                                     0x0101010101010101, 0x0000000000000000));
   const __m256i bm = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-  v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bm), bm);
-  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(v, bm), bm);
 }
 
+AI bool q32_signed(di_dtype t) { return t == DI_Q4_0 || t == DI_Q5_0 || t == DI_Q8_0; }
+
+/* Q4_0/Q5_0 take their offset in the bytes (q - 8; q - 16 as nibble | 0xf0 where the
+ * fifth bit is clear) and Q8_0 is signed: all three then multiply |q| by sign(q) * x,
+ * so each int32 lane holds sum (q - off) * x over its 4 elements exactly as in ggml,
+ * and the float accumulation sees the same lane values. */
 AI void q32_load(di_dtype t, const uint8_t *p, q32_w *w) {
   di_fp16 d, m;
   memcpy(&d, p, 2);
   w->d = fp16x1(d);
   w->m = 0;
   switch (t) {
-  case DI_Q4_0: w->q = nibbles16(p + 2); break;
+  case DI_Q4_0: w->q = _mm256_sub_epi8(nibbles16(p + 2), _mm256_set1_epi8(8)); break;
   case DI_Q4_1: w->q = nibbles16(p + 4); break;
-  case DI_Q5_0: w->q = _mm256_or_si256(nibbles16(p + 6), fifth_bits(p + 2)); break;
-  case DI_Q5_1: w->q = _mm256_or_si256(nibbles16(p + 8), fifth_bits(p + 4)); break;
+  case DI_Q5_0:
+    w->q = _mm256_or_si256(nibbles16(p + 6), _mm256_andnot_si256(bit_mask32(p + 2), _mm256_set1_epi8((char)0xf0)));
+    break;
+  case DI_Q5_1:
+    w->q = _mm256_or_si256(nibbles16(p + 8), _mm256_and_si256(bit_mask32(p + 4), _mm256_set1_epi8(0x10)));
+    break;
   default: w->q = _mm256_loadu_si256((const __m256i *)(p + 2)); break; /* Q8_0 */
+  }
+  if (q32_signed(t)) {
+    w->sq = w->q;
+    w->q = _mm256_abs_epi8(w->q);
   }
   if (t == DI_Q4_1 || t == DI_Q5_1) {
     memcpy(&m, p + 2, 2);
@@ -181,18 +195,12 @@ AI void q32_load(di_dtype t, const uint8_t *p, q32_w *w) {
 typedef struct { __m256 v; float m; } q32_acc;
 
 AI void q32_step(di_dtype t, const q32_w *w, const di_act_q8 *a, q32_acc *acc) {
-  __m256i xv = _mm256_loadu_si256((const __m256i *)a->qs), p;
-  if (t == DI_Q8_0)
-    p = _mm256_maddubs_epi16(_mm256_abs_epi8(w->q), _mm256_sign_epi8(xv, w->q));
-  else
-    p = _mm256_maddubs_epi16(w->q, xv);
-  __m256i s = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-  /* sum (q - off) x = sum q x - off * sum x: spread off*sum over the 8 lanes. */
-  if (t == DI_Q4_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(a->sum));
-  if (t == DI_Q5_0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(2 * a->sum));
+  __m256i xv = _mm256_loadu_si256((const __m256i *)a->qs);
+  if (q32_signed(t)) xv = _mm256_sign_epi8(xv, w->sq);
+  __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(w->q, xv), _mm256_set1_epi16(1));
   __m256 dd = _mm256_mul_ps(w->d, _mm256_broadcast_ss(&a->d));
   acc->v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), dd, acc->v);
-  if (t == DI_Q4_1 || t == DI_Q5_1) acc->m += w->m * (a->d * (float)a->sum);
+  if (t == DI_Q4_1 || t == DI_Q5_1) acc->m += w->m * a->s;
 }
 
 AI size_t block_bytes(di_dtype t) {
@@ -248,7 +256,7 @@ DEFINE_DRIVER(q32, Q32_NT_GEMV, 2)
 typedef struct {
   const uint8_t *p;
   __m256 d, dmin;
-  __m256i mins; /* 16 x int16 in bsums order (Q4_K/Q5_K), or the 16 Q6_K scales */
+  __m128i mins; /* Q4_K/Q5_K: the 8 mins as int16 */
   __m128i sc8;  /* Q6_K: the 16 int8 scales */
   int16_t sc[8];
 } qk_w;
@@ -260,7 +268,6 @@ AI void qk_load(di_dtype t, const uint8_t *p, qk_w *w) {
     memcpy(&d, p + 208, 2);
     w->d = fp16x1(d);
     w->sc8 = _mm_loadu_si128((const __m128i *)(p + 192));
-    w->mins = _mm256_cvtepi8_epi16(w->sc8);
     return;
   }
   di_fp16 d, dmin;
@@ -283,8 +290,7 @@ AI void qk_load(di_dtype t, const uint8_t *p, qk_w *w) {
   memcpy(mn, &m_lo, 4);
   memcpy(mn + 4, &m_hi, 4);
   for (int j = 0; j < 8; j++) w->sc[j] = sc[j];
-  __m128i m8 = _mm_loadl_epi64((const __m128i *)mn);
-  w->mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* each min covers two bsums */
+  w->mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
 }
 
 /* Chunk c (0..7) of 32 unsigned weights. */
@@ -321,11 +327,28 @@ AI __m256i qk_scale(di_dtype t, const qk_w *w, int c) {
   return _mm256_set1_epi16(w->sc[c]);
 }
 
+AI float hsum4(__m128 v) {
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_movehdup_ps(v));
+  return _mm_cvtss_f32(v);
+}
+
+/* Per super-block, as ggml: isum lanes = sum over chunks of scale * (4-element dot);
+ * Q6_K subtracts 32 * (4-element sum of x) inside each lane before scaling, so the
+ * lanes equal ggml's. The mins (Q4_K/Q5_K): 4 int32 lanes of min * (pairwise bsums
+ * of 32 elements); Q4_K accumulates them in 4 float lanes, Q5_K sums them as one
+ * integer into a scalar; both use (-d_a * dmin) and join the main sum at the end. */
 AI void qk_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const uint8_t *x,
                 size_t xrow, int64_t nb, int64_t K, float *Y, int64_t ldy) {
   const size_t bb = block_bytes(t);
   __m256 acc[MT_MAX][2];
-  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
+  __m128 accm[MT_MAX][2];
+  float summ[MT_MAX][2];
+  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++) {
+    acc[i][j] = _mm256_setzero_ps();
+    accm[i][j] = _mm_setzero_ps();
+    summ[i][j] = 0;
+  }
   for (int64_t b = 0; b < nb; b++) {
     qk_w wv[2];
     UNROLL for (int j = 0; j < NT; j++) qk_load(t, w + j * wrow + b * bb, &wv[j]);
@@ -338,27 +361,37 @@ AI void qk_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
         UNROLL for (int i = 0; i < MT; i++) {
           const di_act_q8k *a = (const di_act_q8k *)(x + i * xrow) + b;
           __m256i xv = _mm256_loadu_si256((const __m256i *)(a->qs + 32 * c));
-          isum[i][j] = _mm256_add_epi32(isum[i][j], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), s));
+          __m256i p = _mm256_maddubs_epi16(q, xv);
+          if (t == DI_Q6_K) p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi8(32), xv));
+          isum[i][j] = _mm256_add_epi32(isum[i][j], _mm256_madd_epi16(p, s));
         }
       }
     }
     UNROLL for (int i = 0; i < MT; i++) {
       const di_act_q8k *a = (const di_act_q8k *)(x + i * xrow) + b;
-      __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
       __m256 dx = _mm256_broadcast_ss(&a->d);
+      __m128i q8s = _mm_setzero_si128();
+      if (t != DI_Q6_K) {
+        __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+        q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+      }
       UNROLL for (int j = 0; j < NT; j++) {
-        __m256i corr = _mm256_madd_epi16(bs, wv[j].mins);
-        if (t == DI_Q6_K) { /* q - 32: subtract 32 * sum_g sc_g * bsum_g */
-          __m256i s = _mm256_sub_epi32(isum[i][j], _mm256_slli_epi32(corr, 5));
-          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(wv[j].d, dx), acc[i][j]);
+        acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dx, wv[j].d), _mm256_cvtepi32_ps(isum[i][j]), acc[i][j]);
+        if (t == DI_Q6_K) continue;
+        __m128i prod = _mm_madd_epi16(wv[j].mins, q8s);
+        float dmin = -a->d * _mm256_cvtss_f32(wv[j].dmin);
+        if (t == DI_Q4_K) {
+          accm[i][j] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), accm[i][j]);
         } else {
-          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i][j]), _mm256_mul_ps(wv[j].d, dx), acc[i][j]);
-          acc[i][j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_mul_ps(wv[j].dmin, dx), acc[i][j]);
+          prod = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0x4e));
+          prod = _mm_add_epi32(prod, _mm_shuffle_epi32(prod, 0xb1));
+          summ[i][j] += dmin * (float)_mm_cvtsi128_si32(prod);
         }
       }
     }
   }
-  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++) Y[i * ldy + j] = hsum8(acc[i][j]);
+  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++)
+    Y[i * ldy + j] = hsum8(acc[i][j]) + (t == DI_Q4_K ? hsum4(accm[i][j]) : summ[i][j]);
 }
 DEFINE_COLS(qk)
 DEFINE_DRIVER(qk, QK_NT_GEMV, 1)
@@ -400,17 +433,18 @@ di_cpu_mm_fn di_cpu_mm_avx2(di_dtype t) {
 }
 
 /* ---------------- activation quantizers ----------------
- * Bit-identical to the scalar ones in quant.c: same max, same division,
- * round-to-nearest-even of the same product. */
+ * Bit-identical to the scalar ones in quant.c (ggml's): same max, same scale
+ * expressions, round-half-even of the same products. */
 
-/* 32 floats times id, rounded, as 32 int8 in order; part[0] and part[1] get int32 lanes
- * summing to the first and second 16 elements. */
-AI __m256i act_q32(const float *x, __m256 id, __m256i *part) {
+/* 32 floats times sc, rounded (clamped to 127 for Q8_K), as 32 int8 in order;
+ * part[0] and part[1] get int32 lanes summing to the first and second 16 elements. */
+AI __m256i act_q32(const float *x, __m256 sc, bool clamp, __m256i *part) {
   __m256i q[4];
-  UNROLL for (int i = 0; i < 4; i++)
-    q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), id),
+  UNROLL for (int i = 0; i < 4; i++) {
+    q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), sc),
                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  /* per-16 partial sums for Q8_K's bsums: lanes of q0+q1 and q2+q3 */
+    if (clamp) q[i] = _mm256_min_epi32(q[i], _mm256_set1_epi32(127));
+  }
   part[0] = _mm256_add_epi32(q[0], q[1]);
   part[1] = _mm256_add_epi32(q[2], q[3]);
   /* packs work within 128-bit lanes; the permute restores element order */
@@ -439,26 +473,41 @@ AI int32_t hsum_i32(__m256i v) {
 static void actq_q8(const float *x, void *yv, int64_t k) {
   di_act_q8 *y = yv;
   for (int64_t i = 0; i < k / 32; i++, x += 32) {
-    float d = absmax(x, 32) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    float amax = absmax(x, 32), d = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
     __m256i part[2];
-    _mm256_storeu_si256((__m256i *)y[i].qs, act_q32(x, _mm256_set1_ps(id), part));
-    y[i].d = d;
-    y[i].sum = hsum_i32(_mm256_add_epi32(part[0], part[1]));
+    _mm256_storeu_si256((__m256i *)y[i].qs, act_q32(x, _mm256_set1_ps(id), false, part));
+    y[i].d = di_cpu_fp16_round(d);
+    y[i].s = di_cpu_fp16_round(d * (float)hsum_i32(_mm256_add_epi32(part[0], part[1])));
   }
+}
+
+/* The first element whose magnitude is amax (the scalar scan's strict > keeps the first). */
+AI float first_at_absmax(const float *x, int n, float amax) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), a = _mm256_set1_ps(amax);
+  for (int i = 0; i < n; i += 8) {
+    int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), a, _CMP_EQ_OQ));
+    if (m) return x[i + __builtin_ctz((unsigned)m)];
+  }
+  return 0;
 }
 
 static void actq_q8k(const float *x, void *yv, int64_t k) {
   di_act_q8k *y = yv;
   for (int64_t i = 0; i < k / 256; i++, x += 256) {
-    float d = absmax(x, 256) / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-    __m256 idv = _mm256_set1_ps(id);
+    float amax = absmax(x, 256);
+    if (amax == 0) {
+      memset(&y[i], 0, sizeof y[i]);
+      continue;
+    }
+    float iscale = -127.0f / first_at_absmax(x, 256, amax);
+    __m256 sc = _mm256_set1_ps(iscale);
     for (int c = 0; c < 8; c++) {
       __m256i part[2];
-      _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * c), act_q32(x + 32 * c, idv, part));
+      _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * c), act_q32(x + 32 * c, sc, true, part));
       y[i].bsums[2 * c] = (int16_t)hsum_i32(part[0]);
       y[i].bsums[2 * c + 1] = (int16_t)hsum_i32(part[1]);
     }
-    y[i].d = d;
+    y[i].d = 1.0f / iscale;
   }
 }
 

@@ -7,8 +7,9 @@
 
 #include "backend/cpu/quant.h"
 
-/* Activation format a weight type pairs with. */
-typedef enum { DI_ACT_F32, DI_ACT_Q8, DI_ACT_Q8K } di_cpu_act_kind;
+/* Activation format a weight type pairs with: f32, int8 blocks of 32 (ggml's
+ * Q8_0/Q8_1) or of 256 (Q8_K). */
+typedef enum { DI_ACT_F32, DI_ACT_Q8, DI_ACT_Q8K, DI_ACT_KINDS } di_cpu_act_kind;
 
 /* Computes Y[m*ldy+n] for m in [0,M), n in [n0,n1); x rows are xrow bytes apart. */
 typedef void (*di_cpu_mm_fn)(const void *W, size_t wrow, const void *x, size_t xrow, int64_t M,

@@ -259,43 +259,51 @@ bool di_cpu_quantize_row(di_dtype t, const float *x, void *dst, int64_t n) {
   }
 }
 
-/* ---- activation quantizers (scalar reference; the AVX2 ones are bit-identical:
- * same max, same division, round-to-nearest-even) ---- */
-
-static float act_scale(const float *x, int n, float *id) {
-  float amax = 0;
-  for (int j = 0; j < n; j++) amax = fmaxf(amax, fabsf(x[j]));
-  float d = amax / 127.0f;
-  *id = d != 0 ? 1.0f / d : 0.0f;
-  return d;
-}
+/* ---- activation quantizers: ggml's (AVX2 build), value for value. The AVX2
+ * versions in matmul_avx2.c produce the same bytes: same max, same scale
+ * expressions, same product, round-half-even (nearbyintf in the default rounding
+ * mode, like _mm256_round_ps and ggml's nearest_int). ---- */
 
 void di_cpu_quantize_act_q8(const float *x, di_act_q8 *y, int64_t k) {
   for (int64_t i = 0; i < k / 32; i++, x += 32) {
-    float id;
-    y[i].d = act_scale(x, 32, &id);
+    float amax = 0;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    /* ggml multiplies by 127/amax, not by 1/d: the two differ in the last bit */
+    float d = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
     int32_t s = 0;
     for (int j = 0; j < 32; j++) {
       int q = (int)nearbyintf(x[j] * id);
       y[i].qs[j] = (int8_t)q;
       s += q;
     }
-    y[i].sum = s;
+    y[i].d = di_cpu_fp16_round(d);
+    y[i].s = di_cpu_fp16_round(d * (float)s);
   }
 }
 
 void di_cpu_quantize_act_q8k(const float *x, di_act_q8k *y, int64_t k) {
   for (int64_t i = 0; i < k / 256; i++, x += 256) {
-    float id;
-    y[i].d = act_scale(x, 256, &id);
+    float amax = 0, max = 0;
+    for (int j = 0; j < 256; j++)
+      if (fabsf(x[j]) > amax) {
+        amax = fabsf(x[j]);
+        max = x[j];
+      }
+    if (amax == 0) {
+      memset(&y[i], 0, sizeof y[i]);
+      continue;
+    }
+    float iscale = -127.0f / max;
     for (int g = 0; g < 16; g++) {
       int s = 0;
       for (int j = 16 * g; j < 16 * g + 16; j++) {
-        int q = (int)nearbyintf(x[j] * id);
+        int q = (int)nearbyintf(iscale * x[j]);
+        q = q < 127 ? q : 127;
         y[i].qs[j] = (int8_t)q;
         s += q;
       }
       y[i].bsums[g] = (int16_t)s;
     }
+    y[i].d = 1.0f / iscale;
   }
 }

@@ -61,13 +61,18 @@ static_assert(sizeof(di_block_q4_K) == 144, "Q4_K block is 144 bytes");
 static_assert(sizeof(di_block_q5_K) == 176, "Q5_K block is 176 bytes");
 static_assert(sizeof(di_block_q6_K) == 210, "Q6_K block is 210 bytes");
 
-/* Activation formats (internal, never on disk). The scale stays f32 rather than
- * fp16 as in ggml: it costs nothing and loses less precision.
- * di_act_q8: one row of 32-element blocks, for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights;
- * sum = sum of qs, which folds the weight's offset or min into one integer. */
-typedef struct { float d; int32_t sum; int8_t qs[DI_QK32]; } di_act_q8;
-/* di_act_q8k: 256-element blocks for the K-quants; bsums[i] = sum of qs[16i..16i+15]
- * so the mins (Q4_K/Q5_K) and the -32 offset (Q6_K) cost one madd per block. */
+/* Activation formats (internal, never on disk). They reproduce ggml's CPU
+ * activation quantizers (AVX2 build) value for value, so logits match llama.cpp's
+ * and greedy decoding does not drift at near-ties (docs/ARCHITECTURE.md, Numerics).
+ * di_act_q8: one row of 32-element blocks, for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights:
+ * ggml's Q8_0 (d = amax/127 rounded to fp16, q = round-half-even(x * 127/amax))
+ * plus Q8_1's s = fp16(d * sum q) with the unrounded d, which Q4_1/Q5_1 use to
+ * apply the weight's min. d and s are stored as the floats of those fp16 values. */
+typedef struct { float d, s; int8_t qs[DI_QK32]; } di_act_q8;
+/* di_act_q8k: ggml's Q8_K, 256-element blocks for the K-quants: iscale = -127/max
+ * with max the signed element of largest magnitude (first on ties), q =
+ * min(127, round-half-even(iscale * x)), d = 1/iscale (f32, negative when max > 0);
+ * bsums[i] = sum of qs[16i..16i+15] so the mins (Q4_K/Q5_K) cost one madd per block. */
 typedef struct { float d; int16_t bsums[DI_QKK / 16]; int8_t qs[DI_QKK]; } di_act_q8k;
 static_assert(sizeof(di_act_q8) == 40, "act q8 block");
 static_assert(sizeof(di_act_q8k) == 292, "act q8k block");
@@ -91,6 +96,9 @@ static inline float di_cpu_fp16_to_f32(di_fp16 h) {
 
 /* Round to nearest even, as F16C and numpy do, so quantized scales match ggml. */
 di_fp16 di_cpu_f32_to_fp16(float f);
+
+/* f through fp16 and back: the value ggml keeps where it stores an fp16. */
+static inline float di_cpu_fp16_round(float f) { return di_cpu_fp16_to_f32(di_cpu_f32_to_fp16(f)); }
 
 static inline float di_cpu_bf16_to_f32(di_bf16 h) {
   uint32_t bits = (uint32_t)h << 16;
