@@ -103,7 +103,7 @@ int di_cmd_bench(int argc, char **argv) {
   di_gen g;
   di_status st = {0};
   long long ctx = (np > depth + ng + 1 ? np : depth + ng + 1) + 16;
-  di_gen_opts go = {.model_path = model, .threads = nthreads, .ctx = (int)ctx, .chunk = np > 0 ? (int)np : 1,
+  di_gen_opts go = {.model_path = model, .threads = nthreads, .ctx = (int)ctx, .chunk = np > 0 ? (int)np : 512,
                     .kv_type = kv_type, .use_mmap = use_mmap};
   if (!json) fprintf(stderr, "loading %s ...\n", model);
   if (di_gen_open(&g, &go, &st)) return di_cli_fail("bench", "%s", st.msg);

@@ -323,9 +323,12 @@ static void st_qk(stage_ctx *c, int t) {
   di_kv_pool *kv = c->kv;
   const di_batch *b = c->b;
   int32_t blk = b->seqs[b->seq[t]].blocks[b->pos[t] / kv->block_size];
-  size_t slot = (size_t)(b->pos[t] % kv->block_size) * kvd * kv->elt_bytes;
-  di_cpu_kv_store((uint8_t *)di_kv_k(kv, blk, c->layer) + slot, k, kvd, kv->type);
-  di_cpu_kv_store((uint8_t *)di_kv_v(kv, blk, c->layer) + slot, v, kvd, kv->type);
+  int slot = b->pos[t] % kv->block_size;
+  for (int h = 0; h < HKV; h++) {
+    size_t o = di_kv_head_offset(kv, h, slot, hd);
+    di_cpu_kv_store((uint8_t *)di_kv_k(kv, blk, c->layer) + o, k + h * hd, hd, kv->type);
+    di_cpu_kv_store((uint8_t *)di_kv_v(kv, blk, c->layer) + o, v + h * hd, hd, kv->type);
+  }
 }
 
 /* residual add of a block's output (post-normed for Gemma) */

@@ -2,10 +2,12 @@
  * fixed-size blocks of `block_size` token positions. A block holds K and V of
  * every layer for those positions:
  *
- *   block b, layer l:  K at  base + b*block_bytes + l*layer_bytes             [block_size][kv_dim]
- *                      V at  base + b*block_bytes + l*layer_bytes + half      [block_size][kv_dim]
+ *   block b, layer l:  K at  base + b*block_bytes + l*layer_bytes         [n_kv_heads][block_size][head_dim]
+ *                      V at  base + b*block_bytes + l*layer_bytes + half  [n_kv_heads][block_size][head_dim]
  *
- * (kv_dim = n_kv_heads * head_dim; element type = kv_type). Blocks are
+ * (kv_dim = n_kv_heads * head_dim; element type = kv_type). Head-major inside
+ * a block keeps one head's positions contiguous, so attention streams them
+ * instead of striding across every head's slice of each row. Blocks are
  * reference-counted so prefix-cache hits and n>1 completions share them.
  * Allocation bookkeeping (free list, refcounts, prefix hashes) is owned by the
  * engine layer (the kv/ sources); the forward pass only uses the address helpers. */
@@ -63,6 +65,11 @@ static inline void *di_kv_k(const di_kv_pool *p, int32_t block, int layer) {
 }
 static inline void *di_kv_v(const di_kv_pool *p, int32_t block, int layer) {
   return p->base + (size_t)block * p->block_bytes + (size_t)layer * p->layer_bytes + p->layer_bytes / 2;
+}
+
+/* Byte offset of (kv head, slot) inside a block's K or V of one layer. */
+static inline size_t di_kv_head_offset(const di_kv_pool *p, int kv_head, int slot, int head_dim) {
+  return ((size_t)kv_head * (size_t)p->block_size + (size_t)slot) * (size_t)head_dim * p->elt_bytes;
 }
 
 #endif

@@ -124,9 +124,9 @@ static void check_type(const char *path, di_dtype t, bool requant) {
     for (int s = 0; s < NSEQ; s++)
       for (size_t i = 0; i < (size_t)seq_len[s] * V; i++) maxd = fmax(maxd, fabs(ref[s][i] - got[s][i]));
     /* Quantized weights: block sums are added in a different order, and an
-     * activation landing on a rounding edge can flip one int8 step; 0.1 on
+     * activation landing on a rounding edge can flip one int8 step; 0.25 on
      * logits of magnitude ~20 (random ids on a 260K model) bounds both. */
-    double tol = t == DI_F32 || t == DI_F16 ? 1e-3 : 1e-1;
+    double tol = t == DI_F32 || t == DI_F16 ? 1e-3 : 0.25;
     CHECKF(maxd < tol, "%s: scalar vs %s max |diff| %.3g >= %.3g", di_dtype_name(t), di_cpu_isa_name(lvl), maxd, tol);
     printf("scalar vs %s %-4s: max |diff| %.3g (tolerance %.0e)\n", di_cpu_isa_name(lvl), di_dtype_name(t), maxd, tol);
   }

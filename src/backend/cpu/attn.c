@@ -50,15 +50,24 @@ static void kernels(di_kv_type t, int head_dim, di_kv_dot_fn *dot, di_kv_axpy_fn
 
 void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim, const float *q,
                       int lo, int hi, float scale, float softcap, di_attn_partial *out) {
+  const int bs = kv->block_size;
+  if (di_cpu_isa() >= DI_ISA_AVX2 && head_dim % 8 == 0) {
+    const uint8_t *kr[DI_ATTN_TILE], *vr[DI_ATTN_TILE];
+    for (int j = lo; j <= hi; j++) {
+      size_t o = di_kv_head_offset(kv, kvh, j % bs, head_dim);
+      kr[j - lo] = (const uint8_t *)di_kv_k(kv, blocks[j / bs], layer) + o;
+      vr[j - lo] = (const uint8_t *)di_kv_v(kv, blocks[j / bs], layer) + o;
+    }
+    di_cpu_attn_tile_avx2(q, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
+    return;
+  }
   di_kv_dot_fn dot;
   di_kv_axpy_fn axpy;
   kernels(kv->type, head_dim, &dot, &axpy);
-  const int bs = kv->block_size;
-  const size_t off = (size_t)kvh * head_dim * kv->elt_bytes, row = (size_t)kv->kv_dim * kv->elt_bytes;
   float s[DI_ATTN_TILE];
   float mx = -INFINITY;
   for (int j = lo; j <= hi; j++) {
-    const uint8_t *k = (const uint8_t *)di_kv_k(kv, blocks[j / bs], layer) + (size_t)(j % bs) * row + off;
+    const uint8_t *k = (const uint8_t *)di_kv_k(kv, blocks[j / bs], layer) + di_kv_head_offset(kv, kvh, j % bs, head_dim);
     float x = dot(q, k, head_dim) * scale;
     if (softcap > 0) x = softcap * tanhf(x / softcap);
     s[j - lo] = x;
@@ -69,7 +78,7 @@ void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, in
   for (int j = lo; j <= hi; j++) {
     float p = expf(s[j - lo] - mx);
     l += p;
-    const uint8_t *v = (const uint8_t *)di_kv_v(kv, blocks[j / bs], layer) + (size_t)(j % bs) * row + off;
+    const uint8_t *v = (const uint8_t *)di_kv_v(kv, blocks[j / bs], layer) + di_kv_head_offset(kv, kvh, j % bs, head_dim);
     axpy(out->acc, p, v, head_dim);
   }
   out->m = mx;

@@ -35,5 +35,9 @@ typedef void (*di_kv_axpy_fn)(float *acc, float p, const void *v, int n);
 /* AVX2 versions, or NULL when the type has none (attn_avx2.c). */
 di_kv_dot_fn di_cpu_kv_dot_avx2(di_kv_type t);
 di_kv_axpy_fn di_cpu_kv_axpy_avx2(di_kv_type t);
+/* The whole tile in AVX2 (head_dim a multiple of 8): krow/vrow point at each
+ * position's head slice. */
+void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
+                           di_kv_type t, float scale, float softcap, di_attn_partial *out);
 
 #endif
