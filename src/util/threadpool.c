@@ -7,7 +7,18 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#define SPIN_ITERS 200000
+/* Spin about a few hundred microseconds before sleeping: long enough to catch
+ * the next op of a decode step, short enough not to burn a core that another
+ * process (or an oversubscribed machine) needs. */
+#define SPIN_ITERS 20000
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
 
 struct di_threadpool {
   int n;
@@ -41,7 +52,10 @@ static void *worker(void *p) {
     unsigned g;
     int spins = 0;
     while ((g = atomic_load_explicit(&tp->gen, memory_order_acquire)) == seen && !atomic_load(&tp->quit)) {
-      if (++spins < SPIN_ITERS) continue;
+      if (++spins < SPIN_ITERS) {
+        cpu_relax();
+        continue;
+      }
       pthread_mutex_lock(&tp->mu);
       while (atomic_load(&tp->gen) == seen && !atomic_load(&tp->quit)) pthread_cond_wait(&tp->cv, &tp->mu);
       pthread_mutex_unlock(&tp->mu);
@@ -106,5 +120,8 @@ void di_threadpool_run(di_threadpool *tp, di_task_fn fn, void *ctx) {
   pthread_cond_broadcast(&tp->cv);
   pthread_mutex_unlock(&tp->mu);
   fn(ctx, 0, tp->n);
-  while (atomic_load_explicit(&tp->pending, memory_order_acquire) > 0) sched_yield();
+  for (int spins = 0; atomic_load_explicit(&tp->pending, memory_order_acquire) > 0; spins++) {
+    if (spins < SPIN_ITERS) cpu_relax();
+    else sched_yield();
+  }
 }
