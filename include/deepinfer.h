@@ -90,6 +90,7 @@ typedef struct di_event {
   di_finish finish;         /* != NONE on the last event of this completion */
   const char *error;        /* message when finish == DI_FINISH_ERROR */
   int prompt_tokens, cached_tokens, completion_tokens; /* cached = prefix-cache hit tokens */
+  double queue_seconds;     /* submission to first scheduling (excludes prefill); -1 before that */
 } di_event;
 
 typedef void (*di_event_cb)(const di_event *ev, void *user);

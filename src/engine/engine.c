@@ -12,7 +12,7 @@
 
 #define DI_ENGINE_DEFAULT_KV_CAP ((size_t)1 << 30)
 
-static double now_s(void) {
+double di_engine_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -279,6 +279,7 @@ di_code di_engine_submit(di_engine *e, const di_request_params *p, uint64_t *id,
     set_err(err, errlen, &st);
     return st.code;
   }
+  r->t_submit = di_engine_now();
   pthread_mutex_lock(&e->mu);
   r->id = e->next_id++;
   r->arrival = e->next_arrival++;
@@ -336,6 +337,7 @@ static void emit(di_engine *e, di_seq *s, int32_t token, const char *text, size_
   ev.prompt_tokens = r->n_prompt;
   ev.cached_tokens = r->cached_tokens;
   ev.completion_tokens = s->n_gen;
+  ev.queue_seconds = r->admitted_once ? r->t_admit - r->t_submit : -1;
   r->p.cb(&ev, r->p.user);
 }
 
@@ -577,10 +579,10 @@ static void publish_stats(di_engine *e) {
 
 int di_engine_step(di_engine *e) {
   drain_inbox(e);
-  double t0 = now_s();
+  double t0 = di_engine_now();
   di_batch b;
   int n = di_sched_build(e, &b);
-  double t1 = now_s();
+  double t1 = di_engine_now();
   e->acc.sched_seconds += t1 - t0;
   if (n > 0) {
     di_status st = {0};
@@ -601,7 +603,7 @@ int di_engine_step(di_engine *e) {
           di_engine_after_forward(e, s, e->logits + (size_t)s->logits_row * (size_t)e->be.n_vocab);
       }
     }
-    e->acc.step_seconds += now_s() - t1;
+    e->acc.step_seconds += di_engine_now() - t1;
   }
   sweep_finished(e);
   publish_stats(e);

@@ -80,6 +80,7 @@ struct di_req {
   int n_seqs, n_done;
   int cached_tokens;      /* prefix-cache hit tokens at first admission */
   bool admitted_once, cancelled;
+  double t_submit, t_admit; /* monotonic seconds: submission, first admission */
   di_req *next;           /* all live requests */
 };
 
@@ -129,5 +130,7 @@ void di_seq_list_insert(di_seq_list *l, di_seq *s);
 void di_seq_list_remove(di_seq_list *l, di_seq *s);
 /* Builds this step's batch; returns its token count (0 = nothing to run). */
 int di_sched_build(di_engine *e, di_batch *b);
+
+double di_engine_now(void);
 
 #endif

@@ -191,6 +191,7 @@ static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
       break;
     }
     if (!r->admitted_once && s->index == 0) { /* hits count once per request, at first admission */
+      r->t_admit = di_engine_now();
       r->cached_tokens = s->n_computed;
       e->acc.prefix_queries++;
       e->acc.prefix_query_tokens += (uint64_t)r->n_prompt;

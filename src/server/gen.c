@@ -159,7 +159,8 @@ static void on_event(const di_event *ev, void *user) {
   }
   if (ev->prompt_tokens > sub->prompt_tokens) sub->prompt_tokens = ev->prompt_tokens;
   if (ev->cached_tokens > sub->cached_tokens) sub->cached_tokens = ev->cached_tokens;
-  if (!g->t_first) g->t_first = now; /* first event of any kind: the request left the queue */
+  if (!g->t_first) g->t_first = now; /* first event of any kind */
+  if (ev->queue_seconds >= 0 && g->queue_s < 0) g->queue_s = ev->queue_seconds;
   di_srv_choice *ch = &g->choices[sub->k * g->n_per + ev->index];
   if (ev->token >= 0) {
     ch->cb_tokens++;
@@ -175,7 +176,7 @@ static void on_event(const di_event *ev, void *user) {
       release = 1;
       int pt = sub->prompt_tokens ? sub->prompt_tokens : (int)sub->n_prompt;
       double tpot = sub->n_tokens > 1 ? (now - g->t_first) / (sub->n_tokens - 1) : -1;
-      di_srv_metrics_request(m, pt, sub->cached_tokens, g->t_first - g->t_submit, -1, tpot,
+      di_srv_metrics_request(m, pt, sub->cached_tokens, g->queue_s, -1, tpot,
                              now - g->t_start);
       engine_released(g);
     }
@@ -202,6 +203,7 @@ bool di_srv_gen_submit(di_srv_gen *g, di_srv_err *e) {
   g->engine_live = 1;
   pthread_mutex_unlock(&g->mu);
   g->t_submit = di_srv_now();
+  g->queue_s = -1;
   bool ok = true;
   for (int k = 0; k < g->n_subs && ok; k++) {
     di_srv_sub *sub = &g->subs[k];

@@ -167,6 +167,7 @@ struct di_srv_gen {
   int lost;          /* an event could not be stored: answer an error, never hang */
   int engine_live;   /* subs the engine still holds (admission accounting) */
   double t_start, t_submit, t_first, t_last_out;
+  double queue_s; /* engine queue time of the request (submission to first scheduling); -1 unknown */
   int cancelled, first_token_seen, sent_done;
   di_srv_buf out;    /* SSE bytes not yet handed to MHD */
   size_t out_off;

@@ -177,7 +177,7 @@ char *di_srv_metrics_render(di_srv_metrics *m, const di_engine_stats *st, size_t
   hist(&o, "time_per_output_token_seconds", "Mean time between generated tokens of a request.", &m->tpot);
   hist(&o, "e2e_request_latency_seconds", "Time from request arrival to its last token.", &m->e2e);
   hist(&o, "request_queue_time_seconds",
-       "Time from engine submission to the engine's first event for the request.", &m->queue);
+       "Time a request waited in the engine queue before it was first scheduled.", &m->queue);
   hist(&o, "request_prompt_tokens", "Prompt length of finished requests.", &m->prompt_len);
   hist(&o, "request_generation_tokens", "Generated length of finished completions.", &m->gen_len);
   head(&o, "http_requests_total", "counter", "HTTP responses by status code (499: client left).");
