@@ -1,10 +1,10 @@
 /* CPU matmul against weights in GGUF layout: Y = X · Wᵀ.
  *
  * Activations are prepared once per matmul input: each row on its own is
- * quantized to the weight type's partner format (int8 blocks of 32 with an f32
- * scale for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0; int8 blocks of 256 with 16-element sums
- * for Q4_K/Q5_K/Q6_K) or kept as f32 (F32/F16/BF16 weights). Then any thread
- * computes any output columns.
+ * quantized to the weight type's partner format, value for value as ggml's CPU
+ * backend does (quant.h: Q8_0/Q8_1 blocks of 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0;
+ * Q8_K blocks of 256 with 16-element sums for Q4_K/Q5_K/Q6_K), or kept as f32
+ * (F32/F16/BF16 weights). Then any thread computes any output columns.
  *
  * Row invariance: Y[m][n] is computed by the same instruction sequence whatever
  * M, n0..n1 or thread count (threads split N, never K), so a token's result is
