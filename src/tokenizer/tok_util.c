@@ -298,18 +298,10 @@ const uint16_t di_bytelevel_char[256] = {
 int di_bytelevel_byte(int32_t cp) {
   if (cp >= 0x21 && cp <= 0x7E) return cp;
   if ((cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF)) return cp;
-  if (cp >= 0x100 && cp <= 0x144) {
-    /* U+0100.. are assigned to the unprintable bytes in increasing order */
-    static int16_t inv[0x45];
-    static bool init = false;
-    if (!__atomic_load_n(&init, __ATOMIC_ACQUIRE)) {
-      int16_t tmp[0x45];
-      for (int b = 0; b < 256; b++)
-        if (di_bytelevel_char[b] >= 0x100) tmp[di_bytelevel_char[b] - 0x100] = (int16_t)b;
-      memcpy(inv, tmp, sizeof tmp);
-      __atomic_store_n(&init, true, __ATOMIC_RELEASE);
-    }
-    return inv[cp - 0x100];
+  if (cp >= 0x100 && cp <= 0x143) {
+    /* U+0100.. number the unprintable bytes in order: 0x00-0x20, 0x7F-0xA0, 0xAD */
+    int n = cp - 0x100;
+    return n <= 32 ? n : n <= 66 ? 0x7F + (n - 33) : 0xAD;
   }
   return -1;
 }
