@@ -1,6 +1,7 @@
 """GGUF tokenizers (stories260K, SmolLM2, Gemma 3) against PyPI `tokenizers`:
 the GGUF vocabulary must encode and decode the whole corpus exactly as the
 model's Hugging Face tokenizer does."""
+import json
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,14 @@ def test_gemma3_gguf_matches_expected():
         bad += [f"{key} {r['text']!r:.80}" for r, g in zip(rows, got) if g != r[key]]
     assert len(rows) > 780
     assert not bad, f"{len(bad)} mismatches, first: " + "\n".join(bad[:10])
+
+
+def test_stories260k_gguf_matches_llama2c_run_c():
+    """Prompt ids of llama2.c's run.c (refs/greedy_llama2c.json) from the GGUF
+    vocabulary with BOS; and the greedy continuations decode without error."""
+    refs = json.load(open(STORIES / "refs" / "greedy_llama2c.json"))["runs"]
+    path = STORIES / "stories260K.gguf"
+    got = encode_many(path, [r["prompt"] for r in refs], add=True, parse=False)
+    assert got == [r["prompt_ids"] for r in refs]
+    texts = decode_many(path, [r["prompt_ids"] + r["generated_ids"] for r in refs], skip=True)
+    assert all(t.startswith(r["prompt"]) for t, r in zip(texts, refs))
