@@ -8,6 +8,7 @@
 
 #include "model/arch.h"
 #include "model/hf.h"
+#include "util/fp16.h"
 
 /* ---- owned f32 copies (norm weights, biases, converted tensors) ---- */
 
@@ -31,29 +32,6 @@ static void owned_free(void *p) {
   }
 }
 
-static inline float half_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else { /* subnormal: normalise */
-      int e = -1;
-      do {
-        e++;
-        man <<= 1;
-      } while (!(man & 1024));
-      bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 1023) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  }
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
 /* Converts a small 1-D tensor (norm weight, bias) to owned f32 so the ops
  * that use them need only one type; `offset` is added (Gemma's HF norms). */
 di_code di_model_to_f32(di_model *m, di_tensor *t, float offset, di_status *st) {
@@ -65,8 +43,8 @@ di_code di_model_to_f32(di_model *m, di_tensor *t, float offset, di_status *st) 
     float v;
     switch (t->type) {
       case DI_F32: memcpy(&v, src + 4 * i, 4); break;
-      case DI_F16: { uint16_t h; memcpy(&h, src + 2 * i, 2); v = half_to_f32(h); break; }
-      case DI_BF16: { uint16_t h; memcpy(&h, src + 2 * i, 2); uint32_t b = (uint32_t)h << 16; memcpy(&v, &b, 4); break; }
+      case DI_F16: { uint16_t h; memcpy(&h, src + 2 * i, 2); v = di_f16_to_f32(h); break; }
+      case DI_BF16: { uint16_t h; memcpy(&h, src + 2 * i, 2); v = di_bf16_to_f32(h); break; }
       default:
         return di_errorf(st, DI_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s not supported for a norm/bias",
                          m->path, t->name, di_dtype_name(t->type));

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "model/gguf.h"
+#include "util/fp16.h"
 
 #define DI_QK32 32  /* elements per block of the legacy formats (Q4_0 … Q8_0) */
 #define DI_QKK 256  /* elements per super-block of the K-quants */
@@ -100,19 +101,9 @@ di_fp16 di_cpu_f32_to_fp16(float f);
 /* f through fp16 and back: the value ggml keeps where it stores an fp16. */
 static inline float di_cpu_fp16_round(float f) { return di_cpu_fp16_to_f32(di_cpu_f32_to_fp16(f)); }
 
-static inline float di_cpu_bf16_to_f32(di_bf16 h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
-
-static inline di_bf16 di_cpu_f32_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (di_bf16)((x >> 16) | 64); /* quiet NaN */
-  return (di_bf16)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
-}
+/* bf16 is plain truncation/rounding of the f32 bits: shared with the rest of the code. */
+static inline float di_cpu_bf16_to_f32(di_bf16 h) { return di_bf16_to_f32(h); }
+static inline di_bf16 di_cpu_f32_to_bf16(float f) { return di_f32_to_bf16(f); }
 
 /* Unpack the 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
 static inline void di_cpu_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m) {
