@@ -28,12 +28,10 @@ struct di_forward_ctx {
   const float *freq_factors;
 };
 
+/* Largest prepared-activation buffer any matmul of a T-token batch needs. */
 static size_t act_bytes_max(const di_model *m, int T) {
-  const di_hparams *hp = &m->hp;
-  size_t best = 0;
-  const di_tensor *ws[] = {&m->output, &m->layers[0].wq, &m->layers[0].wo, &m->layers[0].w_gate,
-                           &m->layers[0].w_down};
-  for (int il = 0; il < hp->n_layer; il++) {
+  size_t best = di_cpu_act_bytes(m->output.type, T, m->output.ne[0]);
+  for (int il = 0; il < m->hp.n_layer; il++) {
     const di_layer_weights *L = &m->layers[il];
     const di_tensor *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
     for (size_t i = 0; i < 7; i++) {
@@ -41,8 +39,7 @@ static size_t act_bytes_max(const di_model *m, int T) {
       if (b > best) best = b;
     }
   }
-  size_t b = di_cpu_act_bytes(ws[0]->type, T, ws[0]->ne[0]);
-  return b > best ? b : best;
+  return best;
 }
 
 di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di_forward_ctx **out,

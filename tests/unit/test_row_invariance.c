@@ -22,7 +22,6 @@ typedef struct ctx {
 } ctx;
 
 static void requantize(di_model *m, di_dtype t) {
-  di_tensor *ws[5];
   for (int il = 0; il < m->hp.n_layer; il++) {
     di_layer_weights *L = &m->layers[il];
     di_tensor *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up};
@@ -37,7 +36,6 @@ static void requantize(di_model *m, di_dtype t) {
       w->row_bytes = rb;
     }
   }
-  (void)ws;
 }
 
 /* Runs all sequences; `mode` 0: each alone in chunks of `chunk`; 1: all

@@ -36,17 +36,11 @@ static void axpy_bf16(float *acc, float p, const void *v, int n) {
   for (int i = 0; i < n; i++) acc[i] += p * di_bf16_to_f32(x[i]);
 }
 
-static void kernels(di_kv_type t, int head_dim, di_kv_dot_fn *dot, di_kv_axpy_fn *axpy) {
-  static const di_kv_dot_fn dots[] = {[DI_KV_F16] = dot_f16, [DI_KV_F32] = dot_f32, [DI_KV_BF16] = dot_bf16};
-  static const di_kv_axpy_fn axpys[] = {[DI_KV_F16] = axpy_f16, [DI_KV_F32] = axpy_f32, [DI_KV_BF16] = axpy_bf16};
-  *dot = dots[t];
-  *axpy = axpys[t];
-  if (di_cpu_isa() >= DI_ISA_AVX2 && head_dim % 8 == 0) {
-    di_kv_dot_fn d = di_cpu_kv_dot_avx2(t);
-    di_kv_axpy_fn a = di_cpu_kv_axpy_avx2(t);
-    if (d && a) *dot = d, *axpy = a;
-  }
-}
+/* Portable reference path, per KV element type (the AVX2 path does a whole tile at once). */
+typedef float (*kv_dot_fn)(const float *q, const void *k, int n);
+typedef void (*kv_axpy_fn)(float *acc, float p, const void *v, int n);
+static const kv_dot_fn dots[] = {[DI_KV_F16] = dot_f16, [DI_KV_F32] = dot_f32, [DI_KV_BF16] = dot_bf16};
+static const kv_axpy_fn axpys[] = {[DI_KV_F16] = axpy_f16, [DI_KV_F32] = axpy_f32, [DI_KV_BF16] = axpy_bf16};
 
 void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim, const float *q,
                       int lo, int hi, float scale, float softcap, di_attn_partial *out) {
@@ -61,9 +55,8 @@ void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, in
     di_cpu_attn_tile_avx2(q, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
     return;
   }
-  di_kv_dot_fn dot;
-  di_kv_axpy_fn axpy;
-  kernels(kv->type, head_dim, &dot, &axpy);
+  const kv_dot_fn dot = dots[kv->type];
+  const kv_axpy_fn axpy = axpys[kv->type];
   float s[DI_ATTN_TILE];
   float mx = -INFINITY;
   for (int j = lo; j <= hi; j++) {

@@ -29,12 +29,6 @@ void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, in
 /* Merges n partials (in order) into out[head_dim]. */
 void di_cpu_attn_merge(const di_attn_partial *const *parts, int n, int head_dim, float *out);
 
-/* Inner products over one head row of the cache, per KV element type. */
-typedef float (*di_kv_dot_fn)(const float *q, const void *k, int n);
-typedef void (*di_kv_axpy_fn)(float *acc, float p, const void *v, int n);
-/* AVX2 versions, or NULL when the type has none (attn_avx2.c). */
-di_kv_dot_fn di_cpu_kv_dot_avx2(di_kv_type t);
-di_kv_axpy_fn di_cpu_kv_axpy_avx2(di_kv_type t);
 /* The whole tile in AVX2 (head_dim a multiple of 8): krow/vrow point at each
  * position's head slice. */
 void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
