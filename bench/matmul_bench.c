@@ -1,6 +1,8 @@
 /* Kernel micro-benchmark: decode GEMV bandwidth per weight type on a 1B-class
  * layer shape, prefill GEMM throughput at M=512, and the machine's streaming
- * read bandwidth measured in the same run, so GEMV is reported as a share of it.
+ * read bandwidth measured in the same run, so GEMV is reported as a share of it;
+ * also GEMM at M=16 (batched decode). Q4_0/Q4_1/Q8_0 weights are packed as the
+ * model loader packs them (matmul.h) unless --unpacked.
  *
  *   bench_matmul [--threads N] [--quick] [--cpu-time] [--in-cache] [--isa scalar|avx2] [--types q4_0,q8_0,...]
  *
@@ -57,6 +59,7 @@ typedef struct {
   const void *xq;
   int64_t M, K, N;
   float *Y;
+  int packed;
   int part, parts;
 } job;
 
@@ -83,8 +86,11 @@ static void run_job(job *j) {
     j->sink = a0[0] ^ a0[1];
     return;
   }
-  int64_t n0 = j->N * j->part / j->parts, n1 = j->N * (j->part + 1) / j->parts;
-  di_cpu_matmul(j->t, j->W, j->wrow, j->xq, j->M, j->K, j->Y, j->N, n0, n1);
+  /* split on multiples of 16 columns, as the engine does (forward.c) */
+  int64_t n0 = (j->N * j->part / j->parts + 15) / 16 * 16, n1 = (j->N * (j->part + 1) / j->parts + 15) / 16 * 16;
+  if (n1 > j->N) n1 = j->N;
+  if (j->packed) di_cpu_matmul_packed(j->t, j->W, j->N, j->xq, j->M, j->K, j->Y, j->N, n0, n1);
+  else di_cpu_matmul(j->t, j->W, j->wrow, j->xq, j->M, j->K, j->Y, j->N, n0, n1);
 }
 
 static void *thread_main(void *p) {
@@ -160,11 +166,13 @@ static const tname types[] = {{"f32", DI_F32},   {"f16", DI_F16},   {"bf16", DI_
 int main(int argc, char **argv) {
   int threads = 1, quick = 0, in_cache = 0;
   const char *only = NULL;
+  int unpacked = 0; /* --unpacked: Q4_0/Q4_1/Q8_0 in GGUF layout (the kernels before packing) */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--quick")) quick = 1;
     else if (!strcmp(argv[i], "--cpu-time")) g_cpu_time = 1;
     else if (!strcmp(argv[i], "--in-cache")) in_cache = 1;
+    else if (!strcmp(argv[i], "--unpacked")) unpacked = 1;
     else if (!strcmp(argv[i], "--types") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
       const char *v = argv[++i];
@@ -174,7 +182,7 @@ int main(int argc, char **argv) {
         return 2;
       }
     } else {
-      fprintf(stderr, "usage: bench_matmul [--threads N] [--quick] [--cpu-time] [--in-cache] [--isa scalar|avx2] [--types q4_0,q8_0,...]\n");
+      fprintf(stderr, "usage: bench_matmul [--threads N] [--quick] [--cpu-time] [--in-cache] [--unpacked] [--isa scalar|avx2] [--types q4_0,q8_0,...]\n");
       return 2;
     }
   }
@@ -189,7 +197,7 @@ int main(int argc, char **argv) {
   printf("isa %s, threads %d, %s, read bandwidth %.1f GB/s (512 MB streaming read, best of %d)\n",
          di_cpu_isa_name(di_cpu_isa()), threads, g_cpu_time ? "CPU time" : "wall time", bw, bw_reps);
   printf("GEMV M=1 N=%ld K=%ld, GEMM M=%ld\n", (long)N, (long)K, (long)MP);
-  printf("%-5s %10s %8s %8s %11s\n", "type", "GEMV GB/s", "share", "us/GEMV", "GEMM GOP/s");
+  printf("%-5s %10s %8s %8s %11s %11s\n", "type", "GEMV GB/s", "share", "us/GEMV", "GEMM GOP/s", "M=16 GOP/s");
   uint64_t seed = 0x12345678;
   float *X = malloc((size_t)(MP * K) * 4), *Y = malloc((size_t)(MP * N) * 4);
   for (int64_t i = 0; i < MP * K; i++) X[i] = rndf(&seed);
@@ -200,12 +208,13 @@ int main(int argc, char **argv) {
     size_t copies = in_cache ? 1 : ((size_t)(quick ? 128 : 384) << 20) / mat + 1;
     uint8_t *W = aligned_alloc(64, (mat * copies + 63) / 64 * 64);
     fill_weights(t, W, N, K, &seed);
+    int packed = !unpacked && di_cpu_packable(t) && di_cpu_pack(t, W, N, K);
     for (size_t c = 1; c < copies; c++) memcpy(W + c * mat, W, mat);
     void *xq = aligned_alloc(64, (di_cpu_act_bytes(t, MP, K) + 63) / 64 * 64);
     di_cpu_act_prepare(t, X, MP, K, xq);
     /* GEMV: one pass over every copy, as decode streams every layer once */
     double tv[64];
-    job j = {.kind = 1, .t = t, .wrow = rb, .xq = xq, .M = 1, .K = K, .N = N, .Y = Y};
+    job j = {.kind = 1, .t = t, .wrow = rb, .xq = xq, .M = 1, .K = K, .N = N, .Y = Y, .packed = packed};
     for (int r = 0; r < reps; r++) {
       double t0 = now();
       for (size_t c = 0; c < copies; c++) {
@@ -225,8 +234,16 @@ int main(int argc, char **argv) {
       tg[r] = now() - t0;
     }
     double gemm = best(tg, quick ? 1 : 3);
-    printf("%-5s %10.1f %7.0f%% %8.0f %11.1f\n", types[ti].name, gbs, 100 * gbs / bw, gemv * 1e6,
-           2.0 * (double)MP * (double)N * (double)K / gemm / 1e9);
+    /* batched decode: 16 rows against the weights (L2/L3-resident after the first pass) */
+    j.M = 16;
+    for (int r = 0; r < reps; r++) {
+      double t0 = now();
+      run_parallel(&j, threads);
+      tg[r < 16 ? r : 15] = now() - t0;
+    }
+    double g16 = best(tg, reps < 16 ? reps : 16);
+    printf("%-5s %10.1f %7.0f%% %8.0f %11.1f %11.1f\n", types[ti].name, gbs, 100 * gbs / bw, gemv * 1e6,
+           2.0 * (double)MP * (double)N * (double)K / gemm / 1e9, 2.0 * 16 * (double)N * (double)K / g16 / 1e9);
     fflush(stdout);
     free(W);
     free(xq);

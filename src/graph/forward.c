@@ -132,7 +132,12 @@ static void mm_run(void *p, int ith, int nth) {
     int64_t n0 = c0 - base, n1 = c1 - base;
     if (n0 < 0) n0 = 0;
     if (n1 > w->ne[1]) n1 = w->ne[1];
-    if (n0 < n1) di_cpu_matmul(w->type, w->data, w->row_bytes, t->xq, t->M, w->ne[0], t->y[j], w->ne[1], n0, n1);
+    if (n0 >= n1) {
+    } else if (w->packed) {
+      di_cpu_matmul_packed(w->type, w->data, w->ne[1], t->xq, t->M, w->ne[0], t->y[j], w->ne[1], n0, n1);
+    } else {
+      di_cpu_matmul(w->type, w->data, w->row_bytes, t->xq, t->M, w->ne[0], t->y[j], w->ne[1], n0, n1);
+    }
     base += w->ne[1];
   }
 }
@@ -360,8 +365,13 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
 
   /* token embeddings */
   for (int t = 0; t < T; t++) {
-    const uint8_t *row = (const uint8_t *)m->tok_embd.data + (size_t)b->tokens[t] * m->tok_embd.row_bytes;
-    di_cpu_dequant_row(m->tok_embd.type, row, f->x + (size_t)t * D, D);
+    const di_tensor *e = &m->tok_embd;
+    if (e->packed) {
+      di_cpu_packed_dequant_row(e->type, e->data, e->ne[1], D, b->tokens[t], f->x + (size_t)t * D);
+    } else {
+      const uint8_t *row = (const uint8_t *)e->data + (size_t)b->tokens[t] * e->row_bytes;
+      di_cpu_dequant_row(e->type, row, f->x + (size_t)t * D, D);
+    }
     if (hp->embd_scale)
       for (int i = 0; i < D; i++) f->x[(size_t)t * D + i] *= sqrtf((float)D);
   }

@@ -4,8 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "backend/cpu/matmul.h"
 #include "model/arch.h"
 #include "model/hf.h"
 #include "util/fp16.h"
@@ -231,6 +235,40 @@ static di_code finish_load(di_model *m, di_status *st) {
   return DI_OK;
 }
 
+/* The matmul weights of Q4_0/Q4_1/Q8_0 go into the CPU backend's packed layout,
+ * in place (same bytes, matmul.h): every kernel and ISA level reads that layout,
+ * so a model's numerics do not depend on how it was loaded. token_embd is packed
+ * only when it is also the output matrix (tied); the embedding lookup then
+ * rebuilds rows from the packed layout. mmap'ed files are private mappings: the
+ * packed pages become private copies (memory as with read loading). */
+static di_code pack_one(di_model *m, di_tensor *t, bool mmapped, di_status *st) {
+  if (!t->data || t->packed || !di_cpu_packable(t->type) || t->row_bytes != di_dtype_row_bytes(t->type, t->ne[0]))
+    return DI_OK;
+  void *data = (void *)(uintptr_t)t->data; /* the loader's own buffer or private mapping */
+  if (mmapped) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)data / page * page;
+    uintptr_t hi = ((uintptr_t)data + t->row_bytes * (size_t)t->ne[1] + page - 1) / page * page;
+    if (mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)
+      return di_errorf(st, DI_ERR_IO, "%s: tensor %s: cannot make mapping writable: %s", m->path, t->name,
+                       strerror(errno));
+  }
+  if (!di_cpu_pack(t->type, data, t->ne[1], t->ne[0]))
+    return di_errorf(st, DI_ERR_NOMEM, "%s: tensor %s: out of memory packing weights", m->path, t->name);
+  t->packed = true;
+  if (t->data == m->tok_embd.data) m->tok_embd.packed = true;
+  return DI_OK;
+}
+
+static di_code pack_weights(di_model *m, bool mmapped, di_status *st) {
+  di_code rc = pack_one(m, &m->output, mmapped, st);
+  for (int il = 0; il < m->hp.n_layer && !rc; il++) {
+    di_layer_weights *L = &m->layers[il];
+    di_tensor *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    for (int i = 0; i < 7 && !rc; i++) rc = pack_one(m, lw[i], mmapped, st);
+  }
+  return rc;
+}
+
 di_code di_model_load(const char *path, const di_model_opts *o, di_model **out, di_status *st) {
   *out = NULL;
   di_model *m = calloc(1, sizeof *m);
@@ -248,6 +286,7 @@ di_code di_model_load(const char *path, const di_model_opts *o, di_model **out, 
     rc = load_gguf(m, o->use_mmap, st);
   }
   if (!rc) rc = finish_load(m, st);
+  if (!rc && m->gguf) rc = pack_weights(m, o->use_mmap, st);
   if (rc) {
     di_model_free(m);
     return rc;

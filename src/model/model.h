@@ -60,6 +60,7 @@ typedef struct di_tensor {
   size_t row_bytes;
   const void *data;
   const char *name;
+  bool packed;         /* data in the CPU backend's packed layout (di_cpu_pack), not GGUF rows */
 } di_tensor;
 
 typedef struct di_layer_weights {

@@ -1,8 +1,9 @@
 /* DESIGN principle 2: a token's logits are bit-identical alone, in any prefill
  * chunking, next to other sequences in a batch, and at any thread count.
  * Checked on stories260K with its weights as stored (F32) and re-quantized in
- * place to Q8_0 / Q4_0 / F16 (the matmul kernels are where invariance is
- * easiest to lose); then the scalar path is compared with the SIMD one. */
+ * place to Q8_0 / Q4_0 / Q4_1 (packed, as the loader packs them) / F16 (the
+ * matmul kernels are where invariance is easiest to lose); then the scalar path
+ * is compared with the SIMD one. */
 #include <math.h>
 
 #include "backend/cpu/isa.h"
@@ -34,6 +35,8 @@ static void requantize(di_model *m, di_dtype t) {
       w->type = t;
       w->data = dst;
       w->row_bytes = rb;
+      /* as the loader does: Q4_0/Q4_1/Q8_0 run packed (n_ff = 172 leaves a tail group of 4) */
+      w->packed = di_cpu_packable(t) && di_cpu_pack(t, dst, w->ne[1], w->ne[0]);
     }
   }
 }

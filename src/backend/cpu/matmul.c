@@ -21,13 +21,13 @@ static void read_exact_env(void) {
   g_exact = e && *e && strcmp(e, "0") != 0;
 }
 
-static bool exact_mode(void) {
+bool di_cpu_exact_mode(void) {
   pthread_once(&g_exact_once, read_exact_env);
   return g_exact;
 }
 
 static di_cpu_act_kind act_kind(di_dtype t) {
-  if (exact_mode()) return DI_ACT_F32;
+  if (di_cpu_exact_mode()) return DI_ACT_F32;
   switch (t) {
   case DI_Q4_0: case DI_Q4_1: case DI_Q5_0: case DI_Q5_1: case DI_Q8_0: return DI_ACT_Q8;
   case DI_Q4_K: case DI_Q5_K: case DI_Q6_K: return DI_ACT_Q8K;
@@ -43,7 +43,7 @@ bool di_cpu_dtype_supported(di_dtype t) {
   }
 }
 
-static size_t act_row_bytes(di_dtype t, int64_t K) {
+size_t di_cpu_act_row_bytes(di_dtype t, int64_t K) {
   switch (act_kind(t)) {
   case DI_ACT_Q8: return (size_t)(K / DI_QK32) * sizeof(di_act_q8);
   case DI_ACT_Q8K: return (size_t)(K / DI_QKK) * sizeof(di_act_q8k);
@@ -54,7 +54,7 @@ static size_t act_row_bytes(di_dtype t, int64_t K) {
 int di_cpu_act_format(di_dtype wtype) { return (int)act_kind(wtype); }
 
 size_t di_cpu_act_bytes(di_dtype wtype, int64_t M, int64_t K) {
-  return (size_t)M * act_row_bytes(wtype, K);
+  return (size_t)M * di_cpu_act_row_bytes(wtype, K);
 }
 
 /* ---- scalar kernels ---- */
@@ -135,19 +135,22 @@ static void unpack32(di_dtype t, const void *p, wblock32 *b) {
   }
 }
 
-/* As ggml: per block (d_w * d_a) * isum into one sum, the min terms m * s_a
- * (Q4_1/Q5_1) into a second one, added at the end. */
+void di_cpu_q32_block_step(di_dtype t, const void *w, const di_act_q8 *x, float *s, float *sm) {
+  wblock32 b;
+  unpack32(t, w, &b);
+  int32_t isum = 0;
+  for (int j = 0; j < 32; j++) isum += b.q[j] * x->qs[j];
+  *s += b.d * x->d * (float)isum;
+  *sm += b.m * x->s;
+}
+
+/* Per block (d_w * d_a) * isum into one sum, the min terms m * s_a (Q4_1/Q5_1)
+ * into a second one, added at the end: one scalar chain per output, which the
+ * packed AVX2 kernels reproduce lane by lane (matmul_pack.c). */
 static float dot_q32(di_dtype t, const void *w, const di_act_q8 *x, int64_t k) {
   size_t bb = di_dtype_block_bytes(t);
   float s = 0, sm = 0;
-  for (int64_t i = 0; i < k / 32; i++) {
-    wblock32 b;
-    unpack32(t, (const uint8_t *)w + (size_t)i * bb, &b);
-    int32_t isum = 0;
-    for (int j = 0; j < 32; j++) isum += b.q[j] * x[i].qs[j];
-    s += b.d * x[i].d * (float)isum;
-    sm += b.m * x[i].s;
-  }
+  for (int64_t i = 0; i < k / 32; i++) di_cpu_q32_block_step(t, (const uint8_t *)w + (size_t)i * bb, &x[i], &s, &sm);
   return s + sm;
 }
 
@@ -236,7 +239,7 @@ SCALAR_MM(mm_scalar_f32, t == DI_F32 ? dot_f32(w, xr, K) : t == DI_F16 ? dot_f16
                                                                       : dot_bf16(w, xr, K))
 
 /* Exact mode: dequantize row n once per call, then plain f32 dots for every m. */
-static void mm_exact(const void *W, size_t wrow, const void *x, int64_t M, int64_t K, float *Y,
+void di_cpu_mm_exact(const void *W, size_t wrow, const void *x, int64_t M, int64_t K, float *Y,
                      int64_t ldy, int64_t n0, int64_t n1, di_dtype t) {
   static _Thread_local float *buf;
   static _Thread_local int64_t cap;
@@ -256,6 +259,7 @@ static void mm_exact(const void *W, size_t wrow, const void *x, int64_t M, int64
 
 typedef struct {
   di_cpu_mm_fn mm[DI_DTYPE_COUNT];
+  di_cpu_mmp_fn mmp[DI_DTYPE_COUNT];
   di_cpu_actq_fn actq[DI_ACT_KINDS];
 } kernel_table;
 
@@ -275,7 +279,10 @@ static void build_tables(void) {
     /* AVX-512 machines run the AVX2 kernels (no AVX-512 kernels yet). */
     if (level < DI_ISA_AVX2 || !avx2) continue; /* never touch code this CPU cannot run */
     for (int i = 0; i < DI_DTYPE_COUNT; i++)
-      if (di_cpu_dtype_supported((di_dtype)i)) t->mm[i] = di_cpu_mm_avx2((di_dtype)i);
+      if (di_cpu_dtype_supported((di_dtype)i)) {
+        t->mm[i] = di_cpu_mm_avx2((di_dtype)i);
+        t->mmp[i] = di_cpu_mmp_avx2((di_dtype)i);
+      }
     for (int k = 0; k < DI_ACT_KINDS; k++)
       if (di_cpu_actq_avx2((di_cpu_act_kind)k)) t->actq[k] = di_cpu_actq_avx2((di_cpu_act_kind)k);
   }
@@ -289,16 +296,16 @@ static const kernel_table *kernels(void) {
 void di_cpu_act_prepare(di_dtype wtype, const float *X, int64_t M, int64_t K, void *xq) {
   di_cpu_act_kind kind = act_kind(wtype);
   di_cpu_actq_fn fn = kernels()->actq[kind];
-  size_t rb = act_row_bytes(wtype, K);
+  size_t rb = di_cpu_act_row_bytes(wtype, K);
   for (int64_t m = 0; m < M; m++) fn(X + m * K, (uint8_t *)xq + (size_t)m * rb, K);
 }
 
 void di_cpu_matmul(di_dtype wtype, const void *W, size_t w_row_bytes, const void *xq, int64_t M,
                    int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   if (M <= 0 || n1 <= n0) return;
-  size_t xrow = act_row_bytes(wtype, K);
-  if (exact_mode()) {
-    mm_exact(W, w_row_bytes, xq, M, K, Y, ldy, n0, n1, wtype);
+  size_t xrow = di_cpu_act_row_bytes(wtype, K);
+  if (di_cpu_exact_mode()) {
+    di_cpu_mm_exact(W, w_row_bytes, xq, M, K, Y, ldy, n0, n1, wtype);
     return;
   }
   di_cpu_mm_fn fn = kernels()->mm[wtype];
@@ -311,4 +318,29 @@ void di_cpu_matmul(di_dtype wtype, const void *W, size_t w_row_bytes, const void
   case DI_ACT_Q8K: mm_scalar_qk(W, w_row_bytes, xq, xrow, M, K, Y, ldy, n0, n1, wtype); break;
   default: mm_scalar_f32(W, w_row_bytes, xq, xrow, M, K, Y, ldy, n0, n1, wtype); break;
   }
+}
+
+void di_cpu_matmul_packed(di_dtype wtype, const void *W, int64_t N, const void *xq, int64_t M, int64_t K, float *Y,
+                          int64_t ldy, int64_t n0, int64_t n1) {
+  if (M <= 0 || n1 <= n0) return;
+  size_t wrow = di_dtype_row_bytes(wtype, K), xrow = di_cpu_act_row_bytes(wtype, K);
+  if (di_cpu_exact_mode()) {
+    /* rebuild each GGUF row, then the f32 path */
+    static _Thread_local uint8_t *row;
+    static _Thread_local size_t cap;
+    if (cap < wrow) {
+      free(row);
+      row = malloc(wrow);
+      cap = row ? wrow : 0;
+      if (!row) return;
+    }
+    for (int64_t n = n0; n < n1; n++) {
+      di_cpu_packed_row(wtype, W, N, K, n, row);
+      di_cpu_mm_exact(row, wrow, xq, M, K, Y + n, ldy, 0, 1, wtype);
+    }
+    return;
+  }
+  di_cpu_mmp_fn fn = kernels()->mmp[wtype];
+  if (fn) fn(W, wrow, N, xq, xrow, M, K, Y, ldy, n0, n1);
+  else di_cpu_mmp_scalar(wtype, W, wrow, N, xq, xrow, M, K, Y, ldy, n0, n1);
 }

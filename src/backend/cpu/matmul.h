@@ -43,6 +43,24 @@ void di_cpu_act_prepare(di_dtype wtype, const float *X, int64_t M, int64_t K, vo
 void di_cpu_matmul(di_dtype wtype, const void *W, size_t w_row_bytes, const void *xq,
                    int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
 
+/* Packed weights (Q4_0, Q4_1, Q8_0; the model loader packs them in place): rows
+ * interleaved in groups of 8 so that one 32-byte load holds 4 consecutive
+ * quants of 8 rows, and the SIMD kernel's lanes are output columns. Each output
+ * is then one scalar chain over the blocks in K order, s += (d_w*d_a)*isum
+ * (+ m_w*s_a into a second sum for Q4_1), whatever M, n0..n1 or the ISA: the
+ * AVX2 and scalar kernels give bit-identical results. Rows must be contiguous
+ * (stride = row bytes), as GGUF data is. */
+bool di_cpu_packable(di_dtype t);
+/* In place; false when out of memory (W is then unchanged). */
+bool di_cpu_pack(di_dtype t, void *W, int64_t N, int64_t K);
+/* The GGUF bytes of row n of a packed matrix; its values, as di_cpu_dequant_row
+ * gives them (embedding lookup in tied token_embd/output weights). */
+void di_cpu_packed_row(di_dtype t, const void *W, int64_t N, int64_t K, int64_t n, void *dst);
+void di_cpu_packed_dequant_row(di_dtype t, const void *W, int64_t N, int64_t K, int64_t n, float *dst);
+/* As di_cpu_matmul, W packed with N rows. */
+void di_cpu_matmul_packed(di_dtype wtype, const void *W, int64_t N, const void *xq, int64_t M, int64_t K, float *Y,
+                          int64_t ldy, int64_t n0, int64_t n1);
+
 /* Dequantize n elements (a multiple of the block size) of one row: embedding
  * lookup, tests. Bit-exact with gguf-py's dequantize. */
 void di_cpu_dequant_row(di_dtype t, const void *src, float *dst, int64_t n);

@@ -476,8 +476,10 @@ static void actq_q8(const float *x, void *yv, int64_t k) {
     float amax = absmax(x, 32), d = amax / 127.0f, id = amax != 0 ? 127.0f / amax : 0.0f;
     __m256i part[2];
     _mm256_storeu_si256((__m256i *)y[i].qs, act_q32(x, _mm256_set1_ps(id), false, part));
+    int32_t sum = hsum_i32(_mm256_add_epi32(part[0], part[1]));
     y[i].d = di_cpu_fp16_round(d);
-    y[i].s = di_cpu_fp16_round(d * (float)hsum_i32(_mm256_add_epi32(part[0], part[1])));
+    y[i].s = di_cpu_fp16_round(d * (float)sum);
+    y[i].sum = sum;
   }
 }
 

@@ -278,6 +278,7 @@ void di_cpu_quantize_act_q8(const float *x, di_act_q8 *y, int64_t k) {
     }
     y[i].d = di_cpu_fp16_round(d);
     y[i].s = di_cpu_fp16_round(d * (float)s);
+    y[i].sum = s;
   }
 }
 

@@ -68,14 +68,15 @@ static_assert(sizeof(di_block_q6_K) == 210, "Q6_K block is 210 bytes");
  * di_act_q8: one row of 32-element blocks, for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 weights:
  * ggml's Q8_0 (d = amax/127 rounded to fp16, q = round-half-even(x * 127/amax))
  * plus Q8_1's s = fp16(d * sum q) with the unrounded d, which Q4_1/Q5_1 use to
- * apply the weight's min. d and s are stored as the floats of those fp16 values. */
-typedef struct { float d, s; int8_t qs[DI_QK32]; } di_act_q8;
+ * apply the weight's min. d and s are stored as the floats of those fp16 values;
+ * sum = sum q exactly, for the packed Q4_0 kernel's offset (8 * sum, see matmul_pack.c). */
+typedef struct { float d, s; int32_t sum; int8_t qs[DI_QK32]; } di_act_q8;
 /* di_act_q8k: ggml's Q8_K, 256-element blocks for the K-quants: iscale = -127/max
  * with max the signed element of largest magnitude (first on ties), q =
  * min(127, round-half-even(iscale * x)), d = 1/iscale (f32, negative when max > 0);
  * bsums[i] = sum of qs[16i..16i+15] so the mins (Q4_K/Q5_K) cost one madd per block. */
 typedef struct { float d; int16_t bsums[DI_QKK / 16]; int8_t qs[DI_QKK]; } di_act_q8k;
-static_assert(sizeof(di_act_q8) == 40, "act q8 block");
+static_assert(sizeof(di_act_q8) == 44, "act q8 block");
 static_assert(sizeof(di_act_q8k) == 292, "act q8k block");
 
 static inline float di_cpu_fp16_to_f32(di_fp16 h) {

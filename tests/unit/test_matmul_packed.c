@@ -1,0 +1,81 @@
+/* The packed weight layout (Q4_0, Q4_1, Q8_0; matmul.h): packing round-trips
+ * row by row, and every output is bit-identical whatever M (1..17), the column
+ * range [n0, n1) (including ranges that cut a group of 8 and the zero-padded
+ * tail group when N is not a multiple of 8), the ISA level, and the unpacked
+ * scalar reference on the GGUF rows: one chain per output in all of them. */
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cpu/isa.h"
+#include "backend/cpu/matmul.h"
+#include "check.h"
+
+static uint32_t g_rng = 2463534242u;
+static float rndf(void) {
+  g_rng ^= g_rng << 13, g_rng ^= g_rng >> 17, g_rng ^= g_rng << 5;
+  return (float)((double)g_rng / 4294967296.0 * 2.0 - 1.0);
+}
+
+#define MMAX 17
+
+static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best) {
+  size_t rb = di_dtype_row_bytes(t, K);
+  uint8_t *W = malloc(rb * (size_t)N), *P = malloc(rb * (size_t)N), *row = malloc(rb);
+  float *X = malloc((size_t)(MMAX * K) * 4), *src = malloc((size_t)K * 4);
+  for (int64_t n = 0; n < N; n++) {
+    float scale = 0.05f + 0.01f * (float)(n % 7);
+    for (int64_t k = 0; k < K; k++) src[k] = scale * rndf();
+    CHECK(di_cpu_quantize_row(t, src, W + (size_t)n * rb, K));
+  }
+  for (int64_t i = 0; i < MMAX * K; i++) X[i] = rndf() * (i % 5 == 0 ? 3.0f : 1.0f);
+  memcpy(P, W, rb * (size_t)N);
+  CHECK(di_cpu_pack(t, P, N, K));
+  int rt_bad = 0;
+  for (int64_t n = 0; n < N; n++) {
+    di_cpu_packed_row(t, P, N, K, n, row);
+    rt_bad += memcmp(row, W + (size_t)n * rb, rb) != 0;
+  }
+  CHECKF(rt_bad == 0, "%s N=%ld K=%ld: %d rows do not round-trip", di_dtype_name(t), (long)N, (long)K, rt_bad);
+
+  void *xq = malloc(di_cpu_act_bytes(t, MMAX, K));
+  size_t xrow = di_cpu_act_bytes(t, 1, K);
+  float *ref = malloc((size_t)(MMAX * N) * 4), *y = malloc((size_t)(MMAX * N) * 4);
+  /* reference: the scalar kernel on the GGUF rows */
+  CHECK(di_cpu_isa_set(DI_ISA_SCALAR));
+  di_cpu_act_prepare(t, X, MMAX, K, xq);
+  di_cpu_matmul(t, W, rb, xq, MMAX, K, ref, N, 0, N);
+  int bad = 0;
+  for (int level = DI_ISA_SCALAR; level <= (int)best; level += (int)best > DI_ISA_SCALAR ? (int)best : 1) {
+    CHECK(di_cpu_isa_set((di_cpu_isa_level)level));
+    for (int64_t M = 1; M <= MMAX; M++) {
+      /* the rows of a batch of M start anywhere in the activations */
+      int64_t first = (M * 5) % (MMAX - M + 1);
+      memset(y, 0xff, (size_t)(MMAX * N) * 4);
+      /* split the columns at awkward points, as threads might */
+      int64_t cuts[4] = {0, N / 3, N - N / 5, N};
+      for (int c = 0; c < 3; c++)
+        di_cpu_matmul_packed(t, P, N, (const uint8_t *)xq + (size_t)first * xrow, M, K, y, N, cuts[c], cuts[c + 1]);
+      if (memcmp(y, ref + first * N, (size_t)(M * N) * 4) != 0) bad++;
+    }
+  }
+  CHECK(di_cpu_isa_set(best));
+  CHECKF(bad == 0, "%s N=%ld K=%ld: %d batch shapes differ from the reference", di_dtype_name(t), (long)N, (long)K,
+         bad);
+  free(W), free(P), free(row), free(X), free(src), free(xq), free(ref), free(y);
+}
+
+int main(void) {
+  di_cpu_isa_level best = di_cpu_isa();
+  const di_dtype types[] = {DI_Q4_0, DI_Q4_1, DI_Q8_0};
+  const int64_t Ns[] = {8, 13, 24, 37, 70};
+  const int64_t Ks[] = {32, 96, 640};
+  for (size_t ti = 0; ti < 3; ti++) {
+    CHECK(di_cpu_packable(types[ti]));
+    for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
+      for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) check_shape(types[ti], Ns[ni], Ks[ki], best);
+  }
+  CHECK(!di_cpu_packable(DI_Q4_K) && !di_cpu_packable(DI_F16));
+  printf("packed Q4_0/Q4_1/Q8_0: bit-identical to the scalar reference for M 1..%d, split columns, %s\n", MMAX,
+         di_cpu_isa_name(best));
+  return di_test_finish("test_matmul_packed");
+}
