@@ -135,23 +135,23 @@ static void unpack32(di_dtype t, const void *p, wblock32 *b) {
   }
 }
 
-void di_cpu_q32_block_step(di_dtype t, const void *w, const di_act_q8 *x, float *s, float *sm) {
+float di_cpu_q32_block_step(di_dtype t, const void *w, const di_act_q8 *x, float s) {
   wblock32 b;
   unpack32(t, w, &b);
   int32_t isum = 0;
   for (int j = 0; j < 32; j++) isum += b.q[j] * x->qs[j];
-  *s += b.d * x->d * (float)isum;
-  *sm += b.m * x->s;
+  s += b.d * x->d * (float)isum;
+  if (t == DI_Q4_1 || t == DI_Q5_1) s += b.m * x->s;
+  return s;
 }
 
-/* Per block (d_w * d_a) * isum into one sum, the min terms m * s_a (Q4_1/Q5_1)
- * into a second one, added at the end: one scalar chain per output, which the
- * packed AVX2 kernels reproduce lane by lane (matmul_pack.c). */
+/* One scalar chain per output over the blocks in K order, which the packed
+ * AVX2 kernels reproduce lane by lane (matmul_pack_avx2.c). */
 static float dot_q32(di_dtype t, const void *w, const di_act_q8 *x, int64_t k) {
   size_t bb = di_dtype_block_bytes(t);
-  float s = 0, sm = 0;
-  for (int64_t i = 0; i < k / 32; i++) di_cpu_q32_block_step(t, (const uint8_t *)w + (size_t)i * bb, &x[i], &s, &sm);
-  return s + sm;
+  float s = 0;
+  for (int64_t i = 0; i < k / 32; i++) s = di_cpu_q32_block_step(t, (const uint8_t *)w + (size_t)i * bb, &x[i], s);
+  return s;
 }
 
 /* A 256-element K-quant block as integers: value = d * sc[g] * q - dmin * mn[g],

@@ -47,7 +47,7 @@ void di_cpu_matmul(di_dtype wtype, const void *W, size_t w_row_bytes, const void
  * interleaved in groups of 8 so that one 32-byte load holds 4 consecutive
  * quants of 8 rows, and the SIMD kernel's lanes are output columns. Each output
  * is then one scalar chain over the blocks in K order, s += (d_w*d_a)*isum
- * (+ m_w*s_a into a second sum for Q4_1), whatever M, n0..n1 or the ISA: the
+ * (then s += m_w*s_a for Q4_1), whatever M, n0..n1 or the ISA: the
  * AVX2 and scalar kernels give bit-identical results. Rows must be contiguous
  * (stride = row bytes), as GGUF data is. */
 bool di_cpu_packable(di_dtype t);

@@ -27,9 +27,10 @@ di_cpu_mmp_fn di_cpu_mmp_avx2(di_dtype t);
 di_cpu_actq_fn di_cpu_actq_avx2(di_cpu_act_kind kind);
 
 /* The scalar reference, shared by both layouts: one 32-element GGUF block of
- * row w against activation block x, (d_w * d_a) * isum added to *s, m_w * s_a
- * (Q4_1/Q5_1) to *sm; an output is s + sm after its blocks in K order. */
-void di_cpu_q32_block_step(di_dtype t, const void *w, const di_act_q8 *x, float *s, float *sm);
+ * row w against activation block x; returns s + (d_w * d_a) * isum, then
+ * + m_w * s_a for Q4_1/Q5_1. An output is the chain over its blocks in K order
+ * from s = 0. */
+float di_cpu_q32_block_step(di_dtype t, const void *w, const di_act_q8 *x, float s);
 void di_cpu_mmp_scalar(di_dtype t, const void *W, size_t wrow, int64_t N, const void *x, size_t xrow, int64_t M,
                        int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
 

@@ -89,15 +89,15 @@ void di_cpu_mmp_scalar(di_dtype t, const void *W, size_t wrow, int64_t N, const 
     const di_act_q8 *a = (const di_act_q8 *)((const uint8_t *)x + (size_t)m * xrow);
     for (int64_t n = n0; n < n1; n++) {
       const uint8_t *grp = (const uint8_t *)W + (size_t)(n / DI_PK_G) * DI_PK_G * wrow;
-      float s = 0, sm = 0;
+      float s = 0;
       for (int64_t b = 0; b < K / DI_QK32; b++) {
         uint8_t blk[sizeof(di_block_q8_0)];
         const void *p = blk;
         if (n >= first_tail) p = (const uint8_t *)W + (size_t)n * wrow + b * bb;
         else gather_block(t, grp + b * DI_PK_G * bb, (int)(n % DI_PK_G), blk);
-        di_cpu_q32_block_step(t, p, &a[b], &s, &sm);
+        s = di_cpu_q32_block_step(t, p, &a[b], s);
       }
-      Y[m * ldy + n] = s + sm;
+      Y[m * ldy + n] = s;
     }
   }
 }
