@@ -47,8 +47,9 @@ def run_case(g, c, tmp_path):
 # packed kernels (one float chain per output, where ggml's non-repacked Q4_1
 # sums 8 lanes per output then reduces) -- the continuation that matched before
 # ("pizza") now leaves at a 0.05 margin; the logit gap stayed in the same band
-# (max |diff| 0.51-0.98 over the 11 prompts, was 0.49-0.86).
-MIN_IDENTICAL = {"smollm2": 0, "gemma3-270m": 4}
+# (max |diff| 0.51-0.98 over the 11 prompts, was 0.49-0.86). Gemma 3 270M: 3 (its
+# 10 Q8_0 tensors are packed too; a 0.03-margin near-tie now goes the other way).
+MIN_IDENTICAL = {"smollm2": 0, "gemma3-270m": 3}
 _identical = {}
 
 

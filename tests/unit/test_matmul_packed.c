@@ -55,7 +55,14 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best)
       int64_t cuts[4] = {0, N / 3, N - N / 5, N};
       for (int c = 0; c < 3; c++)
         di_cpu_matmul_packed(t, P, N, (const uint8_t *)xq + (size_t)first * xrow, M, K, y, N, cuts[c], cuts[c + 1]);
-      if (memcmp(y, ref + first * N, (size_t)(M * N) * 4) != 0) bad++;
+      for (int64_t i = 0; i < M * N; i++)
+        if (memcmp(&y[i], &ref[first * N + i], 4) != 0) {
+          if (bad++ == 0)
+            fprintf(stderr, "%s N=%ld K=%ld %s M=%ld: first difference at row %ld col %ld: %a vs %a\n",
+                    di_dtype_name(t), (long)N, (long)K, di_cpu_isa_name((di_cpu_isa_level)level), (long)M,
+                    (long)(i / N), (long)(i % N), y[i], ref[first * N + i]);
+          break;
+        }
     }
   }
   CHECK(di_cpu_isa_set(best));
