@@ -14,6 +14,7 @@
 
 #include "backend/cpu/isa.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/quant.h"
 #include "check.h"
 
@@ -320,9 +321,39 @@ static void test_row_invariance(void) {
   row_invariance_case(DI_Q6_K, 256 * 60, 6);
 }
 
+#ifdef DI_CPU_ARM64
+/* The SDOT and the ARMv8.0 builds of the NEON int8 kernels form the same exact
+ * integer lanes and then run the same float code, so they agree bit for bit
+ * (GEMV and GEMM shapes). Without SDOT (e.g. qemu -cpu cortex-a53) only the
+ * ARMv8.0 build runs, through the other tests. */
+static void test_neon_dotprod(void) {
+  if (!di_cpu_features_get()->neon_dotprod) return;
+  static const di_dtype qtypes[] = {DI_Q4_0, DI_Q4_1, DI_Q5_0, DI_Q5_1, DI_Q8_0, DI_Q4_K, DI_Q5_K, DI_Q6_K};
+  const int64_t N = 13;
+  for (size_t ti = 0; ti < sizeof qtypes / sizeof qtypes[0]; ti++) {
+    di_dtype t = qtypes[ti];
+    int64_t K = test_k(t);
+    wmat w = make_w(t, N, K);
+    for (int64_t M = 1; M <= 5; M += 4) {
+      float *X = malloc((size_t)(M * K) * 4), *Yd = malloc((size_t)(M * N) * 4), *Yi = malloc((size_t)(M * N) * 4);
+      for (int64_t i = 0; i < M * K; i++) X[i] = rndf();
+      void *xq = prepare(t, X, M, K);
+      size_t xrow = di_cpu_act_bytes(t, 1, K);
+      di_cpu_mm_neon_dot(t)(w.W, w.wrow, xq, xrow, M, K, Yd, N, 0, N);
+      di_cpu_mm_neon_i8(t)(w.W, w.wrow, xq, xrow, M, K, Yi, N, 0, N);
+      CHECKF(memcmp(Yd, Yi, (size_t)(M * N) * 4) == 0, "%s M=%ld: NEON SDOT and ARMv8.0 kernels differ",
+             di_dtype_name(t), (long)M);
+      free(X), free(Yd), free(Yi), free(xq);
+    }
+    free_w(&w);
+  }
+}
+#endif
+
 int main(void) {
   di_cpu_isa_level best = di_cpu_isa();
-  printf("cpu isa: %s\n", di_cpu_isa_name(best));
+  printf("cpu isa: %s%s\n", di_cpu_isa_name(best),
+         best == DI_ISA_NEON && di_cpu_features_get()->neon_dotprod ? " (dotprod)" : "");
   test_fp16();
   test_dequant();
   CHECK(di_cpu_isa_set(DI_ISA_SCALAR));
@@ -332,5 +363,8 @@ int main(void) {
   test_matmul_reference();
   test_row_invariance();
   test_scalar_vs_simd(best);
+#ifdef DI_CPU_ARM64
+  test_neon_dotprod();
+#endif
   return di_test_finish("test_quant");
 }

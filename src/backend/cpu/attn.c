@@ -45,14 +45,20 @@ static const kv_axpy_fn axpys[] = {[DI_KV_F16] = axpy_f16, [DI_KV_F32] = axpy_f3
 void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim, const float *q,
                       int lo, int hi, float scale, float softcap, di_attn_partial *out) {
   const int bs = kv->block_size;
-  if (di_cpu_isa() >= DI_ISA_AVX2 && head_dim % 8 == 0) {
+  di_attn_tile_simd_fn simd = NULL;
+#if defined(DI_CPU_X86)
+  if (di_cpu_isa() >= DI_ISA_AVX2) simd = di_cpu_attn_tile_avx2;
+#elif defined(DI_CPU_ARM64)
+  if (di_cpu_isa() == DI_ISA_NEON) simd = di_cpu_attn_tile_neon;
+#endif
+  if (simd && head_dim % 8 == 0) {
     const uint8_t *kr[DI_ATTN_TILE], *vr[DI_ATTN_TILE];
     for (int j = lo; j <= hi; j++) {
       size_t o = di_kv_head_offset(kv, kvh, j % bs, head_dim);
       kr[j - lo] = (const uint8_t *)di_kv_k(kv, blocks[j / bs], layer) + o;
       vr[j - lo] = (const uint8_t *)di_kv_v(kv, blocks[j / bs], layer) + o;
     }
-    di_cpu_attn_tile_avx2(q, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
+    simd(q, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
     return;
   }
   const kv_dot_fn dot = dots[kv->type];

@@ -29,9 +29,14 @@ void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, in
 /* Merges n partials (in order) into out[head_dim]. */
 void di_cpu_attn_merge(const di_attn_partial *const *parts, int n, int head_dim, float *out);
 
-/* The whole tile in AVX2 (head_dim a multiple of 8): krow/vrow point at each
- * position's head slice. */
+/* The whole tile in SIMD (head_dim a multiple of 8): krow/vrow point at each
+ * position's head slice. AVX2 exists in x86-64 builds, NEON in aarch64 builds;
+ * both add in the same order and give the same bits. */
+typedef void (*di_attn_tile_simd_fn)(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n,
+                                     int hd, di_kv_type t, float scale, float softcap, di_attn_partial *out);
 void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
+                           di_kv_type t, float scale, float softcap, di_attn_partial *out);
+void di_cpu_attn_tile_neon(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
                            di_kv_type t, float scale, float softcap, di_attn_partial *out);
 
 #endif

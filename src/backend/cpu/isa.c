@@ -7,6 +7,11 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define DI_X86 1
+#elif defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20)
+#endif
 #endif
 
 static di_cpu_features g_feat;
@@ -43,8 +48,12 @@ static void di_detect(void) {
     g_feat.fma &= ymm;
     g_feat.f16c &= ymm;
   }
-#elif defined(__ARM_NEON)
-  g_feat.neon = true;
+#elif defined(__aarch64__)
+  g_feat.neon = true; /* Advanced SIMD is mandatory on AArch64 */
+#if defined(__linux__)
+  /* SDOT is optional before ARMv8.4; the kernel reports it in AT_HWCAP. */
+  g_feat.neon_dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#endif
 #endif
   di_cpu_isa_level best = DI_ISA_SCALAR;
   if (g_feat.neon) best = DI_ISA_NEON;

@@ -268,23 +268,40 @@ typedef struct {
 static kernel_table g_tabs[DI_ISA_AVX512 + 1];
 static pthread_once_t g_tabs_once = PTHREAD_ONCE_INIT;
 
+/* Fills t with an ISA's kernels where it has them (NULL keeps the scalar one). */
+static void fill_table(kernel_table *t, di_cpu_mm_fn (*mm)(di_dtype, bool), bool arg,
+                       di_cpu_actq_fn (*actq)(di_cpu_act_kind)) {
+  for (int i = 0; i < DI_DTYPE_COUNT; i++)
+    if (di_cpu_dtype_supported((di_dtype)i) && mm((di_dtype)i, arg)) t->mm[i] = mm((di_dtype)i, arg);
+  for (int k = 0; k < DI_ACT_KINDS; k++)
+    if (actq((di_cpu_act_kind)k)) t->actq[k] = actq((di_cpu_act_kind)k);
+}
+
+#ifdef DI_CPU_X86
+static di_cpu_mm_fn mm_avx2(di_dtype t, bool unused) { return di_cpu_mm_avx2(t); }
+#endif
+
 static void build_tables(void) {
   const di_cpu_features *f = di_cpu_features_get();
-  bool avx2 = f->avx2 && f->fma && f->f16c;
   for (int level = 0; level <= DI_ISA_AVX512; level++) {
     kernel_table *t = &g_tabs[level];
     t->actq[DI_ACT_F32] = actq_f32;
     t->actq[DI_ACT_Q8] = actq_q8;
     t->actq[DI_ACT_Q8K] = actq_q8k;
+    /* never touch code this CPU cannot run */
+#ifdef DI_CPU_X86
     /* AVX-512 machines run the AVX2 kernels (no AVX-512 kernels yet). */
-    if (level < DI_ISA_AVX2 || !avx2) continue; /* never touch code this CPU cannot run */
-    for (int i = 0; i < DI_DTYPE_COUNT; i++)
-      if (di_cpu_dtype_supported((di_dtype)i)) {
-        t->mm[i] = di_cpu_mm_avx2((di_dtype)i);
-        t->mmp[i] = di_cpu_mmp_avx2((di_dtype)i);
-      }
-    for (int k = 0; k < DI_ACT_KINDS; k++)
-      if (di_cpu_actq_avx2((di_cpu_act_kind)k)) t->actq[k] = di_cpu_actq_avx2((di_cpu_act_kind)k);
+    if (level >= DI_ISA_AVX2 && f->avx2 && f->fma && f->f16c) {
+      fill_table(t, mm_avx2, false, di_cpu_actq_avx2);
+      for (int i = 0; i < DI_DTYPE_COUNT; i++)
+        if (di_cpu_dtype_supported((di_dtype)i)) t->mmp[i] = di_cpu_mmp_avx2((di_dtype)i);
+    }
+#endif
+#ifdef DI_CPU_ARM64
+    /* No NEON kernels for the packed layout yet: packed weights take the scalar path. */
+    if (level == DI_ISA_NEON && f->neon) fill_table(t, di_cpu_mm_neon, f->neon_dotprod, di_cpu_actq_neon);
+#endif
+    (void)f;
   }
 }
 

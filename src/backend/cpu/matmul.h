@@ -11,7 +11,7 @@
  * bit-identical alone or inside a batch. The ISA (isa.h) is chosen once per
  * process; scalar and SIMD results agree within float rounding, not bitwise.
  *
- * Environment: DI_CPU_ISA=scalar|avx2 lowers the ISA (isa.h). DI_CPU_EXACT=1 is
+ * Environment: DI_CPU_ISA=scalar|neon|avx2 lowers the ISA (isa.h). DI_CPU_EXACT=1 is
  * an accuracy-debugging mode: activations stay f32 and each weight row is
  * dequantized and dotted in f32 (slow), which separates weight-quantization from
  * activation-quantization error when comparing logits with another engine. */

@@ -2,6 +2,7 @@
 #ifndef DI_CPU_MATMUL_KERNELS_H
 #define DI_CPU_MATMUL_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,10 +22,16 @@ typedef void (*di_cpu_actq_fn)(const float *x, void *y, int64_t k);
 typedef void (*di_cpu_mmp_fn)(const void *W, size_t wrow, int64_t N, const void *x, size_t xrow, int64_t M,
                               int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
 
-/* NULL where the ISA has no kernel for the type (the scalar one is used). */
+/* NULL where the ISA has no kernel for the type (the scalar one is used). Each
+ * family exists only in builds for its architecture (isa.h DI_CPU_X86/DI_CPU_ARM64). */
 di_cpu_mm_fn di_cpu_mm_avx2(di_dtype t);
 di_cpu_mmp_fn di_cpu_mmp_avx2(di_dtype t);
 di_cpu_actq_fn di_cpu_actq_avx2(di_cpu_act_kind kind);
+/* NEON: float kernels plus the int8 kernels in their dotprod (SDOT) or ARMv8.0 build. */
+di_cpu_mm_fn di_cpu_mm_neon(di_dtype t, bool dotprod);
+di_cpu_mm_fn di_cpu_mm_neon_i8(di_dtype t);
+di_cpu_mm_fn di_cpu_mm_neon_dot(di_dtype t);
+di_cpu_actq_fn di_cpu_actq_neon(di_cpu_act_kind kind);
 
 /* The scalar reference, shared by both layouts: one 32-element GGUF block of
  * row w against activation block x; returns s + (d_w * d_a) * isum, then

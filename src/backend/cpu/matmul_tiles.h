@@ -1,0 +1,72 @@
+/* Tile drivers shared by the SIMD matmul kernel files (included by *_neon.c;
+ * the same scheme as matmul_avx2.c's own copy, which can switch to this header).
+ *
+ * A kernel family PFX provides PFX_QK (elements per block) and
+ * PFX_tile(t, MT, NT, w, wrow, x, xrow, nb, K, Y, ldy) computing an MT x NT
+ * tile over all K. The tile is always_inline with constant t, MT, NT, so every
+ * (type, shape) becomes its own fully unrolled loop with the accumulators in
+ * registers. Row invariance is the tile's duty: each output (m,n) must own one
+ * accumulator chain that sees K in order with the same instructions whatever
+ * MT, NT or the tile's position; the drivers only choose shapes. */
+#ifndef DI_CPU_MATMUL_TILES_H
+#define DI_CPU_MATMUL_TILES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+#define MT_MAX 4
+
+/* GEMV (M == 1) takes NT_GEMV columns at a time for independent chains. GEMM
+ * walks the columns in panels of about PANEL_BYTES of weights, which stay in L2
+ * while every MT_MAX x NT_GEMM tile of rows passes over them, so weights are read
+ * from memory once per panel rather than once per row tile. */
+#define PANEL_BYTES (192 * 1024)
+
+#define DEFINE_COLS(PFX)                                                                         \
+  AI void PFX##_cols(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const uint8_t *x, \
+                     size_t xrow, int64_t nb, int64_t K, float *Y, int64_t ldy, int64_t n0,      \
+                     int64_t n1) {                                                               \
+    int64_t n = n0;                                                                              \
+    for (; n + NT <= n1; n += NT) PFX##_tile(t, MT, NT, w + n * wrow, wrow, x, xrow, nb, K, Y + n, ldy); \
+    for (; n < n1; n++) PFX##_tile(t, MT, 1, w + n * wrow, wrow, x, xrow, nb, K, Y + n, ldy);     \
+  }
+
+#define DEFINE_DRIVER(PFX, NT_GEMV, NT_GEMM)                                                     \
+  DEFINE_COLS(PFX)                                                                               \
+  AI void PFX##_mm(di_dtype t, const void *W, size_t wrow, const void *X, size_t xrow,           \
+                   int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {         \
+    const uint8_t *w = W, *x = X;                                                                \
+    int64_t nb = K / PFX##_QK;                                                                   \
+    if (M == 1) {                                                                                \
+      PFX##_cols(t, 1, NT_GEMV, w, wrow, x, xrow, nb, K, Y, ldy, n0, n1);                        \
+      return;                                                                                    \
+    }                                                                                            \
+    int64_t panel = (int64_t)(PANEL_BYTES / (wrow ? wrow : 1)) / NT_GEMM * NT_GEMM;              \
+    if (panel < NT_GEMM) panel = NT_GEMM;                                                        \
+    for (int64_t p0 = n0; p0 < n1; p0 += panel) {                                                \
+      int64_t p1 = n1 - p0 < panel ? n1 : p0 + panel;                                            \
+      for (int64_t m = 0; m < M; m += MT_MAX) {                                                  \
+        int64_t mt = M - m < MT_MAX ? M - m : MT_MAX;                                            \
+        const uint8_t *xm = x + m * xrow;                                                        \
+        float *ym = Y + m * ldy;                                                                 \
+        switch (mt) {                                                                            \
+        case 4: PFX##_cols(t, 4, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;     \
+        case 3: PFX##_cols(t, 3, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;     \
+        case 2: PFX##_cols(t, 2, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;     \
+        default: PFX##_cols(t, 1, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;    \
+        }                                                                                        \
+      }                                                                                          \
+    }                                                                                            \
+  }
+
+/* An exported-signature (di_cpu_mm_fn) wrapper binding a family to one type. */
+#define DEFINE_WRAP(NAME, PFX, T)                                                                \
+  static void NAME(const void *W, size_t wrow, const void *x, size_t xrow, int64_t M, int64_t K,  \
+                   float *Y, int64_t ldy, int64_t n0, int64_t n1) {                              \
+    PFX##_mm(T, W, wrow, x, xrow, M, K, Y, ldy, n0, n1);                                         \
+  }
+
+#endif
