@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# test-arm64.sh: the ARM check. Cross-builds DeepInfer for aarch64 (Debian's
+# gcc-aarch64-linux-gnu, cmake/toolchain-aarch64.cmake, warnings are errors) into
+# build-arm64/ and runs the CPU kernel tests under qemu-aarch64:
+#   test_quant        NEON with SDOT (qemu's default cpu "max"), NEON without it
+#                     (-cpu cortex-a53, ARMv8.0), and DI_CPU_ISA=scalar
+#   test_quant_golden dequantization + matmul against gguf-py goldens (NEON)
+#   test_forward_stories  a whole model (NEON kernels + NEON attention)
+#   test_row_invariance   bitwise invariance within NEON, NEON vs scalar within the
+#                     stated tolerances; slow under emulation (~10 min), so only with --full
+#
+# The whole library is cross-built (not only the backend) because the forward and
+# row-invariance tests need the model loader, KV cache and graph; its libraries
+# (jansson, PCRE2, utf8proc, libmicrohttpd, xxhash) come from Debian's own arm64
+# packages via multiarch, the same versions as the native build. As root, missing
+# packages are installed (dpkg --add-architecture arm64 + apt-get); otherwise the
+# apt-get command is printed.
+#
+# Options: --full (also test_row_invariance)  --no-apt  -h/--help
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="$REPO/build-arm64"
+FULL=0 DO_APT=1
+for arg in "$@"; do
+  case "$arg" in
+    --full) FULL=1 ;;
+    --no-apt) DO_APT=0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test-arm64.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+say() { printf '[arm64] %s\n' "$*"; }
+
+# --- toolchain, emulator and arm64 libraries --------------------------------------------------
+PKGS=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+  libjansson-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libmicrohttpd-dev:arm64 libxxhash-dev:arm64)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if ((DO_APT)) && [ "$(id -u)" = 0 ]; then
+    say "installing: ${missing[*]}"
+    dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    say "missing packages: ${missing[*]}"
+    say "run as root: dpkg --add-architecture arm64 && apt-get update && apt-get install -y ${missing[*]}"
+    exit 1
+  fi
+fi
+
+# --- cross build ------------------------------------------------------------------------------
+TESTS=(test_quant test_quant_golden test_forward_stories test_row_invariance)
+cmake -S "$REPO" -B "$BUILD" -DCMAKE_TOOLCHAIN_FILE="$REPO/cmake/toolchain-aarch64.cmake" \
+  -DCMAKE_BUILD_TYPE=Release -DDI_BENCH=OFF -DDI_EXAMPLES=OFF >/dev/null
+cmake --build "$BUILD" -j"${JOBS:-2}" --target "${TESTS[@]}" >/dev/null
+
+# --- run under qemu ---------------------------------------------------------------------------
+export DI_SHARED_DATA="${DI_SHARED_DATA:-$REPO/../shared/data}" DI_SOURCE_DIR="$REPO"
+fails=0
+run() { # label test [VAR=value...]: the test's last lines, or all of its output when it fails
+  local label=$1 test=$2 out
+  shift 2
+  say "$label"
+  if out=$(env "$@" qemu-aarch64 -L /usr/aarch64-linux-gnu "$BUILD/$test" 2>&1); then
+    tail -n 2 <<<"$out" | sed 's/^/  /'
+  else
+    sed 's/^/  /' <<<"$out"
+    fails=$((fails + 1))
+  fi
+}
+# qemu-aarch64 honours QEMU_CPU: its default "max" has SDOT, cortex-a53 is plain ARMv8.0.
+run "test_quant: NEON + SDOT (cpu max)" test_quant
+run "test_quant: NEON ARMv8.0 (cortex-a53, no SDOT)" test_quant QEMU_CPU=cortex-a53
+run "test_quant: DI_CPU_ISA=scalar" test_quant DI_CPU_ISA=scalar
+run "test_quant_golden: NEON" test_quant_golden
+run "test_forward_stories: NEON" test_forward_stories
+if ((FULL)); then
+  run "test_row_invariance: NEON + SDOT" test_row_invariance
+fi
+if ((fails)); then
+  say "$fails run(s) FAILED"
+  exit 1
+fi
+say "all passed"
