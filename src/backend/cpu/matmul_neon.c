@@ -114,6 +114,7 @@ static void actq_q8(const float *x, void *yv, int64_t k) {
     int32_t s = act_q16(x, sc, false, y[i].qs) + act_q16(x + 16, sc, false, y[i].qs + 16);
     y[i].d = di_cpu_fp16_round(d);
     y[i].s = di_cpu_fp16_round(d * (float)s);
+    y[i].sum = s;
   }
 }
 
