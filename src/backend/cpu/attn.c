@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/softmax_exp.h"
 #include "util/fp16.h"
 
 static float dot_f32(const float *q, const void *k, int n) {
@@ -53,10 +54,16 @@ void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, in
 #endif
   if (simd && head_dim % 8 == 0) {
     const uint8_t *kr[DI_ATTN_TILE], *vr[DI_ATTN_TILE];
-    for (int j = lo; j <= hi; j++) {
+    const size_t row = (size_t)head_dim * kv->elt_bytes;
+    for (int j = lo; j <= hi;) { /* one block at a time: its positions are rows `row` bytes apart */
+      int blk = j / bs, end = (blk + 1) * bs - 1 < hi ? (blk + 1) * bs - 1 : hi;
       size_t o = di_kv_head_offset(kv, kvh, j % bs, head_dim);
-      kr[j - lo] = (const uint8_t *)di_kv_k(kv, blocks[j / bs], layer) + o;
-      vr[j - lo] = (const uint8_t *)di_kv_v(kv, blocks[j / bs], layer) + o;
+      const uint8_t *k = (const uint8_t *)di_kv_k(kv, blocks[blk], layer) + o;
+      const uint8_t *v = (const uint8_t *)di_kv_v(kv, blocks[blk], layer) + o;
+      for (; j <= end; j++, k += row, v += row) {
+        kr[j - lo] = k;
+        vr[j - lo] = v;
+      }
     }
     simd(q, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
     return;
@@ -75,7 +82,7 @@ void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, in
   float l = 0;
   for (int d = 0; d < head_dim; d++) out->acc[d] = 0;
   for (int j = lo; j <= hi; j++) {
-    float p = expf(s[j - lo] - mx);
+    float p = di_softmax_exp(s[j - lo] - mx);
     l += p;
     const uint8_t *v = (const uint8_t *)di_kv_v(kv, blocks[j / bs], layer) + di_kv_head_offset(kv, kvh, j % bs, head_dim);
     axpy(out->acc, p, v, head_dim);
@@ -91,7 +98,7 @@ void di_cpu_attn_merge(const di_attn_partial *const *parts, int n, int head_dim,
   float l = 0;
   for (int d = 0; d < head_dim; d++) out[d] = 0;
   for (int i = 0; i < n; i++) {
-    float w = expf(parts[i]->m - mx);
+    float w = di_softmax_exp(parts[i]->m - mx);
     l += parts[i]->l * w;
     for (int d = 0; d < head_dim; d++) out[d] += parts[i]->acc[d] * w;
   }

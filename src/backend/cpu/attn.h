@@ -36,6 +36,10 @@ typedef void (*di_attn_tile_simd_fn)(const float *q, const uint8_t *const *krow,
                                      int hd, di_kv_type t, float scale, float softcap, di_attn_partial *out);
 void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
                            di_kv_type t, float scale, float softcap, di_attn_partial *out);
+/* softmax_exp.h over an array, 8 (AVX2) or 4 (NEON) lanes at a time (tests
+ * compare them with the scalar di_softmax_exp bit for bit). */
+void di_cpu_softmax_exp_avx2(const float *x, float *y, int n);
+void di_cpu_softmax_exp_neon(const float *x, float *y, int n);
 void di_cpu_attn_tile_neon(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
                            di_kv_type t, float scale, float softcap, di_attn_partial *out);
 

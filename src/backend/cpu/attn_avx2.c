@@ -1,22 +1,29 @@
-/* AVX2 + FMA + F16C inner loops of attention (compiled with -mavx2 -mfma -mf16c). */
+/* AVX2 + FMA + F16C inner loops of attention (compiled with -mavx2 -mfma -mf16c).
+ *
+ * The tile function is specialised per KV element type and keeps its
+ * accumulators in registers: the K pass always runs 8 rows (rows past the
+ * tile's end alias its first row and are discarded), the V pass runs 64
+ * dimensions at a time. The sums are formed in the same order as before the
+ * specialisation and as the NEON tile, so the results are the same bits; the
+ * softmax weights come from softmax_exp.h (same bits as its scalar version). */
 #include <immintrin.h>
 #include <math.h>
 
 #include "backend/cpu/attn.h"
+#include "backend/cpu/softmax_exp.h"
 
-static inline __m256 load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
-static inline __m256 load_bf16(const uint16_t *p) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-}
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
 
-/* ---- a whole tile at once: scores for 8 positions per pass, accumulators in registers ---- */
-
-static inline __m256 load_kv(const void *p, di_kv_type t) {
-  return t == DI_KV_F32 ? _mm256_loadu_ps(p) : t == DI_KV_F16 ? load_f16(p) : load_bf16(p);
+AI __m256 load_kv(const uint8_t *p, di_kv_type t) {
+  if (t == DI_KV_F32) return _mm256_loadu_ps((const float *)p);
+  __m128i h = _mm_loadu_si128((const __m128i *)p);
+  if (t == DI_KV_F16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
 /* Sums each of 8 vectors into one lane of the result (lane i = sum of v[i]). */
-static inline __m256 hsum8(__m256 v[8]) {
+AI __m256 hsum8(const __m256 v[8]) {
   __m256 a = _mm256_hadd_ps(v[0], v[1]), b = _mm256_hadd_ps(v[2], v[3]);
   __m256 c = _mm256_hadd_ps(v[4], v[5]), d = _mm256_hadd_ps(v[6], v[7]);
   __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
@@ -25,40 +32,62 @@ static inline __m256 hsum8(__m256 v[8]) {
   return _mm256_add_ps(lo, hi);
 }
 
-void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
-                           di_kv_type t, float scale, float softcap, di_attn_partial *out) {
+AI void tile(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
+             const di_kv_type t, float scale, float softcap, di_attn_partial *out) {
   const size_t es = t == DI_KV_F32 ? 4 : 2;
-  float s[DI_ATTN_TILE];
+  _Alignas(32) float s[DI_ATTN_TILE + 8];
+  const __m256 vscale = _mm256_set1_ps(scale);
   for (int j0 = 0; j0 < n; j0 += 8) {
+    const uint8_t *kp[8];
+    UNROLL for (int r = 0; r < 8; r++) kp[r] = krow[j0 + r < n ? j0 + r : j0];
     __m256 acc[8];
-    int m = n - j0 < 8 ? n - j0 : 8;
-    for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+    UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
     for (int d = 0; d < hd; d += 8) {
       __m256 qv = _mm256_loadu_ps(q + d);
-      for (int r = 0; r < m; r++) acc[r] = _mm256_fmadd_ps(qv, load_kv(krow[j0 + r] + (size_t)d * es, t), acc[r]);
+      UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(qv, load_kv(kp[r] + (size_t)d * es, t), acc[r]);
     }
-    float tmp[8];
-    _mm256_storeu_ps(tmp, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
-    for (int r = 0; r < m; r++) s[j0 + r] = softcap > 0 ? softcap * tanhf(tmp[r] / softcap) : tmp[r];
+    _mm256_store_ps(s + j0, _mm256_mul_ps(hsum8(acc), vscale));
   }
+  if (softcap > 0)
+    for (int j = 0; j < n; j++) s[j] = softcap * tanhf(s[j] / softcap);
   float mx = -INFINITY;
   for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+  const __m256 vmx = _mm256_set1_ps(mx);
+  for (int j0 = 0; j0 < n; j0 += 8) /* s[n..] past the tile are finite leftovers, never read below */
+    _mm256_store_ps(s + j0, di_softmax_exp_avx2(_mm256_sub_ps(_mm256_load_ps(s + j0), vmx)));
   float l = 0;
-  for (int j = 0; j < n; j++) {
-    s[j] = expf(s[j] - mx);
-    l += s[j];
-  }
-  for (int d0 = 0; d0 < hd; d0 += 64) {
-    int w = hd - d0 < 64 ? (hd - d0) / 8 : 8;
+  for (int j = 0; j < n; j++) l += s[j];
+  int d0 = 0;
+  for (; d0 + 64 <= hd; d0 += 64) {
     __m256 acc[8];
-    for (int r = 0; r < w; r++) acc[r] = _mm256_setzero_ps();
+    UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
     for (int j = 0; j < n; j++) {
       __m256 p = _mm256_set1_ps(s[j]);
       const uint8_t *v = vrow[j] + (size_t)d0 * es;
-      for (int r = 0; r < w; r++) acc[r] = _mm256_fmadd_ps(p, load_kv(v + (size_t)r * 8 * es, t), acc[r]);
+      UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(p, load_kv(v + (size_t)r * 8 * es, t), acc[r]);
     }
-    for (int r = 0; r < w; r++) _mm256_storeu_ps(out->acc + d0 + r * 8, acc[r]);
+    UNROLL for (int r = 0; r < 8; r++) _mm256_storeu_ps(out->acc + d0 + r * 8, acc[r]);
+  }
+  for (; d0 < hd; d0 += 8) { /* head_dim % 64 != 0: the last dimensions 8 at a time */
+    __m256 acc = _mm256_setzero_ps();
+    for (int j = 0; j < n; j++) acc = _mm256_fmadd_ps(_mm256_set1_ps(s[j]), load_kv(vrow[j] + (size_t)d0 * es, t), acc);
+    _mm256_storeu_ps(out->acc + d0, acc);
   }
   out->m = mx;
   out->l = l;
+}
+
+void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
+                           di_kv_type t, float scale, float softcap, di_attn_partial *out) {
+  switch (t) {
+  case DI_KV_F16: tile(q, krow, vrow, n, hd, DI_KV_F16, scale, softcap, out); break;
+  case DI_KV_F32: tile(q, krow, vrow, n, hd, DI_KV_F32, scale, softcap, out); break;
+  default: tile(q, krow, vrow, n, hd, DI_KV_BF16, scale, softcap, out); break;
+  }
+}
+
+void di_cpu_softmax_exp_avx2(const float *x, float *y, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, di_softmax_exp_avx2(_mm256_loadu_ps(x + i)));
+  for (; i < n; i++) y[i] = di_softmax_exp(x[i]);
 }

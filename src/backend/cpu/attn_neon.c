@@ -6,6 +6,7 @@
 
 #include "backend/cpu/attn.h"
 #include "backend/cpu/neon.h"
+#include "backend/cpu/softmax_exp.h"
 
 static inline f32x8 load_kv(const uint8_t *p, di_kv_type t) {
   f32x8 r;
@@ -56,11 +57,11 @@ void di_cpu_attn_tile_neon(const float *q, const uint8_t *const *krow, const uin
   }
   float mx = -INFINITY;
   for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+  int j = 0;
+  for (; j + 4 <= n; j += 4) vst1q_f32(s + j, di_softmax_exp_neon(vsubq_f32(vld1q_f32(s + j), vdupq_n_f32(mx))));
+  for (; j < n; j++) s[j] = di_softmax_exp(s[j] - mx);
   float l = 0;
-  for (int j = 0; j < n; j++) {
-    s[j] = expf(s[j] - mx);
-    l += s[j];
-  }
+  for (j = 0; j < n; j++) l += s[j];
   for (int d0 = 0; d0 < hd; d0 += 64) {
     int w = hd - d0 < 64 ? (hd - d0) / 8 : 8;
     f32x8 acc[8];
@@ -77,4 +78,10 @@ void di_cpu_attn_tile_neon(const float *q, const uint8_t *const *krow, const uin
   }
   out->m = mx;
   out->l = l;
+}
+
+void di_cpu_softmax_exp_neon(const float *x, float *y, int n) {
+  int i = 0;
+  for (; i + 4 <= n; i += 4) vst1q_f32(y + i, di_softmax_exp_neon(vld1q_f32(x + i)));
+  for (; i < n; i++) y[i] = di_softmax_exp(x[i]);
 }

@@ -1,0 +1,58 @@
+/* softmax_exp.h: the scalar exp used for attention softmax weights is within
+ * 1 ulp of exp (double, rounded) over its whole range, returns 0 below it and
+ * for NaN, and the SIMD versions (AVX2 or NEON, where the CPU has them) give
+ * the same bits as the scalar one for every input. */
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cpu/attn.h"
+#include "backend/cpu/isa.h"
+#include "backend/cpu/softmax_exp.h"
+#include "check.h"
+
+static int32_t ordered(float f) { /* float -> integer with the same order, for ulp distances */
+  int32_t i;
+  memcpy(&i, &f, sizeof i);
+  return i < 0 ? INT32_MIN - i : i;
+}
+
+int main(void) {
+  enum { N = 1 << 22 };
+  float *x = malloc(N * sizeof *x), *ys = malloc(N * sizeof *ys), *yv = malloc(N * sizeof *yv);
+  /* A dense sweep of [-87.3, 88] plus the edges and special values. */
+  for (int i = 0; i < N - 8; i++) x[i] = DI_SEXP_LO + (DI_SEXP_HI - DI_SEXP_LO) * (float)i / (float)(N - 9);
+  const float special[8] = {0.0f, -0.0f, -1e-30f, -88.0f, -INFINITY, NAN, 100.0f, -0.34657359f};
+  for (int i = 0; i < 8; i++) x[N - 8 + i] = special[i];
+  long worst = 0;
+  float worst_x = 0;
+  for (int i = 0; i < N; i++) {
+    ys[i] = di_softmax_exp(x[i]);
+    if (i >= N - 8) continue;
+    float want = (float)exp((double)x[i]);
+    if (want < 0x1p-126f || x[i] > DI_SEXP_HI) continue; /* subnormal results (absolute error matters there); clamped */
+    long d = labs((long)ordered(ys[i]) - (long)ordered(want));
+    if (d > worst) worst = d, worst_x = x[i];
+  }
+  printf("scalar: max error %ld ulp (at x = %.9g)\n", worst, (double)worst_x);
+  CHECKF(worst <= 1, "max error %ld ulp at x = %.9g", worst, (double)worst_x);
+  CHECK(ys[N - 8] == 1.0f && ys[N - 7] == 1.0f && ys[N - 6] == 1.0f);
+  CHECK(ys[N - 5] == 0.0f && ys[N - 4] == 0.0f && ys[N - 3] == 0.0f);  /* -88, -inf, NaN */
+  CHECK(ys[N - 2] == di_softmax_exp(DI_SEXP_HI) && isfinite(ys[N - 2])); /* clamped */
+
+  int simd = 0;
+#if defined(DI_CPU_X86)
+  if (di_cpu_isa() >= DI_ISA_AVX2) di_cpu_softmax_exp_avx2(x, yv, N), simd = 1;
+#elif defined(DI_CPU_ARM64)
+  if (di_cpu_isa() == DI_ISA_NEON) di_cpu_softmax_exp_neon(x, yv, N), simd = 1;
+#endif
+  if (simd) {
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += memcmp(&ys[i], &yv[i], sizeof(float)) != 0;
+    printf("SIMD vs scalar: %d of %d differ\n", bad, N);
+    CHECKF(bad == 0, "%d of %d SIMD results differ from the scalar ones", bad, N);
+  } else {
+    printf("no SIMD level on this CPU: scalar only\n");
+  }
+  free(x), free(ys), free(yv);
+  return di_test_finish("test_softmax_exp");
+}
