@@ -6,6 +6,7 @@
 #                     (-cpu cortex-a53, ARMv8.0), and DI_CPU_ISA=scalar
 #   test_quant_golden dequantization + matmul against gguf-py goldens (NEON)
 #   test_matmul_packed packed Q4_0/Q4_1/Q8_0 layout (scalar kernels on ARM for now)
+#   test_softmax_exp  the attention softmax exp: NEON bit-identical with scalar
 #   test_forward_stories  a whole model (NEON kernels + NEON attention)
 #   test_row_invariance   only with --full: its 2-thread runs crawl under emulation
 #                     (did not finish within 50 min on the 2-core CI machine)
@@ -54,7 +55,7 @@ if ((${#missing[@]})); then
 fi
 
 # --- cross build ------------------------------------------------------------------------------
-TESTS=(test_quant test_quant_golden test_matmul_packed test_forward_stories test_row_invariance)
+TESTS=(test_quant test_quant_golden test_matmul_packed test_softmax_exp test_forward_stories test_row_invariance)
 cmake -S "$REPO" -B "$BUILD" -DCMAKE_TOOLCHAIN_FILE="$REPO/cmake/toolchain-aarch64.cmake" \
   -DCMAKE_BUILD_TYPE=Release -DDI_BENCH=OFF -DDI_EXAMPLES=OFF >/dev/null
 cmake --build "$BUILD" -j"${JOBS:-2}" --target "${TESTS[@]}" >/dev/null
@@ -79,6 +80,7 @@ run "test_quant: NEON ARMv8.0 (cortex-a53, no SDOT)" test_quant QEMU_CPU=cortex-
 run "test_quant: DI_CPU_ISA=scalar" test_quant DI_CPU_ISA=scalar
 run "test_quant_golden: NEON" test_quant_golden
 run "test_matmul_packed" test_matmul_packed
+run "test_softmax_exp: NEON vs scalar" test_softmax_exp
 run "test_forward_stories: NEON" test_forward_stories
 if ((FULL)); then
   run "test_row_invariance: NEON + SDOT" test_row_invariance

@@ -150,7 +150,23 @@ static void fill_logprobs(const float *raw, int n, const di_sample_in *in, di_sa
   for (int i = 0; i < out->n_top; i++) out->top_logprobs[i] -= lz;
 }
 
+/* The first index of the largest logit. The maximum is taken in 8 independent
+ * lanes (a single running best is one long load-compare-cmov chain, ~7 cycles
+ * per logit), then the first index holding it is found; a NaN anywhere falls
+ * back to the plain scan, which keeps its exact answer. */
 static int32_t argmax(const float *l, int n) {
+  if (n >= 8) {
+    float m[8];
+    for (int k = 0; k < 8; k++) m[k] = l[k];
+    int i = 8;
+    for (; i + 8 <= n; i += 8)
+      for (int k = 0; k < 8; k++) m[k] = l[i + k] > m[k] ? l[i + k] : m[k];
+    for (; i < n; i++) m[0] = l[i] > m[0] ? l[i] : m[0];
+    float mx = m[0];
+    for (int k = 1; k < 8; k++) mx = m[k] > mx ? m[k] : mx;
+    for (i = 0; i < n; i++)
+      if (l[i] == mx) return i;
+  }
   int32_t best = 0;
   for (int i = 1; i < n; i++)
     if (l[i] > l[best]) best = i;
@@ -213,13 +229,16 @@ static int32_t sample_dist(di_sampler *s, const di_sample_in *in) {
 void di_sampler_sample(di_sampler *s, const float *logits, const di_sample_in *in, di_sample_out *out) {
   const di_sampling *p = in->p;
   int n = s->n_vocab;
-  memcpy(s->logits, logits, (size_t)n * sizeof *logits);
-  for (int i = 0; i < p->n_logit_bias; i++) s->logits[p->logit_bias_ids[i]] += p->logit_bias_values[i];
-  apply_penalties(s, in);
-  if (p->temperature == 0 || p->top_k == 1)
-    out->token = argmax(s->logits, n);
-  else
-    out->token = sample_dist(s, in);
+  bool greedy = p->temperature == 0 || p->top_k == 1;
+  if (greedy && p->n_logit_bias == 0 && p->repetition_penalty == 1.0f && p->frequency_penalty == 0 &&
+      p->presence_penalty == 0) {
+    out->token = argmax(logits, n); /* nothing modifies the logits: no copy */
+  } else {
+    memcpy(s->logits, logits, (size_t)n * sizeof *logits);
+    for (int i = 0; i < p->n_logit_bias; i++) s->logits[p->logit_bias_ids[i]] += p->logit_bias_values[i];
+    apply_penalties(s, in);
+    out->token = greedy ? argmax(s->logits, n) : sample_dist(s, in);
+  }
   out->logprob = 0;
   out->n_top = 0;
   if (in->logprob || in->top_logprobs > 0) fill_logprobs(logits, n, in, out);

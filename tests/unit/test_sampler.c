@@ -39,6 +39,26 @@ int main(void) {
   double z = 0;
   for (int i = 0; i < V; i++) z += exp(logits[i] - logits[best]);
   CHECK(fabs(o.logprob + log(z)) < 1e-4);
+  /* greedy argmax (no copy of the logits): the first of equal maxima wherever it
+   * falls (any lane, the tail past a multiple of 8), the plain scan's answer with NaN */
+  {
+    di_sampler s13;
+    CHECK(di_sampler_init(&s13, 13, &st) == DI_OK);
+    static const struct { int hi1, hi2, nan_at, want; } cases[] = {
+        {-1, -1, -1, 0}, {12, -1, -1, 12}, {9, 5, -1, 5}, {3, 11, -1, 3}, {7, -1, 4, 7}, {7, -1, 0, 0}, {8, 12, 12, 8}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      float l[13];
+      for (int i = 0; i < 13; i++) l[i] = -1.0f;
+      if (cases[c].hi1 >= 0) l[cases[c].hi1] = 2.0f;
+      if (cases[c].hi2 >= 0) l[cases[c].hi2] = 2.0f;
+      if (cases[c].nan_at >= 0) l[cases[c].nan_at] = NAN;
+      di_sampling pg = params();
+      di_sample_in in13 = {.p = &pg, .rng = &rng};
+      di_sampler_sample(&s13, l, &in13, &o);
+      CHECKF(o.token == cases[c].want, "argmax case %zu: got %d, want %d", c, o.token, cases[c].want);
+    }
+    di_sampler_free(&s13);
+  }
   /* logprob without alternatives */
   {
     di_sample_in in0 = {.p = &p, .rng = &rng, .top_logprobs = 0, .logprob = true};
