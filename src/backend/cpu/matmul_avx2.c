@@ -128,7 +128,7 @@ DEFINE_COLS(fl)
 #ifndef FL_NT_GEMV
 #define FL_NT_GEMV 4
 #endif
-DEFINE_DRIVER(fl, FL_NT_GEMV, 2)
+DEFINE_DRIVER(fl, FL_NT_GEMV, 3)
 
 /* ---------------- 32-element blocks with Q8 activations ---------------- */
 
