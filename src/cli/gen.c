@@ -50,7 +50,7 @@ di_code di_gen_feed(di_gen *g, const int32_t *ids, int n, bool all_logits, float
     free(pos), free(seq), free(want);
     return di_errorf(st, DI_ERR_NOMEM, "out of memory");
   }
-  di_batch_seq s = {g->blocks, g->n_blocks};
+  di_batch_seq s = {.blocks = g->blocks, .n_blocks = g->n_blocks};
   di_code rc = DI_OK;
   for (int i = 0; i < n && !rc; i += g->chunk) {
     int c = n - i < g->chunk ? n - i : g->chunk;
@@ -58,7 +58,7 @@ di_code di_gen_feed(di_gen *g, const int32_t *ids, int n, bool all_logits, float
       pos[j] = g->n_past + j;
       want[j] = all_logits || i + j == n - 1;
     }
-    di_batch b = {c, ids + i, pos, seq, want, 1, &s};
+    di_batch b = {.n_tokens = c, .tokens = ids + i, .pos = pos, .seq = seq, .want_logits = want, .n_seqs = 1, .seqs = &s};
     rc = di_forward(g->fwd, g->kv, &b, g->logits, st);
     if (rc) break;
     g->n_past += c;

@@ -53,13 +53,26 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
     return di_errorf(st, DI_ERR_INVALID, "engine: max_seqs, max_batch_tokens, block_size and ctx must be >= 0");
   }
   size_t kv_mem = o->kv_mem;
-  if (kv_mem == 0) { /* enough for max_seqs full contexts, capped */
-    kv_mem = di_kv_block_bytes(bs, be->n_layers, be->kv_dim, (di_kv_type)o->kv_type) *
-             (size_t)((e->ctx + bs - 1) / bs + 1) * (size_t)e->max_seqs;
+  if (kv_mem == 0) { /* enough for max_seqs full contexts (sliding-window tables: window + a chunk), capped */
+    size_t per_seq = (size_t)((e->ctx + bs - 1) / bs + 1);
+    if (be->n_swa_tables > 0) {
+      int swa_pos = be->window + e->max_batch_tokens < e->ctx ? be->window + e->max_batch_tokens : e->ctx;
+      per_seq += (size_t)be->n_swa_tables * (size_t)((swa_pos + bs - 1) / bs + 1);
+    }
+    kv_mem = di_kv_block_bytes(bs, be->n_layers, be->kv_dim, (di_kv_type)o->kv_type) * per_seq *
+             (size_t)e->max_seqs;
     if (kv_mem > DI_ENGINE_DEFAULT_KV_CAP) kv_mem = DI_ENGINE_DEFAULT_KV_CAP;
   }
+  if (be->n_swa_tables < 0 || be->n_swa_tables > DI_KV_MAX_SWA_TABLES) {
+    di_engine_destroy(e);
+    return di_errorf(st, DI_ERR_INVALID, "engine: %d sliding-window tables (at most %d)", be->n_swa_tables,
+                     DI_KV_MAX_SWA_TABLES);
+  }
   di_code rc = di_kv_pool_create(&e->pool, kv_mem, bs, be->n_layers, be->kv_dim, (di_kv_type)o->kv_type, st);
-  if (rc == DI_OK && o->prefix_cache && be->policy != DI_KV_POLICY_WINDOW) rc = di_kv_prefix_enable(e->pool, st);
+  /* The prefix cache indexes one table's blocks; sliding-window tables drop
+   * theirs, so a cached prefix could not be resumed from them. */
+  if (rc == DI_OK && o->prefix_cache && be->policy != DI_KV_POLICY_WINDOW && be->n_swa_tables == 0)
+    rc = di_kv_prefix_enable(e->pool, st);
   if (rc == DI_OK) rc = di_sampler_init(&e->sampler, be->n_vocab, st);
   if (rc != DI_OK) {
     di_engine_destroy(e);
@@ -86,8 +99,9 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
 
 static void seq_free(di_engine *e, di_seq *s) {
   if (!s) return;
-  if (e->pool) di_kv_table_release(e->pool, &s->table);
+  if (e->pool) di_seq_kv_release(e, s);
   di_kv_table_free(&s->table);
+  for (int k = 0; k < DI_KV_MAX_SWA_TABLES; k++) di_kv_table_free(&s->swa[k]);
   if (s->detok && e->be.detok_free) e->be.detok_free(s->detok);
   free(s->tokens);
   free(s->pending);
@@ -247,6 +261,9 @@ static di_code build_request(di_engine *e, const di_request_params *p, di_req *r
     s->tokens = malloc((size_t)cap * sizeof *s->tokens);
     if (!s->tokens || di_kv_table_init(&s->table, e->pool->block_size, cap, st) != DI_OK)
       return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < e->be.n_swa_tables; k++)
+      if (di_kv_table_init(&s->swa[k], e->pool->block_size, cap, st) != DI_OK)
+        return di_errorf(st, DI_ERR_NOMEM, "out of memory");
     s->rng = di_sampler_seed(p->sampling.seed, i);
     s->logits_row = -1;
   }
@@ -426,7 +443,7 @@ void di_engine_finish_seq(di_engine *e, di_seq *s, di_finish why, const char *er
   }
   seq_unlist(e, s);
   s->state = DI_SEQ_DONE;
-  di_kv_table_release(e->pool, &s->table);
+  di_seq_kv_release(e, s);
   emit(e, s, -1, s->pending, s->pending_len, NULL, why, why == DI_FINISH_ERROR ? (error ? error : "error") : NULL);
   s->pending_len = 0;
   /* Siblings not forked yet (n > 1 whose prompt never finished) end too. */
@@ -511,7 +528,7 @@ void di_engine_after_forward(di_engine *e, di_seq *s, const float *logits) {
       memcpy(c->tokens, s->tokens, (size_t)s->len * sizeof *c->tokens);
       c->len = s->len;
       c->n_computed = s->n_computed;
-      di_kv_table_fork(e->pool, &c->table, &s->table);
+      di_seq_kv_fork(e, c, s);
       c->state = DI_SEQ_RUNNING;
       di_seq_list_insert(&e->running, c);
     }

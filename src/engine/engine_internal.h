@@ -22,7 +22,11 @@ typedef struct di_engine_backend {
   int n_vocab, n_ctx;     /* n_ctx: max positions per sequence */
   int n_layers, kv_dim;   /* KV pool geometry */
   di_kv_policy policy;
-  int window;             /* WINDOW policy: attention window in positions */
+  int window;             /* WINDOW policy / sliding-window tables: attention window in positions */
+  /* Mixed models (full-attention and sliding-window layers): the pool's blocks
+   * hold n_layers full-attention layers, and the sliding-window layers go to
+   * n_swa_tables extra tables per sequence under the WINDOW policy (0: none). */
+  int n_swa_tables;
   const int32_t *eos_ids;
   int n_eos;
   void *user;
@@ -51,6 +55,7 @@ typedef struct di_seq {
   int len, cap;
   int n_computed;         /* leading tokens whose K/V are in the pool */
   di_kv_table table;
+  di_kv_table swa[DI_KV_MAX_SWA_TABLES]; /* [be.n_swa_tables] */
   uint64_t rng;
   void *detok;
   char *pending;          /* decoded text held back while it may start a stop string */
@@ -126,6 +131,9 @@ void di_engine_finish_seq(di_engine *e, di_seq *s, di_finish why, const char *er
 void di_engine_after_forward(di_engine *e, di_seq *s, const float *logits);
 
 /* scheduler.c */
+/* A sequence's tables (main + sliding-window ones): drop every block / share src's. */
+void di_seq_kv_release(di_engine *e, di_seq *s);
+void di_seq_kv_fork(di_engine *e, di_seq *dst, const di_seq *src);
 void di_seq_list_insert(di_seq_list *l, di_seq *s);
 void di_seq_list_remove(di_seq_list *l, di_seq *s);
 /* Builds this step's batch; returns its token count (0 = nothing to run). */

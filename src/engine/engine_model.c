@@ -77,12 +77,19 @@ di_code di_engine_create(const di_engine_opts *o, di_engine **out, char *err, si
     be.n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
     be.n_layers = hp->n_layer;
     be.kv_dim = hp->n_head_kv * hp->head_dim;
-    /* One layer group per pool today: the window policy applies only when
-     * every layer slides (see kv/table.h). */
-    bool all_swa = hp->sliding_window > 0;
-    for (int il = 0; il < hp->n_layer && all_swa; il++) all_swa = di_hparams_layer_is_swa(hp, il);
-    be.policy = all_swa ? DI_KV_POLICY_WINDOW : DI_KV_POLICY_FULL;
-    be.window = all_swa ? hp->sliding_window : 0;
+    /* Layer groups (kv/table.h): all sliding -> one table under WINDOW; mixed ->
+     * the pool's blocks hold the full-attention layers and the sliding ones
+     * are spread over ceil(n_swa / n_full) WINDOW tables of the same blocks. */
+    int n_swa = 0;
+    for (int il = 0; il < hp->n_layer; il++) n_swa += di_hparams_layer_is_swa(hp, il);
+    int n_full = hp->n_layer - n_swa;
+    be.policy = n_swa > 0 && n_full == 0 ? DI_KV_POLICY_WINDOW : DI_KV_POLICY_FULL;
+    be.window = n_swa > 0 ? hp->sliding_window : 0;
+    if (n_swa > 0 && n_full > 0 && (n_swa + n_full - 1) / n_full <= DI_KV_MAX_SWA_TABLES &&
+        !getenv("DI_KV_NO_GROUPS")) {
+      be.n_layers = n_full;
+      be.n_swa_tables = (n_swa + n_full - 1) / n_full;
+    }
     const int32_t *eos = NULL;
     size_t n_eos = di_tokenizer_eos(m->tok, &eos);
     int k = 0;

@@ -57,8 +57,26 @@ void di_seq_list_remove(di_seq_list *l, di_seq *s) {
     }
 }
 
-static void preempt(di_engine *e, di_seq *s) {
+void di_seq_kv_release(di_engine *e, di_seq *s) {
   di_kv_table_release(e->pool, &s->table);
+  for (int k = 0; k < e->be.n_swa_tables; k++) di_kv_table_release(e->pool, &s->swa[k]);
+}
+
+void di_seq_kv_fork(di_engine *e, di_seq *dst, const di_seq *src) {
+  di_kv_table_fork(e->pool, &dst->table, &src->table);
+  for (int k = 0; k < e->be.n_swa_tables; k++) di_kv_table_fork(e->pool, &dst->swa[k], &src->swa[k]);
+}
+
+/* Blocks needed in all of s's tables to write positions [s->n_computed, end). */
+static int blocks_needed(di_engine *e, di_seq *s, int end) {
+  int n = di_kv_table_blocks_needed(e->pool, &s->table, s->n_computed, end);
+  for (int k = 0; k < e->be.n_swa_tables; k++)
+    n += di_kv_table_blocks_needed(e->pool, &s->swa[k], s->n_computed, end);
+  return n;
+}
+
+static void preempt(di_engine *e, di_seq *s) {
+  di_seq_kv_release(e, s);
   s->n_computed = 0;
   s->n_preempted++;
   s->state = DI_SEQ_WAITING;
@@ -77,15 +95,22 @@ static di_seq *pick_victim(di_engine *e, const di_seq *except) {
   return NULL;
 }
 
-static int fits(di_engine *e, di_seq *s, int end) {
-  return di_kv_table_blocks_needed(e->pool, &s->table, s->n_computed, end) <= di_kv_n_available(e->pool);
-}
+static int fits(di_engine *e, di_seq *s, int end) { return blocks_needed(e, s, end) <= di_kv_n_available(e->pool); }
 
 /* Largest chunk end <= want that fits in the available blocks. */
 static int shrink_to_fit(di_engine *e, di_seq *s, int want) {
   int bs = e->pool->block_size;
   int avail = di_kv_n_available(e->pool);
-  if (di_kv_table_blocks_needed(e->pool, &s->table, s->n_computed, s->n_computed + 1) > avail) return s->n_computed;
+  if (blocks_needed(e, s, s->n_computed + 1) > avail) return s->n_computed;
+  if (e->be.n_swa_tables > 0) { /* several tables grow together: search (blocks needed grow with end) */
+    int lo = s->n_computed + 1, hi = want;
+    while (lo < hi) {
+      int mid = lo + (hi - lo + 1) / 2;
+      if (fits(e, s, mid)) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  }
   int end = (s->table.n_blocks + avail) * bs;
   if (di_kv_table_blocks_needed(e->pool, &s->table, s->n_computed, s->n_computed + 1) > 0 &&
       s->table.n_blocks * bs > s->n_computed)
@@ -96,7 +121,13 @@ static int shrink_to_fit(di_engine *e, di_seq *s, int want) {
 static void add_to_batch(di_engine *e, di_batch *b, di_seq *s, int take, int *n_out) {
   di_kv_table_prepare(e->pool, &s->table, s->n_computed, s->n_computed + take);
   int slot = b->n_seqs++;
-  e->b_seqs[slot] = (di_batch_seq){s->table.blocks, s->table.n_blocks};
+  di_batch_seq *bs = &e->b_seqs[slot];
+  *bs = (di_batch_seq){.blocks = s->table.blocks, .n_blocks = s->table.n_blocks};
+  for (int k = 0; k < e->be.n_swa_tables; k++) {
+    di_kv_table_prepare(e->pool, &s->swa[k], s->n_computed, s->n_computed + take);
+    bs->swa[k] = s->swa[k].blocks;
+    bs->n_swa_blocks = s->swa[k].n_blocks;
+  }
   e->b_owner[slot] = s;
   for (int i = 0; i < take; i++) {
     int n = b->n_tokens++;
@@ -111,10 +142,12 @@ static void add_to_batch(di_engine *e, di_batch *b, di_seq *s, int take, int *n_
   s->scheduled = true;
 }
 
+/* Blocks wholly before the window of the next token to compute go back to the pool. */
 static void window_release(di_engine *e, di_seq *s) {
-  if (e->be.policy != DI_KV_POLICY_WINDOW || e->be.window <= 0) return;
   int lo = s->n_computed - e->be.window + 1;
-  if (lo > 0) di_kv_table_release_before(e->pool, &s->table, lo);
+  if (e->be.window <= 0 || lo <= 0) return;
+  if (e->be.policy == DI_KV_POLICY_WINDOW) di_kv_table_release_before(e->pool, &s->table, lo);
+  for (int k = 0; k < e->be.n_swa_tables; k++) di_kv_table_release_before(e->pool, &s->swa[k], lo);
 }
 
 /* Schedules running sequences of one kind (decode or prefill); returns true
@@ -184,7 +217,7 @@ static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
     int end = s->n_computed + (s->len - s->n_computed < *budget ? s->len - s->n_computed : *budget);
     if (!fits(e, s, end)) end = shrink_to_fit(e, s, end);
     if (end <= s->n_computed) {
-      di_kv_table_release(e->pool, &s->table); /* give back the prefix hits; retry later */
+      di_seq_kv_release(e, s); /* give back the prefix hits; retry later */
       s->n_computed = 0;
       if (e->running.n == 0 && b->n_tokens == 0)
         di_engine_finish_seq(e, s, DI_FINISH_ERROR, "the KV pool is too small for this sequence");
@@ -213,6 +246,7 @@ int di_sched_build(di_engine *e, di_batch *b) {
   b->seq = e->b_seq;
   b->want_logits = e->b_want;
   b->seqs = e->b_seqs;
+  b->n_swa_tables = e->be.n_swa_tables;
   for (int i = 0; i < e->running.n; i++) {
     e->running.v[i]->scheduled = false;
     e->running.v[i]->logits_row = -1;

@@ -10,9 +10,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* Most sliding-window tables one sequence may have (see kv/table.h). */
+#define DI_KV_MAX_SWA_TABLES 8
+
 typedef struct di_batch_seq {
   const int32_t *blocks; /* block table: blocks[i] holds positions [i*bs, (i+1)*bs) */
   int n_blocks;
+  /* Per-layer-group KV (di_batch.n_swa_tables > 0): `blocks` holds only the
+   * full-attention layers, and the sliding-window layers live in swa[k]: the
+   * i-th sliding-window layer in table i / L, layer i % L of each block
+   * (L = the pool's layers per block). Entries before the window are -1. */
+  const int32_t *swa[DI_KV_MAX_SWA_TABLES];
+  int n_swa_blocks;
 } di_batch_seq;
 
 typedef struct di_batch {
@@ -23,6 +32,7 @@ typedef struct di_batch {
   const bool *want_logits;    /* [n_tokens]; NULL = only the last token */
   int n_seqs;
   const di_batch_seq *seqs;   /* [n_seqs] */
+  int n_swa_tables;           /* 0: every layer's K/V through seqs[].blocks */
 } di_batch;
 
 #endif

@@ -180,9 +180,26 @@ typedef struct attn_task {
   di_forward_ctx *f;
   di_kv_pool *kv;
   const di_batch *b;
-  int layer;
+  int kv_table;  /* -1: seqs[].blocks, else seqs[].swa[kv_table] */
+  int kv_layer;  /* layer index inside a pool block */
   bool swa;
 } attn_task;
+
+/* Where layer il's K/V live: a table of the sequence and a layer slot of its
+ * blocks. Without per-group tables every layer is in `blocks` at its own index. */
+typedef struct kv_loc {
+  int table, layer;
+} kv_loc;
+
+static kv_loc layer_kv(const di_hparams *hp, const di_kv_pool *kv, const di_batch *b, int il) {
+  if (b->n_swa_tables == 0) return (kv_loc){-1, il};
+  bool swa = di_hparams_layer_is_swa(hp, il);
+  int idx = 0; /* index among the layers of its group */
+  for (int j = 0; j < il; j++) idx += di_hparams_layer_is_swa(hp, j) == swa;
+  return swa ? (kv_loc){idx / kv->n_layers, idx % kv->n_layers} : (kv_loc){-1, idx};
+}
+
+static const int32_t *seq_table(const di_batch_seq *s, int table) { return table < 0 ? s->blocks : s->swa[table]; }
 
 static int attn_lo(const di_hparams *hp, bool swa, int pos) {
   return swa && pos - hp->sliding_window + 1 > 0 ? pos - hp->sliding_window + 1 : 0;
@@ -213,7 +230,7 @@ static void attn_tiles_run(void *p, int ith, int nth) {
     int j0 = tile_lo > lo ? tile_lo : lo;
     int j1 = tile_lo + DI_ATTN_TILE - 1 < pos ? tile_lo + DI_ATTN_TILE - 1 : pos;
     const di_batch_seq *s = &b->seqs[b->seq[t]];
-    di_cpu_attn_tile(a->kv, a->layer, s->blocks, h / group, hd, f->q + ((size_t)t * H + h) * hd, j0, j1, scale,
+    di_cpu_attn_tile(a->kv, a->kv_layer, seq_table(s, a->kv_table), h / group, hd, f->q + ((size_t)t * H + h) * hd, j0, j1, scale,
                      hp->attn_softcap, partial_at(f, i));
   }
 }
@@ -258,7 +275,13 @@ static di_code check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const 
   const di_hparams *hp = &f->m->hp;
   if (b->n_tokens <= 0 || b->n_tokens > f->max_tokens)
     return di_errorf(st, DI_ERR_INVALID, "forward: batch of %d tokens (1..%d allowed)", b->n_tokens, f->max_tokens);
-  if (kv->n_layers != hp->n_layer || kv->kv_dim != hp->n_head_kv * hp->head_dim)
+  int n_swa = 0;
+  for (int il = 0; il < hp->n_layer; il++) n_swa += di_hparams_layer_is_swa(hp, il);
+  bool grouped = b->n_swa_tables > 0;
+  if (kv->kv_dim != hp->n_head_kv * hp->head_dim ||
+      (!grouped && kv->n_layers != hp->n_layer) ||
+      (grouped && (kv->n_layers != hp->n_layer - n_swa || b->n_swa_tables > DI_KV_MAX_SWA_TABLES ||
+                   b->n_swa_tables * kv->n_layers < n_swa)))
     return di_errorf(st, DI_ERR_INVALID, "forward: KV pool geometry does not match the model");
   for (int t = 0; t < b->n_tokens; t++) {
     if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)
@@ -269,6 +292,9 @@ static di_code check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const 
     if (b->pos[t] < 0 || b->pos[t] / kv->block_size >= s->n_blocks)
       return di_errorf(st, DI_ERR_RANGE, "forward: position %d has no KV block (table of %d)", b->pos[t],
                        s->n_blocks);
+    for (int k = 0; k < b->n_swa_tables; k++)
+      if (b->pos[t] / kv->block_size >= s->n_swa_blocks || s->swa[k][b->pos[t] / kv->block_size] < 0)
+        return di_errorf(st, DI_ERR_RANGE, "forward: position %d has no sliding-window KV block", b->pos[t]);
   }
   return DI_OK;
 }
@@ -280,7 +306,7 @@ typedef struct stage_ctx {
   di_kv_pool *kv;
   const di_batch *b;
   const di_layer_weights *L;
-  int layer;
+  kv_loc loc;
   const float *rope;
   void (*fn)(struct stage_ctx *c, int t);
 } stage_ctx;
@@ -324,12 +350,12 @@ static void st_qk(stage_ctx *c, int t) {
   }
   di_kv_pool *kv = c->kv;
   const di_batch *b = c->b;
-  int32_t blk = b->seqs[b->seq[t]].blocks[b->pos[t] / kv->block_size];
+  int32_t blk = seq_table(&b->seqs[b->seq[t]], c->loc.table)[b->pos[t] / kv->block_size];
   int slot = b->pos[t] % kv->block_size;
   for (int h = 0; h < HKV; h++) {
     size_t o = di_kv_head_offset(kv, h, slot, hd);
-    di_cpu_kv_store((uint8_t *)di_kv_k(kv, blk, c->layer) + o, k + h * hd, hd, kv->type);
-    di_cpu_kv_store((uint8_t *)di_kv_v(kv, blk, c->layer) + o, v + h * hd, hd, kv->type);
+    di_cpu_kv_store((uint8_t *)di_kv_k(kv, blk, c->loc.layer) + o, k + h * hd, hd, kv->type);
+    di_cpu_kv_store((uint8_t *)di_kv_v(kv, blk, c->loc.layer) + o, v + h * hd, hd, kv->type);
   }
 }
 
@@ -386,7 +412,8 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
   for (int il = 0; il < hp->n_layer; il++) {
     const di_layer_weights *L = &m->layers[il];
     bool swa = di_hparams_layer_is_swa(hp, il);
-    stage_ctx sc = {f, kv, b, L, il, swa ? f->rope_l : f->rope_g, NULL};
+    kv_loc loc = layer_kv(hp, kv, b, il);
+    stage_ctx sc = {f, kv, b, L, loc, swa ? f->rope_l : f->rope_g, NULL};
 
     /* attention block */
     par_tokens(&sc, st_attn_norm);
@@ -395,7 +422,7 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
     matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
     par_tokens(&sc, st_qk);
     if ((rc = attn_plan(f, b, swa, st))) return rc;
-    attn_task at = {f, kv, b, il, swa};
+    attn_task at = {f, kv, b, loc.table, loc.layer, swa};
     di_threadpool_run(f->tp, attn_tiles_run, &at);
     di_threadpool_run(f->tp, attn_merge_run, &at);
     matmul(f, &L->wo, f->att, T, f->tmp);

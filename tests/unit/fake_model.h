@@ -17,7 +17,6 @@
 static const int32_t fake_eos_ids[1] = {FAKE_EOS};
 static int fake_forward_calls;
 static int fake_window; /* > 0: attention sees only the last fake_window positions */
-
 static uint64_t fake_mix(uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
@@ -26,18 +25,47 @@ static uint64_t fake_mix(uint64_t x) {
   return x ^ (x >> 33);
 }
 
+/* Mixed model (with fake_window > 0): a full-attention layer hashes the whole
+ * history from seqs[].blocks, then a sliding-window layer the last fake_window
+ * positions, from the sliding-window tables when the batch has them (grouped
+ * KV) and from seqs[].blocks otherwise; both layouts must give the same logits. */
+static int fake_mixed; /* number of sliding-window layers */
+
+/* Checks and writes (token, pos) at a position of one table. */
+static di_code fake_write(di_kv_pool *kv, const int32_t *tab, int n_blocks, int32_t tok, int pos, di_status *st) {
+  int bs = kv->block_size, bi = pos / bs;
+  if (bi >= n_blocks || tab[bi] < 0 || tab[bi] >= kv->n_blocks || kv->refcount[tab[bi]] != 1)
+    return di_errorf(st, DI_ERR_INTERNAL, "fake: pos %d writes a bad/shared block", pos);
+  float *k = (float *)di_kv_k(kv, tab[bi], 0) + (size_t)(pos % bs) * kv->kv_dim;
+  k[0] = (float)tok;
+  k[1] = (float)pos;
+  return DI_OK;
+}
+
+/* Hashes positions [lo, hi] read back through a table. */
+static di_code fake_read(di_kv_pool *kv, const int32_t *tab, int lo, int hi, uint64_t *h, di_status *st) {
+  int bs = kv->block_size;
+  for (int p = lo; p <= hi; p++) {
+    int32_t blk = tab[p / bs];
+    if (blk < 0 || blk >= kv->n_blocks || kv->refcount[blk] < 1)
+      return di_errorf(st, DI_ERR_INTERNAL, "fake: pos %d reads a bad block", p);
+    const float *k = (const float *)di_kv_k(kv, blk, 0) + (size_t)(p % bs) * kv->kv_dim;
+    if ((int)k[1] != p) return di_errorf(st, DI_ERR_INTERNAL, "fake: pos %d holds pos %d", p, (int)k[1]);
+    *h = fake_mix(*h ^ (uint64_t)(int)k[0]) + (uint64_t)p;
+  }
+  return DI_OK;
+}
+
+
 static di_code fake_forward(void *user, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
   (void)user;
   fake_forward_calls++;
-  int bs = kv->block_size;
-  for (int i = 0; i < b->n_tokens; i++) { /* write K (token, pos) of every token first */
+  di_code rc;
+  for (int i = 0; i < b->n_tokens; i++) { /* write K (token, pos) of every token first, in every table */
     const di_batch_seq *s = &b->seqs[b->seq[i]];
-    int bi = b->pos[i] / bs;
-    if (bi >= s->n_blocks || s->blocks[bi] < 0 || s->blocks[bi] >= kv->n_blocks || kv->refcount[s->blocks[bi]] != 1)
-      return di_errorf(st, DI_ERR_INTERNAL, "fake: token %d pos %d writes a bad/shared block", i, b->pos[i]);
-    float *k = (float *)di_kv_k(kv, s->blocks[bi], 0) + (size_t)(b->pos[i] % bs) * kv->kv_dim;
-    k[0] = (float)b->tokens[i];
-    k[1] = (float)b->pos[i];
+    if ((rc = fake_write(kv, s->blocks, s->n_blocks, b->tokens[i], b->pos[i], st))) return rc;
+    for (int k = 0; k < b->n_swa_tables; k++)
+      if ((rc = fake_write(kv, s->swa[k], s->n_swa_blocks, b->tokens[i], b->pos[i], st))) return rc;
   }
   int row = 0;
   for (int i = 0; i < b->n_tokens; i++) {
@@ -46,13 +74,13 @@ static di_code fake_forward(void *user, di_kv_pool *kv, const di_batch *b, float
     const di_batch_seq *s = &b->seqs[b->seq[i]];
     uint64_t h = 1469598103934665603ull;
     int lo = fake_window > 0 && b->pos[i] - fake_window + 1 > 0 ? b->pos[i] - fake_window + 1 : 0;
-    for (int p = lo; p <= b->pos[i]; p++) {
-      int32_t blk = s->blocks[p / bs];
-      if (blk < 0 || blk >= kv->n_blocks || kv->refcount[blk] < 1)
-        return di_errorf(st, DI_ERR_INTERNAL, "fake: pos %d reads a bad block", p);
-      const float *k = (const float *)di_kv_k(kv, blk, 0) + (size_t)(p % bs) * kv->kv_dim;
-      if ((int)k[1] != p) return di_errorf(st, DI_ERR_INTERNAL, "fake: pos %d holds pos %d", p, (int)k[1]);
-      h = fake_mix(h ^ (uint64_t)(int)k[0]) + (uint64_t)p;
+    if (fake_mixed) {
+      if ((rc = fake_read(kv, s->blocks, 0, b->pos[i], &h, st))) return rc;
+      for (int l = 0; l < fake_mixed; l++) /* sliding-window layer l: in table l % n when grouped */
+        if ((rc = fake_read(kv, b->n_swa_tables ? s->swa[l % b->n_swa_tables] : s->blocks, lo, b->pos[i], &h, st)))
+          return rc;
+    } else if ((rc = fake_read(kv, s->blocks, lo, b->pos[i], &h, st))) {
+      return rc;
     }
     float *l = logits + (size_t)row++ * FAKE_VOCAB;
     for (int v = 0; v < FAKE_VOCAB; v++) l[v] = (float)(fake_mix(h + (uint64_t)v * 0x9E3779B97F4A7C15ull) % 1000) / 200.0f;

@@ -45,6 +45,7 @@ typedef struct cfg {
 } cfg;
 
 static di_kv_policy g_policy = DI_KV_POLICY_FULL;
+static int g_swa_tables; /* > 0: a mixed model with per-group KV (fake_mixed) */
 
 static di_engine *make(cfg c) {
   di_engine_opts o;
@@ -58,6 +59,7 @@ static di_engine *make(cfg c) {
   di_engine_backend be = fake_backend(512);
   be.policy = g_policy;
   be.window = fake_window;
+  be.n_swa_tables = g_swa_tables;
   di_engine *e = NULL;
   di_status st = {0};
   CHECKF(di_engine_create_backend(&o, &be, &e, &st) == DI_OK, "%s", st.msg);
@@ -505,6 +507,85 @@ static void test_window_policy(void) {
   fake_window = 0;
 }
 
+/* Live (not released) blocks of a table. */
+static int live_blocks(const di_kv_table *t) {
+  int n = 0;
+  for (int i = 0; i < t->n_blocks; i++) n += t->blocks[i] >= 0;
+  return n;
+}
+
+/* Mixed model, per-layer-group KV: the sliding-window layer's tables hold
+ * O(window) blocks per decoding sequence while the full-attention table grows,
+ * and outputs equal the one-table layout — also under preemption, with n = 2
+ * completions sharing the prompt's blocks, and with blocks accounted back. */
+static void test_layer_groups(void) {
+  make_prompts(0);
+  fake_window = 6;
+  fake_mixed = 2;
+  g_ignore_eos = 1;
+  cfg c = {.max_seqs = 32, .max_batch_tokens = 64, .block_size = 4, .prefix = 1};
+  di_engine_stats s0, s1;
+  run_prompts(c, NP, ref, 0, &s0); /* one table for both layers */
+  g_swa_tables = 2;
+  run_prompts(c, NP, got, 0, &s1);
+  CHECK(same_outputs(ref, got));
+  c.kv_mem = block_bytes(4) * 120; /* preemption */
+  run_prompts(c, NP, got, 0, &s1);
+  CHECK(same_outputs(ref, got));
+  CHECKF(s1.preemptions > 0, "no preemption with a %zu-byte pool", c.kv_mem);
+  c.kv_mem = 0;
+
+  /* the bound, checked after every step of a long generation */
+  di_engine *e = make(c);
+  out *o = calloc(4, sizeof *o);
+  for (int i = 0; i < 4; i++) submit(e, i, &o[i], 200, 0, 7);
+  int worst = 0, longest = 0, guard = 0;
+  while (di_engine_step(e) > 0 && guard++ < 100000) {
+    for (int i = 0; i < e->running.n; i++) {
+      di_seq *s = e->running.v[i];
+      if (s->n_computed <= s->req->n_prompt) continue; /* until a decode step released the prefill's blocks */
+      for (int k = 0; k < g_swa_tables; k++) worst = live_blocks(&s->swa[k]) > worst ? live_blocks(&s->swa[k]) : worst;
+      longest = s->table.n_blocks > longest ? s->table.n_blocks : longest;
+    }
+  }
+  int bound = (fake_window + 4 - 1) / 4 + 1;
+  CHECKF(worst <= bound, "a sliding-window table held %d blocks (bound %d)", worst, bound);
+  CHECKF(longest > 40, "the full-attention table reached only %d blocks", longest);
+  di_engine_stats st;
+  di_engine_stats_get(e, &st);
+  CHECK(st.kv_blocks_used == 0);
+  free(o);
+  di_engine_destroy(e);
+
+  /* n = 2: siblings share the prompt's blocks in every table, then diverge */
+  e = make(c);
+  out on;
+  memset(&on, 0, sizeof on);
+  di_request_params p;
+  di_request_params_default(&p);
+  p.ignore_eos = 1;
+  p.prompt_ids = prompts[3];
+  p.n_prompt = (size_t)prompt_len[3];
+  p.max_tokens = 30;
+  p.n = 2;
+  p.sampling.temperature = 1.0f;
+  p.sampling.seed = 5;
+  p.cb = on_event;
+  p.user = &on;
+  char err[256];
+  CHECKF(di_engine_submit(e, &p, NULL, err, sizeof err) == DI_OK, "%s", err);
+  run_all(e);
+  CHECK(on.n_final == 2 && on.n_tokens[0] == 30 && on.n_tokens[1] == 30);
+  di_engine_stats_get(e, &st);
+  CHECK(st.kv_blocks_used == 0);
+  di_engine_destroy(e);
+
+  g_swa_tables = 0;
+  g_ignore_eos = 0;
+  fake_mixed = 0;
+  fake_window = 0;
+}
+
 /* Pollable stream: the same tokens as the callback API, pulled from another
  * thread; freeing a stream early cancels its request. */
 static void test_stream(void) {
@@ -603,6 +684,7 @@ int main(void) {
   test_n_slots();
   test_stream();
   test_window_policy();
+  test_layer_groups();
   test_sched_overhead();
   test_determinism(0);
   test_determinism(0.8f);

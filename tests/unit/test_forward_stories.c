@@ -48,11 +48,11 @@ static void run_all(runner *r, const int32_t *ids, int n, int chunk, float *out)
   int V = r->m->hp.n_vocab;
   int32_t pos[512], seq[512] = {0};
   bool want[512];
-  di_batch_seq s = {r->blocks, 32};
+  di_batch_seq s = {.blocks = r->blocks, .n_blocks = 32};
   for (int i = 0; i < n; i += chunk) {
     int c = n - i < chunk ? n - i : chunk;
     for (int j = 0; j < c; j++) pos[j] = i + j, want[j] = true;
-    di_batch b = {c, ids + i, pos, seq, want, 1, &s};
+    di_batch b = {.n_tokens = c, .tokens = ids + i, .pos = pos, .seq = seq, .want_logits = want, .n_seqs = 1, .seqs = &s};
     di_status st = {0};
     CHECKF(di_forward(r->f, r->kv, &b, out + (size_t)i * V, &st) == DI_OK, "%s", st.msg);
   }
@@ -124,8 +124,8 @@ static void check_greedy(const char *model_path) {
       ids[n] = next;
       int32_t pos = n, seq = 0;
       bool want = true;
-      di_batch_seq s = {r.blocks, 32};
-      di_batch b = {1, &ids[n], &pos, &seq, &want, 1, &s};
+      di_batch_seq s = {.blocks = r.blocks, .n_blocks = 32};
+      di_batch b = {.n_tokens = 1, .tokens = &ids[n], .pos = &pos, .seq = &seq, .want_logits = &want, .n_seqs = 1, .seqs = &s};
       di_status st = {0};
       if (g + 1 < ng || json_is_true(json_object_get(run, "stopped_on_bos"))) {
         CHECK(di_forward(r.f, r.kv, &b, logits, &st) == DI_OK);

@@ -49,7 +49,7 @@ static void run(ctx *c, int threads, int chunk, int mode, float *out[NSEQ]) {
   CHECKF(di_forward_ctx_create(c->m, 256, threads, &f, &st) == DI_OK, "%s", st.msg);
   int V = c->m->hp.n_vocab;
   di_batch_seq seqs[NSEQ];
-  for (int s = 0; s < NSEQ; s++) seqs[s] = (di_batch_seq){c->blocks[s], 8};
+  for (int s = 0; s < NSEQ; s++) seqs[s] = (di_batch_seq){.blocks = c->blocks[s], .n_blocks = 8};
   int done[NSEQ] = {0};
   int32_t tok[256], pos[256], sq[256];
   bool want[256];
@@ -68,7 +68,7 @@ static void run(ctx *c, int threads, int chunk, int mode, float *out[NSEQ]) {
       }
     }
     if (!n) break;
-    di_batch b = {n, tok, pos, sq, want, NSEQ, seqs};
+    di_batch b = {.n_tokens = n, .tokens = tok, .pos = pos, .seq = sq, .want_logits = want, .n_seqs = NSEQ, .seqs = seqs};
     CHECKF(di_forward(f, c->kv, &b, lg, &st) == DI_OK, "%s", st.msg);
     for (int i = 0; i < n; i++) memcpy(out[sq[i]] + (size_t)pos[i] * V, lg + (size_t)i * V, (size_t)V * 4);
     for (int i = 0; i < n; i++) done[sq[i]] = done[sq[i]] > pos[i] + 1 ? done[sq[i]] : pos[i] + 1;
