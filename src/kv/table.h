@@ -1,16 +1,22 @@
 /* A sequence's block table and the cache policies that manage it.
  *
- * Layer groups and policies. A pool block holds every layer of the model for
- * block_size positions, so today one table serves one layer group:
+ * Policies:
  *  - FULL:   append-only; block i holds positions [i*bs, (i+1)*bs).
- *  - WINDOW: (models whose every layer is sliding-window, width W) blocks that
- *            lie wholly before pos - W + 1 of the next token to compute are
- *            returned to the pool and their table entries become -1, so a
- *            sequence holds O(W) memory. The forward pass never reads them.
+ *  - WINDOW: blocks that lie wholly before pos - W + 1 of the next token to
+ *            compute are returned to the pool and their table entries become
+ *            -1, so the table holds O(W) memory. The forward pass never reads them.
  *  - LATENT: reserved for MLA (one compressed vector + rope key per token):
  *            same table mechanics, a different per-token payload in the pool.
- * Mixed models (gemma3: 5 local + 1 global) use FULL for every layer until
- * the pool is split into one region per layer group.
+ * Layer groups: a pool block holds L layers for block_size positions. Models
+ * with one kind of layer have L = all layers and one table per sequence (FULL,
+ * or WINDOW when every layer slides). Mixed models (gemma3: 5 sliding-window
+ * layers per full-attention one) have L = the full-attention layers, in the
+ * sequence's main FULL table, and ceil(n_sliding / L) more tables under WINDOW
+ * for the sliding-window layers (layer i of them in table i / L, slot i % L),
+ * so those layers hold O(W) memory while the global ones grow; all tables take
+ * blocks from the one pool, so --kv-mem is shared by need. The prefix cache is
+ * off for mixed models (window tables drop the blocks a cached prefix would
+ * need; rebuilding them is SWA bounded replay's job).
  *
  * Every table also keeps the chain hash of each full block it computed, so
  * prefix-cache registration does not depend on which block ended up cached. */
