@@ -69,10 +69,7 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
                      DI_KV_MAX_SWA_TABLES);
   }
   di_code rc = di_kv_pool_create(&e->pool, kv_mem, bs, be->n_layers, be->kv_dim, (di_kv_type)o->kv_type, st);
-  /* The prefix cache indexes one table's blocks; sliding-window tables drop
-   * theirs, so a cached prefix could not be resumed from them. */
-  if (rc == DI_OK && o->prefix_cache && be->policy != DI_KV_POLICY_WINDOW && be->n_swa_tables == 0)
-    rc = di_kv_prefix_enable(e->pool, st);
+  if (rc == DI_OK && o->prefix_cache && be->policy != DI_KV_POLICY_WINDOW) rc = di_kv_prefix_enable(e->pool, st);
   if (rc == DI_OK) rc = di_sampler_init(&e->sampler, be->n_vocab, st);
   if (rc != DI_OK) {
     di_engine_destroy(e);
@@ -261,9 +258,11 @@ static di_code build_request(di_engine *e, const di_request_params *p, di_req *r
     s->tokens = malloc((size_t)cap * sizeof *s->tokens);
     if (!s->tokens || di_kv_table_init(&s->table, e->pool->block_size, cap, st) != DI_OK)
       return di_errorf(st, DI_ERR_NOMEM, "out of memory");
-    for (int k = 0; k < e->be.n_swa_tables; k++)
+    for (int k = 0; k < e->be.n_swa_tables; k++) {
       if (di_kv_table_init(&s->swa[k], e->pool->block_size, cap, st) != DI_OK)
         return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+      s->swa[k].root ^= (uint64_t)(k + 1) * 0xD6E8FEB86659FD93ull; /* its own prefix-cache names */
+    }
     s->rng = di_sampler_seed(p->sampling.seed, i);
     s->logits_row = -1;
   }
@@ -613,6 +612,7 @@ int di_engine_step(di_engine *e) {
         di_seq *s = e->b_owner[i];
         s->n_computed += s->take;
         di_kv_table_commit(e->pool, &s->table, s->tokens, s->n_computed);
+        for (int k = 0; k < e->be.n_swa_tables; k++) di_kv_table_commit(e->pool, &s->swa[k], s->tokens, s->n_computed);
       }
       for (int i = 0; i < b.n_seqs; i++) {
         di_seq *s = e->b_owner[i];

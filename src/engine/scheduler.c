@@ -185,6 +185,22 @@ static bool schedule_running(di_engine *e, di_batch *b, int *budget, int *n_out,
   return false;
 }
 
+/* The longest cached prefix usable in every table: the main table's run of
+ * blocks, shortened until each sliding-window table also finds its blocks
+ * covering the window of the first position to compute (window blocks of a
+ * prefix stay cached after their sequence released them, until evicted). */
+static int match_prefix(di_engine *e, di_seq *s) {
+  int n = di_kv_table_match_prefix(e->pool, &s->table, s->tokens, s->len) / e->pool->block_size;
+  for (; n > 0 && e->be.n_swa_tables > 0; di_kv_table_truncate(e->pool, &s->table, --n)) {
+    int lo = n * e->pool->block_size - e->be.window + 1, k = 0;
+    for (; k < e->be.n_swa_tables; k++)
+      if (!di_kv_table_match_window(e->pool, &s->swa[k], s->tokens, n, lo > 0 ? lo / e->pool->block_size : 0)) break;
+    if (k == e->be.n_swa_tables) break;
+    while (k > 0) di_kv_table_release(e->pool, &s->swa[--k]);
+  }
+  return n * e->pool->block_size;
+}
+
 /* The head of the queue, unless a sequence has waited too long. */
 static di_seq *next_waiting(di_engine *e) {
   di_seq *s = e->waiting.v[0], *old = s;
@@ -213,7 +229,7 @@ static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
     int slots = (s->index == 0 && r->n_seqs < r->n) ? r->n : 1; /* siblings are forked later */
     if (e->running.n > 0 && running_slots(e) + slots > e->max_seqs) break;
     if (s->n_computed == 0 && s->table.n_blocks == 0 && e->be.policy != DI_KV_POLICY_WINDOW)
-      s->n_computed = di_kv_table_match_prefix(e->pool, &s->table, s->tokens, s->len);
+      s->n_computed = match_prefix(e, s);
     int end = s->n_computed + (s->len - s->n_computed < *budget ? s->len - s->n_computed : *budget);
     if (!fits(e, s, end)) end = shrink_to_fit(e, s, end);
     if (end <= s->n_computed) {

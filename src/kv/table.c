@@ -7,6 +7,7 @@
 di_code di_kv_table_init(di_kv_table *t, int block_size, int max_positions, di_status *st) {
   t->cap = (max_positions + block_size - 1) / block_size + 1;
   t->n_blocks = t->n_hashed = t->n_released = 0;
+  t->root = DI_KV_PREFIX_ROOT;
   t->blocks = malloc((size_t)t->cap * sizeof *t->blocks);
   t->hashes = malloc((size_t)t->cap * sizeof *t->hashes);
   if (!t->blocks || !t->hashes) {
@@ -68,7 +69,7 @@ int di_kv_table_match_prefix(di_kv_pool *p, di_kv_table *t, const int32_t *token
   if (!di_kv_prefix_enabled(p) || t->n_blocks != 0) return 0;
   int bs = p->block_size;
   int max_blocks = (n - 1) / bs; /* the last token must be computed to get logits */
-  uint64_t parent = DI_KV_PREFIX_ROOT;
+  uint64_t parent = t->root;
   while (t->n_blocks < max_blocks && t->n_blocks < t->cap) {
     const int32_t *tok = tokens + (size_t)t->n_blocks * bs;
     uint64_t h = di_kv_prefix_hash(parent, tok, bs);
@@ -88,13 +89,44 @@ void di_kv_table_commit(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, in
   if (full > t->n_blocks) full = t->n_blocks;
   while (t->n_hashed < full) {
     int i = t->n_hashed;
-    uint64_t parent = i ? t->hashes[i - 1] : DI_KV_PREFIX_ROOT;
+    uint64_t parent = i ? t->hashes[i - 1] : t->root;
     const int32_t *tok = tokens + (size_t)i * bs;
     uint64_t h = di_kv_prefix_hash(parent, tok, bs);
     t->hashes[i] = h;
     if (t->blocks[i] >= 0) di_kv_prefix_insert(p, t->blocks[i], h, parent, tok);
     t->n_hashed++;
   }
+}
+
+bool di_kv_table_match_window(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, int n_blocks, int first) {
+  if (!di_kv_prefix_enabled(p) || t->n_blocks != 0 || n_blocks > t->cap) return false;
+  int bs = p->block_size;
+  uint64_t parent = t->root;
+  for (int i = 0; i < n_blocks; i++) {
+    const int32_t *tok = tokens + (size_t)i * bs;
+    uint64_t h = di_kv_prefix_hash(parent, tok, bs);
+    int32_t b = i < first ? -1 : di_kv_prefix_lookup(p, h, parent, tok);
+    if (i >= first && b < 0) {
+      di_kv_table_release(p, t);
+      return false;
+    }
+    t->hashes[i] = h;
+    t->blocks[i] = b;
+    t->n_blocks = i + 1;
+    parent = h;
+  }
+  t->n_hashed = n_blocks;
+  t->n_released = first;
+  return true;
+}
+
+void di_kv_table_truncate(di_kv_pool *p, di_kv_table *t, int n_blocks) {
+  while (t->n_blocks > n_blocks) {
+    int32_t b = t->blocks[--t->n_blocks];
+    if (b >= 0) di_kv_unref(p, b);
+  }
+  if (t->n_hashed > n_blocks) t->n_hashed = n_blocks;
+  if (t->n_released > n_blocks) t->n_released = n_blocks;
 }
 
 void di_kv_table_release_before(di_kv_pool *p, di_kv_table *t, int lo) {

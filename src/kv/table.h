@@ -14,9 +14,12 @@
  * sequence's main FULL table, and ceil(n_sliding / L) more tables under WINDOW
  * for the sliding-window layers (layer i of them in table i / L, slot i % L),
  * so those layers hold O(W) memory while the global ones grow; all tables take
- * blocks from the one pool, so --kv-mem is shared by need. The prefix cache is
- * off for mixed models (window tables drop the blocks a cached prefix would
- * need; rebuilding them is SWA bounded replay's job).
+ * blocks from the one pool, so --kv-mem is shared by need. Prefix caching
+ * covers every table: a window table names its blocks with its own salted
+ * hash chain (`root`), and a hit of n blocks needs the window tables' blocks
+ * of the window before position n*bs too; blocks a sequence gave back stay
+ * cached (parked) until evicted, so the hit is shortened only when they are
+ * gone (rebuilding them instead is SWA bounded replay's job).
  *
  * Every table also keeps the chain hash of each full block it computed, so
  * prefix-cache registration does not depend on which block ended up cached. */
@@ -36,6 +39,7 @@ typedef struct di_kv_table {
   int n_blocks, cap;
   int n_hashed;      /* leading full blocks whose hash is known */
   int n_released;    /* leading blocks released by the window policy */
+  uint64_t root;     /* parent hash of block 0: DI_KV_PREFIX_ROOT, salted per sliding-window table */
 } di_kv_table;
 
 /* max_positions: the most positions the sequence can ever hold. */
@@ -59,6 +63,12 @@ void di_kv_table_fork(di_kv_pool *p, di_kv_table *dst, const di_kv_table *src);
  * (leaving at least one token to compute) into the empty table and returns
  * the number of positions it covers. */
 int di_kv_table_match_prefix(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, int n);
+/* A WINDOW table's part of a prefix hit of n_blocks blocks: maps cached blocks
+ * [first, n_blocks) into the empty table (entries before first: -1, released).
+ * All or nothing: false (table left empty) if one of them is not cached. */
+bool di_kv_table_match_window(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, int n_blocks, int first);
+/* Drops the last blocks of a table so that it holds n_blocks. */
+void di_kv_table_truncate(di_kv_pool *p, di_kv_table *t, int n_blocks);
 /* Registers full blocks among positions [0, n_computed) not yet hashed. */
 void di_kv_table_commit(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, int n_computed);
 

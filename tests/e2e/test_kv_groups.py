@@ -3,8 +3,8 @@ full-attention layers): through `deepinfer batch` the sliding-window layers keep
 O(window) blocks, and greedy outputs of prompts longer than the window are the
 single-sequence `deepinfer run` path's (one table for every layer), also with
 several sequences at once and with a pool small enough to force preemption.
-DI_KV_NO_GROUPS=1 gives the one-table layout in the engine for the memory
-comparison."""
+The prefix cache works across all tables. DI_KV_NO_GROUPS=1 gives the one-table layout in the
+engine for the memory comparison."""
 import json
 import os
 import subprocess
@@ -83,10 +83,22 @@ def test_grouped_memory(setup, tmp_path):
 
 def test_grouped_preemption(setup, tmp_path):
     prompts, refs = setup
-    _, st = batch(tmp_path, prompts[:1], "--concurrency", "1")
+    _, st = batch(tmp_path, prompts[:1], "--concurrency", "1", "--no-prefix-cache")
     one_seq = st["kv_blocks_high_water"] * st["kv_block_bytes"]
     # room for about 1.3 sequences: two at once must preempt, outputs unchanged
-    got, st = batch(tmp_path, prompts, "--concurrency", "2", "--kv-mem", str(int(one_seq * 1.3)))
+    # (no prefix cache: the two prompts share 560 tokens, whose blocks they would share)
+    got, st = batch(tmp_path, prompts, "--concurrency", "2", "--kv-mem", str(int(one_seq * 1.3)), "--no-prefix-cache")
     assert got == refs
     assert st["preemptions"] > 0
+    assert st["kv_blocks_used"] == 0
+
+
+def test_grouped_prefix_cache(setup, tmp_path):
+    """The second prompt shares 560 tokens with the first: run one after the other it hits the
+    cached prefix in every table (the sliding-window tables' blocks of the window before the
+    hit stay cached after the first sequence let them go) and gives the same tokens."""
+    prompts, refs = setup
+    got, st = batch(tmp_path, prompts, "--concurrency", "1")
+    assert got == refs
+    assert st["prefix_hit_tokens"] >= 512, st
     assert st["kv_blocks_used"] == 0

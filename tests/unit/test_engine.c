@@ -535,6 +535,23 @@ static void test_layer_groups(void) {
   CHECKF(s1.preemptions > 0, "no preemption with a %zu-byte pool", c.kv_mem);
   c.kv_mem = 0;
 
+  /* prefix cache: a shared 40-token prefix, 4 requests at a time, so later ones
+   * hit blocks of every table (the window tables' blocks stay cached after
+   * their sequence let them go) and still give the one-table outputs */
+  make_prompts(40);
+  g_swa_tables = 0;
+  run_prompts(c, 4, ref, 0, &s0);
+  g_swa_tables = 2;
+  run_prompts(c, 4, got, 0, &s1);
+  CHECK(same_outputs(ref, got));
+  CHECKF(s1.prefix_hit_tokens >= 28 * 40, "grouped prefix hits %llu tokens (one table: %llu)",
+         (unsigned long long)s1.prefix_hit_tokens, (unsigned long long)s0.prefix_hit_tokens);
+  c.prefix = 0;
+  run_prompts(c, 4, got, 0, &s1);
+  CHECK(same_outputs(ref, got) && s1.prefix_hit_tokens == 0);
+  c.prefix = 1;
+  make_prompts(0);
+
   /* the bound, checked after every step of a long generation */
   di_engine *e = make(c);
   out *o = calloc(4, sizeof *o);
