@@ -26,7 +26,6 @@ Output (see tests/golden/README.md for the exact formats):
 """
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -35,6 +34,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from golden_common import sha256_file, stats  # noqa: E402
 
 import llama_cpp
 from llama_cpp import Llama
@@ -93,31 +95,6 @@ BUILD_FLAGS = os.environ.get(
     "REF_CMAKE_ARGS",
     "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
     "-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=OFF")
-
-
-def sha256_file(p):
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for b in iter(lambda: f.read(1 << 22), b""):
-            h.update(b)
-    return h.hexdigest()
-
-
-def stats(row):
-    row64 = row.astype(np.float64)
-    m = row64.max()
-    lse = m + np.log(np.exp(row64 - m).sum())
-    order = np.lexsort((np.arange(row.size), -row))  # by logit desc, then id asc
-    return {
-        "argmax": int(order[0]),
-        "max": float(row[order[0]]),
-        "second": float(row[order[1]]),
-        "min": float(row.min()),
-        "mean": float(row64.mean()),
-        "std": float(row64.std()),
-        "logsumexp": float(lse),
-        "l2": float(np.sqrt((row64 ** 2).sum())),
-    }, order
 
 
 def topk(row, order, k=TOPK):

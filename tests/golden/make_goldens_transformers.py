@@ -28,7 +28,6 @@ Output (format in tests/golden/README.md):
 """
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -38,7 +37,10 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from golden_common import sha256_file, stats  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
@@ -79,31 +81,6 @@ CONFIG_KEYS = ("model_type", "architectures", "vocab_size", "hidden_size", "inte
                "max_position_embeddings", "sliding_window", "layer_types", "query_pre_attn_scalar",
                "attn_logit_softcapping", "final_logit_softcapping", "hidden_act", "hidden_activation",
                "tie_word_embeddings", "attention_bias", "bos_token_id", "eos_token_id")
-
-
-def sha256_file(p):
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for b in iter(lambda: f.read(1 << 22), b""):
-            h.update(b)
-    return h.hexdigest()
-
-
-def stats(row):
-    row64 = row.astype(np.float64)
-    m = row64.max()
-    lse = m + np.log(np.exp(row64 - m).sum())
-    order = np.lexsort((np.arange(row.size), -row))  # by logit desc, then id asc
-    return {
-        "argmax": int(order[0]),
-        "max": float(row[order[0]]),
-        "second": float(row[order[1]]),
-        "min": float(row.min()),
-        "mean": float(row64.mean()),
-        "std": float(row64.std()),
-        "logsumexp": float(lse),
-        "l2": float(np.sqrt((row64 ** 2).sum())),
-    }, order
 
 
 def versions():

@@ -11,9 +11,7 @@
 #include <immintrin.h>
 
 #include "backend/cpu/matmul_kernels.h"
-
-#define AI static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
+#include "backend/cpu/matmul_tiles.h" /* tile drivers shared with the NEON kernels */
 
 AI float hsum8(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -30,60 +28,6 @@ AI __m256 fp16x1(di_fp16 h) { return _mm256_set1_ps(_cvtsh_ss(h)); }
 AI void prefetch_next(const uint8_t *p, size_t dist, size_t block_bytes) {
   for (size_t o = 0; o < block_bytes; o += 64) _mm_prefetch((const char *)(p + dist + o), _MM_HINT_T0);
 }
-
-/* ---------------- tile drivers (shared by all types) ----------------
- * A kernel family PFX provides PFX_QK (elements per block) and
- * PFX_tile(t, MT, NT, ...), computing an MT x NT tile over all K; the tile is
- * always_inline with constant t, MT, NT, so every (type, shape) is its own
- * fully unrolled loop with the accumulators in registers. */
-
-#define MT_MAX 4
-
-/* Runs tile shapes over [0,M) x [n0,n1). GEMV (M == 1) takes NT_GEMV columns at a
- * time for independent chains. GEMM walks the columns in panels of about
- * PANEL_BYTES of weights, which stay in L2 while every MT_MAX x NT_GEMM tile of
- * rows passes over them, so weights are read from memory once per panel rather
- * than once per row tile. */
-#define PANEL_BYTES (192 * 1024)
-
-#define DEFINE_DRIVER(PFX, NT_GEMV, NT_GEMM)                                                     \
-  AI void PFX##_mm(di_dtype t, const void *W, size_t wrow, const void *X, size_t xrow,           \
-                   int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {         \
-    const uint8_t *w = W, *x = X;                                                                \
-    int64_t nb = K / PFX##_QK;                                                                   \
-    if (M == 1) {                                                                                \
-      int64_t n = n0;                                                                            \
-      for (; n + NT_GEMV <= n1; n += NT_GEMV)                                                    \
-        PFX##_tile(t, 1, NT_GEMV, w + n * wrow, wrow, x, xrow, nb, K, Y + n, ldy);               \
-      for (; n < n1; n++) PFX##_tile(t, 1, 1, w + n * wrow, wrow, x, xrow, nb, K, Y + n, ldy);   \
-      return;                                                                                    \
-    }                                                                                            \
-    int64_t panel = (int64_t)(PANEL_BYTES / (wrow ? wrow : 1)) / NT_GEMM * NT_GEMM;              \
-    if (panel < NT_GEMM) panel = NT_GEMM;                                                        \
-    for (int64_t p0 = n0; p0 < n1; p0 += panel) {                                                \
-      int64_t p1 = n1 - p0 < panel ? n1 : p0 + panel;                                            \
-      for (int64_t m = 0; m < M; m += MT_MAX) {                                                  \
-        int64_t mt = M - m < MT_MAX ? M - m : MT_MAX;                                            \
-        const uint8_t *xm = x + m * xrow;                                                        \
-        float *ym = Y + m * ldy;                                                                 \
-        switch (mt) {                                                                            \
-        case 4: PFX##_cols(t, 4, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;     \
-        case 3: PFX##_cols(t, 3, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;     \
-        case 2: PFX##_cols(t, 2, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;     \
-        default: PFX##_cols(t, 1, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;    \
-        }                                                                                        \
-      }                                                                                          \
-    }                                                                                            \
-  }
-
-#define DEFINE_COLS(PFX)                                                                         \
-  AI void PFX##_cols(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const uint8_t *x, \
-                     size_t xrow, int64_t nb, int64_t K, float *Y, int64_t ldy, int64_t n0,      \
-                     int64_t n1) {                                                               \
-    int64_t n = n0;                                                                              \
-    for (; n + NT <= n1; n += NT) PFX##_tile(t, MT, NT, w + n * wrow, wrow, x, xrow, nb, K, Y + n, ldy); \
-    for (; n < n1; n++) PFX##_tile(t, MT, 1, w + n * wrow, wrow, x, xrow, nb, K, Y + n, ldy);     \
-  }
 
 /* ---------------- F32 / F16 / BF16 weights, f32 activations ---------------- */
 
@@ -124,7 +68,6 @@ AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
     Y[i * ldy + j] = hsum8(acc[i][j]) + tail;
   }
 }
-DEFINE_COLS(fl)
 #ifndef FL_NT_GEMV
 #define FL_NT_GEMV 4
 #endif
@@ -236,7 +179,6 @@ AI void q32_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, cons
   UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++)
     Y[i * ldy + j] = hsum8(acc[i][j].v) + acc[i][j].m;
 }
-DEFINE_COLS(q32)
 #ifndef Q32_NT_GEMV
 #define Q32_NT_GEMV 2
 #endif
@@ -402,27 +344,21 @@ AI void qk_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
   UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++)
     Y[i * ldy + j] = hsum8(acc[i][j]) + (t == DI_Q4_K ? hsum4(accm[i][j]) : summ[i][j]);
 }
-DEFINE_COLS(qk)
 DEFINE_DRIVER(qk, QK_NT_GEMV, 2)
 
 /* ---------------- dispatch ---------------- */
 
-#define WRAP(NAME, PFX, T)                                                                      \
-  static void NAME(const void *W, size_t wrow, const void *x, size_t xrow, int64_t M, int64_t K, \
-                   float *Y, int64_t ldy, int64_t n0, int64_t n1) {                             \
-    PFX##_mm(T, W, wrow, x, xrow, M, K, Y, ldy, n0, n1);                                        \
-  }
-WRAP(mm_f32, fl, DI_F32)
-WRAP(mm_f16, fl, DI_F16)
-WRAP(mm_bf16, fl, DI_BF16)
-WRAP(mm_q4_0, q32, DI_Q4_0)
-WRAP(mm_q4_1, q32, DI_Q4_1)
-WRAP(mm_q5_0, q32, DI_Q5_0)
-WRAP(mm_q5_1, q32, DI_Q5_1)
-WRAP(mm_q8_0, q32, DI_Q8_0)
-WRAP(mm_q4_K, qk, DI_Q4_K)
-WRAP(mm_q5_K, qk, DI_Q5_K)
-WRAP(mm_q6_K, qk, DI_Q6_K)
+DEFINE_WRAP(mm_f32, fl, DI_F32)
+DEFINE_WRAP(mm_f16, fl, DI_F16)
+DEFINE_WRAP(mm_bf16, fl, DI_BF16)
+DEFINE_WRAP(mm_q4_0, q32, DI_Q4_0)
+DEFINE_WRAP(mm_q4_1, q32, DI_Q4_1)
+DEFINE_WRAP(mm_q5_0, q32, DI_Q5_0)
+DEFINE_WRAP(mm_q5_1, q32, DI_Q5_1)
+DEFINE_WRAP(mm_q8_0, q32, DI_Q8_0)
+DEFINE_WRAP(mm_q4_K, qk, DI_Q4_K)
+DEFINE_WRAP(mm_q5_K, qk, DI_Q5_K)
+DEFINE_WRAP(mm_q6_K, qk, DI_Q6_K)
 
 di_cpu_mm_fn di_cpu_mm_avx2(di_dtype t) {
   switch (t) {

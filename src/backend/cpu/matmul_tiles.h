@@ -1,5 +1,5 @@
-/* Tile drivers shared by the SIMD matmul kernel files (included by *_neon.c;
- * the same scheme as matmul_avx2.c's own copy, which can switch to this header).
+/* Tile drivers shared by the SIMD matmul kernel files (matmul_avx2.c and the
+ * NEON ones).
  *
  * A kernel family PFX provides PFX_QK (elements per block) and
  * PFX_tile(t, MT, NT, w, wrow, x, xrow, nb, K, Y, ldy) computing an MT x NT
