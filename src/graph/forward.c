@@ -209,29 +209,36 @@ static di_attn_partial *partial_at(di_forward_ctx *f, size_t item) {
   return (di_attn_partial *)(f->partials + item * di_attn_partial_bytes(f->m->hp.head_dim));
 }
 
-/* Item i of token t is head (i - off[t]) % H, tile (i - off[t]) / H. */
+/* Item i of token t is head (i - off[t]) % H, tile (i - off[t]) / H. Work is
+ * handed out in units of one (token, tile, KV head): the `group` query heads
+ * that share the KV head read its K/V once (di_cpu_attn_tile_group). */
 static void attn_tiles_run(void *p, int ith, int nth) {
   attn_task *a = p;
   di_forward_ctx *f = a->f;
   const di_hparams *hp = &f->m->hp;
   const di_batch *b = a->b;
-  int H = hp->n_head, hd = hp->head_dim, group = H / hp->n_head_kv;
+  int H = hp->n_head, HKV = hp->n_head_kv, hd = hp->head_dim, group = H / HKV;
   float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hd);
-  size_t total = f->item_off[b->n_tokens];
-  size_t per = (total + (size_t)nth - 1) / (size_t)nth, i0 = per * (size_t)ith;
-  size_t i1 = i0 + per < total ? i0 + per : total;
+  size_t total = f->item_off[b->n_tokens] / (size_t)group;
+  size_t per = (total + (size_t)nth - 1) / (size_t)nth, u0 = per * (size_t)ith;
+  size_t u1 = u0 + per < total ? u0 + per : total;
+  di_attn_partial *out[DI_ATTN_MAX_GROUP];
   int t = 0;
-  for (size_t i = i0; i < i1; i++) {
-    while (f->item_off[t + 1] <= i) t++;
-    size_t r = i - f->item_off[t];
-    int h = (int)(r % (size_t)H), k = (int)(r / (size_t)H);
+  for (size_t u = u0; u < u1; u++) {
+    while (f->item_off[t + 1] / (size_t)group <= u) t++;
+    size_t r = u - f->item_off[t] / (size_t)group;
+    int kvh = (int)(r % (size_t)HKV), k = (int)(r / (size_t)HKV);
     int pos = b->pos[t], lo = attn_lo(hp, a->swa, pos);
     int tile_lo = (lo / DI_ATTN_TILE + k) * DI_ATTN_TILE;
     int j0 = tile_lo > lo ? tile_lo : lo;
     int j1 = tile_lo + DI_ATTN_TILE - 1 < pos ? tile_lo + DI_ATTN_TILE - 1 : pos;
     const di_batch_seq *s = &b->seqs[b->seq[t]];
-    di_cpu_attn_tile(a->kv, a->kv_layer, seq_table(s, a->kv_table), h / group, hd, f->q + ((size_t)t * H + h) * hd, j0, j1, scale,
-                     hp->attn_softcap, partial_at(f, i));
+    for (int g0 = 0; g0 < group; g0 += DI_ATTN_MAX_GROUP) {
+      int G = group - g0 < DI_ATTN_MAX_GROUP ? group - g0 : DI_ATTN_MAX_GROUP, h0 = kvh * group + g0;
+      for (int g = 0; g < G; g++) out[g] = partial_at(f, f->item_off[t] + (size_t)k * H + (size_t)(h0 + g));
+      di_cpu_attn_tile_group(a->kv, a->kv_layer, seq_table(s, a->kv_table), kvh, hd, f->q + ((size_t)t * H + h0) * hd,
+                             (size_t)hd, G, j0, j1, scale, hp->attn_softcap, out);
+    }
   }
 }
 

@@ -91,6 +91,32 @@ void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, in
   out->l = l;
 }
 
+void di_cpu_attn_tile_group(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim,
+                            const float *q, size_t q_stride, int G, int lo, int hi, float scale, float softcap,
+                            di_attn_partial *const *out) {
+#if defined(DI_CPU_X86)
+  if (G > 1 && di_cpu_isa() >= DI_ISA_AVX2 && head_dim % 8 == 0) {
+    const int bs = kv->block_size;
+    const size_t row = (size_t)head_dim * kv->elt_bytes;
+    const uint8_t *kr[DI_ATTN_TILE], *vr[DI_ATTN_TILE];
+    for (int j = lo; j <= hi;) {
+      int blk = j / bs, end = (blk + 1) * bs - 1 < hi ? (blk + 1) * bs - 1 : hi;
+      size_t o = di_kv_head_offset(kv, kvh, j % bs, head_dim);
+      const uint8_t *k = (const uint8_t *)di_kv_k(kv, blocks[blk], layer) + o;
+      const uint8_t *v = (const uint8_t *)di_kv_v(kv, blocks[blk], layer) + o;
+      for (; j <= end; j++, k += row, v += row) {
+        kr[j - lo] = k;
+        vr[j - lo] = v;
+      }
+    }
+    di_cpu_attn_tile_group_avx2(q, q_stride, G, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
+    return;
+  }
+#endif
+  for (int g = 0; g < G; g++)
+    di_cpu_attn_tile(kv, layer, blocks, kvh, head_dim, q + (size_t)g * q_stride, lo, hi, scale, softcap, out[g]);
+}
+
 void di_cpu_attn_merge(const di_attn_partial *const *parts, int n, int head_dim, float *out) {
   float mx = -INFINITY;
   for (int i = 0; i < n; i++)

@@ -86,6 +86,31 @@ void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uin
   }
 }
 
+/* G query heads of one KV head: the tile's K and V rows are converted to f32
+ * once into scratch, then each head runs the F32 tile on them. Conversion is
+ * exact and the F32 tile adds in the same order, so every head's result has
+ * the bits of its own di_cpu_attn_tile_avx2 call. */
+void di_cpu_attn_tile_group_avx2(const float *q, size_t q_stride, int G, const uint8_t *const *krow,
+                                 const uint8_t *const *vrow, int n, int hd, di_kv_type t, float scale, float softcap,
+                                 di_attn_partial *const *out) {
+  if (t == DI_KV_F32 || G == 1 || hd > DI_ATTN_GROUP_MAX_HD) {
+    for (int g = 0; g < G; g++) di_cpu_attn_tile_avx2(q + (size_t)g * q_stride, krow, vrow, n, hd, t, scale, softcap, out[g]);
+    return;
+  }
+  _Alignas(32) float kbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD], vbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD];
+  const uint8_t *kp[DI_ATTN_TILE], *vp[DI_ATTN_TILE];
+  for (int j = 0; j < n; j++) {
+    float *kd = kbuf + (size_t)j * hd, *vd = vbuf + (size_t)j * hd;
+    for (int d = 0; d < hd; d += 8) {
+      _mm256_store_ps(kd + d, load_kv(krow[j] + (size_t)d * 2, t));
+      _mm256_store_ps(vd + d, load_kv(vrow[j] + (size_t)d * 2, t));
+    }
+    kp[j] = (const uint8_t *)kd;
+    vp[j] = (const uint8_t *)vd;
+  }
+  for (int g = 0; g < G; g++) tile(q + (size_t)g * q_stride, kp, vp, n, hd, DI_KV_F32, scale, softcap, out[g]);
+}
+
 void di_cpu_softmax_exp_avx2(const float *x, float *y, int n) {
   int i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, di_softmax_exp_avx2(_mm256_loadu_ps(x + i)));
