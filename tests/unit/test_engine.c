@@ -307,8 +307,11 @@ static void test_n4(void) {
   di_engine_destroy(e);
 }
 
-static void test_cancel(void) {
+/* mixed: the same on a mixed model with per-layer-group KV, so the window
+ * tables' blocks are accounted back on cancel too */
+static void test_cancel(int mixed) {
   make_prompts(0);
+  if (mixed) fake_window = 6, fake_mixed = 2, g_swa_tables = 2;
   cfg c = {.max_seqs = 8, .max_batch_tokens = 32, .block_size = 4, .prefix = 1};
   di_engine *e = make(c);
   out o[4];
@@ -346,7 +349,10 @@ static void test_cancel(void) {
   CHECK(di_engine_submit(e, &p, &id, NULL, 0) == DI_OK);
   CHECK(di_engine_cancel(e, id) == DI_OK);
   CHECK(di_engine_step(e) == 0 && q.n_final == 2);
+  di_engine_stats_get(e, &s);
+  CHECK(s.kv_blocks_used == 0);
   di_engine_destroy(e);
+  g_swa_tables = 0, fake_mixed = 0, fake_window = 0;
 }
 
 static void test_bad_requests(void) {
@@ -709,7 +715,8 @@ int main(void) {
   test_seeds();
   test_stop_strings();
   test_n4();
-  test_cancel();
+  test_cancel(0);
+  test_cancel(1);
   test_bad_requests();
   test_priority();
   test_text_prompt_thread();
