@@ -97,25 +97,17 @@ static di_seq *pick_victim(di_engine *e, const di_seq *except) {
 
 static int fits(di_engine *e, di_seq *s, int end) { return blocks_needed(e, s, end) <= di_kv_n_available(e->pool); }
 
-/* Largest chunk end <= want that fits in the available blocks. */
+/* Largest chunk end <= want that fits in the available blocks (blocks needed
+ * grow with end, over all of the sequence's tables: a binary search). */
 static int shrink_to_fit(di_engine *e, di_seq *s, int want) {
-  int bs = e->pool->block_size;
-  int avail = di_kv_n_available(e->pool);
-  if (blocks_needed(e, s, s->n_computed + 1) > avail) return s->n_computed;
-  if (e->be.n_swa_tables > 0) { /* several tables grow together: search (blocks needed grow with end) */
-    int lo = s->n_computed + 1, hi = want;
-    while (lo < hi) {
-      int mid = lo + (hi - lo + 1) / 2;
-      if (fits(e, s, mid)) lo = mid;
-      else hi = mid - 1;
-    }
-    return lo;
+  if (want <= s->n_computed || !fits(e, s, s->n_computed + 1)) return want < s->n_computed ? want : s->n_computed;
+  int lo = s->n_computed + 1, hi = want;
+  while (lo < hi) {
+    int mid = lo + (hi - lo + 1) / 2;
+    if (fits(e, s, mid)) lo = mid;
+    else hi = mid - 1;
   }
-  int end = (s->table.n_blocks + avail) * bs;
-  if (di_kv_table_blocks_needed(e->pool, &s->table, s->n_computed, s->n_computed + 1) > 0 &&
-      s->table.n_blocks * bs > s->n_computed)
-    end -= bs; /* one block goes to a copy-on-write */
-  return end < want ? end : want;
+  return lo;
 }
 
 static void add_to_batch(di_engine *e, di_batch *b, di_seq *s, int take, int *n_out) {

@@ -3,6 +3,7 @@ make_goldens_transformers.py for transformers): the model file check and the
 statistics stored for a row of logits. numpy only, so either scratch venv can
 import it."""
 import hashlib
+import sys
 
 import numpy as np
 
@@ -13,6 +14,15 @@ def sha256_file(p):
         for b in iter(lambda: f.read(1 << 22), b""):
             h.update(b)
     return h.hexdigest()
+
+
+def check_model(path, sha256, key):
+    """Exits with a message unless path is the model file the goldens are for."""
+    if not path.is_file():
+        sys.exit(f"{path} missing: run scripts/fetch-models --only {key}")
+    got = sha256_file(path)
+    if got != sha256:
+        sys.exit(f"{path}: sha256 {got} != {sha256}")
 
 
 def stats(row):

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from golden_common import sha256_file, stats  # noqa: E402
+from golden_common import check_model, stats  # noqa: E402
 
 import llama_cpp
 from llama_cpp import Llama
@@ -120,11 +120,7 @@ def make_llm(path, n_ctx, threads):
 def run_model(key, threads):
     m = MODELS[key]
     path = MODELS_DIR / m["file"]
-    if not path.is_file():
-        sys.exit(f"{path} missing: run scripts/fetch-models --only {key}")
-    got = sha256_file(path)
-    if got != m["sha256"]:
-        sys.exit(f"{path}: sha256 {got} != {m['sha256']}")
+    check_model(path, m["sha256"], key)
     llm, kw = make_llm(path, 1024, threads)
     vocab = llm.n_vocab()
     eos = llm.token_eos()

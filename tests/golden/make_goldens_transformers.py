@@ -40,7 +40,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from golden_common import sha256_file, stats  # noqa: E402
+from golden_common import check_model, stats  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
@@ -111,11 +111,7 @@ def last_row(model, ids, cache=None):
 def run_model(key, threads):
     m = MODELS[key]
     path = MODELS_DIR / m["file"]
-    if not path.is_file():
-        sys.exit(f"{path} missing: run scripts/fetch-models --only {key}")
-    got = sha256_file(path)
-    if got != m["sha256"]:
-        sys.exit(f"{path}: sha256 {got} != {m['sha256']}")
+    check_model(path, m["sha256"], key)
     src = json.loads((HERE / m["prompts_from"]).read_text())
     assert src["model"]["sha256"] == m["sha256"]
 

@@ -43,28 +43,35 @@ typedef void (*kv_axpy_fn)(float *acc, float p, const void *v, int n);
 static const kv_dot_fn dots[] = {[DI_KV_F16] = dot_f16, [DI_KV_F32] = dot_f32, [DI_KV_BF16] = dot_bf16};
 static const kv_axpy_fn axpys[] = {[DI_KV_F16] = axpy_f16, [DI_KV_F32] = axpy_f32, [DI_KV_BF16] = axpy_bf16};
 
+/* K and V rows of head kvh for positions [lo, hi], one block at a time: inside
+ * a block a head's positions are rows head_dim elements apart. */
+static void kv_rows(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim, int lo, int hi,
+                    const uint8_t **kr, const uint8_t **vr) {
+  const int bs = kv->block_size;
+  const size_t row = (size_t)head_dim * kv->elt_bytes;
+  for (int j = lo; j <= hi;) {
+    int blk = j / bs, end = (blk + 1) * bs - 1 < hi ? (blk + 1) * bs - 1 : hi;
+    size_t o = di_kv_head_offset(kv, kvh, j % bs, head_dim);
+    const uint8_t *k = (const uint8_t *)di_kv_k(kv, blocks[blk], layer) + o;
+    const uint8_t *v = (const uint8_t *)di_kv_v(kv, blocks[blk], layer) + o;
+    for (; j <= end; j++, k += row, v += row) {
+      kr[j - lo] = k;
+      vr[j - lo] = v;
+    }
+  }
+}
+
 void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim, const float *q,
                       int lo, int hi, float scale, float softcap, di_attn_partial *out) {
-  const int bs = kv->block_size;
   di_attn_tile_simd_fn simd = NULL;
 #if defined(DI_CPU_X86)
   if (di_cpu_isa() >= DI_ISA_AVX2) simd = di_cpu_attn_tile_avx2;
 #elif defined(DI_CPU_ARM64)
   if (di_cpu_isa() == DI_ISA_NEON) simd = di_cpu_attn_tile_neon;
 #endif
+  const uint8_t *kr[DI_ATTN_TILE], *vr[DI_ATTN_TILE];
+  kv_rows(kv, layer, blocks, kvh, head_dim, lo, hi, kr, vr);
   if (simd && head_dim % 8 == 0) {
-    const uint8_t *kr[DI_ATTN_TILE], *vr[DI_ATTN_TILE];
-    const size_t row = (size_t)head_dim * kv->elt_bytes;
-    for (int j = lo; j <= hi;) { /* one block at a time: its positions are rows `row` bytes apart */
-      int blk = j / bs, end = (blk + 1) * bs - 1 < hi ? (blk + 1) * bs - 1 : hi;
-      size_t o = di_kv_head_offset(kv, kvh, j % bs, head_dim);
-      const uint8_t *k = (const uint8_t *)di_kv_k(kv, blocks[blk], layer) + o;
-      const uint8_t *v = (const uint8_t *)di_kv_v(kv, blocks[blk], layer) + o;
-      for (; j <= end; j++, k += row, v += row) {
-        kr[j - lo] = k;
-        vr[j - lo] = v;
-      }
-    }
     simd(q, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
     return;
   }
@@ -73,8 +80,7 @@ void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, in
   float s[DI_ATTN_TILE];
   float mx = -INFINITY;
   for (int j = lo; j <= hi; j++) {
-    const uint8_t *k = (const uint8_t *)di_kv_k(kv, blocks[j / bs], layer) + di_kv_head_offset(kv, kvh, j % bs, head_dim);
-    float x = dot(q, k, head_dim) * scale;
+    float x = dot(q, kr[j - lo], head_dim) * scale;
     if (softcap > 0) x = softcap * tanhf(x / softcap);
     s[j - lo] = x;
     if (x > mx) mx = x;
@@ -84,8 +90,7 @@ void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, in
   for (int j = lo; j <= hi; j++) {
     float p = di_softmax_exp(s[j - lo] - mx);
     l += p;
-    const uint8_t *v = (const uint8_t *)di_kv_v(kv, blocks[j / bs], layer) + di_kv_head_offset(kv, kvh, j % bs, head_dim);
-    axpy(out->acc, p, v, head_dim);
+    axpy(out->acc, p, vr[j - lo], head_dim);
   }
   out->m = mx;
   out->l = l;
@@ -96,19 +101,8 @@ void di_cpu_attn_tile_group(const di_kv_pool *kv, int layer, const int32_t *bloc
                             di_attn_partial *const *out) {
 #if defined(DI_CPU_X86)
   if (G > 1 && di_cpu_isa() >= DI_ISA_AVX2 && head_dim % 8 == 0) {
-    const int bs = kv->block_size;
-    const size_t row = (size_t)head_dim * kv->elt_bytes;
     const uint8_t *kr[DI_ATTN_TILE], *vr[DI_ATTN_TILE];
-    for (int j = lo; j <= hi;) {
-      int blk = j / bs, end = (blk + 1) * bs - 1 < hi ? (blk + 1) * bs - 1 : hi;
-      size_t o = di_kv_head_offset(kv, kvh, j % bs, head_dim);
-      const uint8_t *k = (const uint8_t *)di_kv_k(kv, blocks[blk], layer) + o;
-      const uint8_t *v = (const uint8_t *)di_kv_v(kv, blocks[blk], layer) + o;
-      for (; j <= end; j++, k += row, v += row) {
-        kr[j - lo] = k;
-        vr[j - lo] = v;
-      }
-    }
+    kv_rows(kv, layer, blocks, kvh, head_dim, lo, hi, kr, vr);
     di_cpu_attn_tile_group_avx2(q, q_stride, G, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
     return;
   }
