@@ -48,8 +48,16 @@ def run_case(g, c, tmp_path):
 # sums 8 lanes per output then reduces) -- the continuation that matched before
 # ("pizza") now leaves at a 0.05 margin; the logit gap stayed in the same band
 # (max |diff| 0.51-0.98 over the 11 prompts, was 0.49-0.86). Gemma 3 270M: 3 (its
-# 10 Q8_0 tensors are packed too; a 0.03-margin near-tie now goes the other way).
-MIN_IDENTICAL = {"smollm2": 0, "gemma3-270m": 3}
+# 10 Q8_0 tensors are packed too; a 0.03-margin near-tie now goes the other way), then 2
+# since its Q4_K tensors are packed (one exact int32 sum per super-block and column instead
+# of 8 float lanes): against transformers (float) the same change went from 3 to 4 of 11
+# prompts identical for 64 tokens, so the lost one is a reshuffled near-tie, not lost accuracy.
+MIN_IDENTICAL = {"smollm2": 0, "gemma3-270m": 2}
+# Top-1 at the last prompt position may differ below this reference margin: llama.cpp's own
+# int8 noise flips its top-1 against transformers (float) at a 0.234 margin on these prompts
+# (test_golden_transformers.py), and ours is of the same size (Gemma 3 Q4_K packed: a 0.141
+# margin flips where the logits are 0.63 apart).
+NEAR_TIE = 0.25
 _identical = {}
 
 
@@ -73,7 +81,7 @@ def test_golden(g, c, tmp_path):
     # of the math is checked against float64 in test_gguf_numpy.py.
     assert diff < 2.0, f"logits differ by {diff}"
     if int(last.argmax()) != pl["stats"]["argmax"]:
-        assert margin0 < 0.1, f"top-1 differs at the last prompt position (reference margin {margin0:.3f})"
+        assert margin0 < NEAR_TIE, f"top-1 differs at the last prompt position (reference margin {margin0:.3f})"
         pytest.xfail(f"near-tie at the last prompt position (reference margin {margin0:.3f})")
     first_bad = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), None)
     _identical.setdefault(g["model"]["fetch_name"], 0)

@@ -42,7 +42,11 @@ MAX_DUMP_PROMPT = 64
 
 NEAR_TIE = 1e-3          # EXACT mode: reference margins below this may flip
 EXACT_TOL = 1e-3         # EXACT mode: |logit diff| and |logprob diff| bound (observed <= ~1e-4)
-DEFAULT_NEAR_TIE = 0.1   # default mode: int8 activation noise, margins below this may flip
+# Default mode: int8 activation noise, margins below this may flip. llama.cpp itself, on the same
+# GGUF and prompts (tests/golden/llamacpp_*.json), flips top-1 against transformers at a 0.234
+# margin (SmolLM2 "colors") with top-64 logits 0.23-0.80 away; any change in float summation order
+# (e.g. a new kernel layout) moves which near-ties below that flip.
+DEFAULT_NEAR_TIE = 0.25
 DEFAULT_TOL = 1.5        # default mode: |logit diff| bound (observed up to ~0.6)
 
 

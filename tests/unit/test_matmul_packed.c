@@ -1,4 +1,4 @@
-/* The packed weight layout (Q4_0, Q4_1, Q8_0; matmul.h): packing round-trips
+/* The packed weight layout (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K; matmul.h): packing round-trips
  * row by row, and every output is bit-identical whatever M (1..17), the column
  * range [n0, n1) (including ranges that cut a group of 8 and the zero-padded
  * tail group when N is not a multiple of 8), the ISA level, and the unpacked
@@ -8,6 +8,7 @@
 
 #include "backend/cpu/isa.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/quant.h"
 #include "check.h"
 
 static uint32_t g_rng = 2463534242u;
@@ -24,6 +25,22 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best)
   float *X = malloc((size_t)(MMAX * K) * 4), *src = malloc((size_t)K * 4);
   for (int64_t n = 0; n < N; n++) {
     float scale = 0.05f + 0.01f * (float)(n % 7);
+    if (t == DI_Q4_K || t == DI_Q6_K) { /* no quantizer: random bytes (scales, quants) with sane d, dmin */
+      uint8_t *p = W + (size_t)n * rb;
+      size_t bb = di_dtype_block_bytes(t);
+      for (size_t j = 0; j < rb; j++) p[j] = (uint8_t)(rndf() * 128.0f + 128.0f);
+      for (int64_t b = 0; b < K / 256; b++) {
+        di_fp16 d = di_cpu_f32_to_fp16(scale * (0.002f + 0.01f * (rndf() + 1)));
+        di_fp16 dm = di_cpu_f32_to_fp16(scale * 0.01f * (rndf() + 1));
+        if (t == DI_Q6_K) {
+          memcpy(p + b * bb + 208, &d, 2);
+        } else {
+          memcpy(p + b * bb, &d, 2);
+          memcpy(p + b * bb + 2, &dm, 2);
+        }
+      }
+      continue;
+    }
     for (int64_t k = 0; k < K; k++) src[k] = scale * rndf();
     CHECK(di_cpu_quantize_row(t, src, W + (size_t)n * rb, K));
   }
@@ -73,16 +90,19 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best)
 
 int main(void) {
   di_cpu_isa_level best = di_cpu_isa();
-  const di_dtype types[] = {DI_Q4_0, DI_Q4_1, DI_Q8_0};
+  const di_dtype types[] = {DI_Q4_0, DI_Q4_1, DI_Q8_0, DI_Q4_K, DI_Q6_K};
   const int64_t Ns[] = {8, 13, 24, 37, 70};
   const int64_t Ks[] = {32, 96, 640};
-  for (size_t ti = 0; ti < 3; ti++) {
+  /* Q4_K: 1, 3 and 5 super-blocks; 5 crosses the on-the-fly packing of a tail group */
+  const int64_t Ks_k[] = {256, 768, 1280};
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     CHECK(di_cpu_packable(types[ti]));
+    const int64_t *ks = types[ti] == DI_Q4_K || types[ti] == DI_Q6_K ? Ks_k : Ks;
     for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
-      for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) check_shape(types[ti], Ns[ni], Ks[ki], best);
+      for (size_t ki = 0; ki < 3; ki++) check_shape(types[ti], Ns[ni], ks[ki], best);
   }
-  CHECK(!di_cpu_packable(DI_Q4_K) && !di_cpu_packable(DI_F16));
-  printf("packed Q4_0/Q4_1/Q8_0: bit-identical to the scalar reference for M 1..%d, split columns, %s\n", MMAX,
+  CHECK(!di_cpu_packable(DI_Q5_K) && !di_cpu_packable(DI_F16));
+  printf("packed Q4_0/Q4_1/Q8_0/Q4_K/Q6_K: bit-identical to the scalar reference for M 1..%d, split columns, %s\n", MMAX,
          di_cpu_isa_name(best));
   return di_test_finish("test_matmul_packed");
 }

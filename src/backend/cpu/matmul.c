@@ -202,23 +202,25 @@ static void unpackk(di_dtype t, const void *p, wblockk *b) {
   }
 }
 
+void di_cpu_qk_block_step(di_dtype t, const void *w, const di_act_q8k *x, float *s, float *sm) {
+  wblockk b;
+  unpackk(t, w, &b);
+  int32_t isum = 0, imin = 0;
+  for (int g = 0; g < 16; g++) {
+    int32_t gs = 0;
+    for (int l = 16 * g; l < 16 * g + 16; l++) gs += b.q[l] * x->qs[l];
+    isum += b.sc[g] * gs;
+    imin += b.mn[g] * x->bsums[g];
+  }
+  *s += x->d * b.d * (float)isum;
+  *sm += -x->d * b.dmin * (float)imin;
+}
+
 /* As ggml: (d_a * d_w) * isum into one sum, (-d_a * dmin) * imin into another. */
 static float dot_qk(di_dtype t, const void *w, const di_act_q8k *x, int64_t k) {
   size_t bb = di_dtype_block_bytes(t);
   float s = 0, sm = 0;
-  for (int64_t i = 0; i < k / 256; i++) {
-    wblockk b;
-    unpackk(t, (const uint8_t *)w + (size_t)i * bb, &b);
-    int32_t isum = 0, imin = 0;
-    for (int g = 0; g < 16; g++) {
-      int32_t gs = 0;
-      for (int l = 16 * g; l < 16 * g + 16; l++) gs += b.q[l] * x[i].qs[l];
-      isum += b.sc[g] * gs;
-      imin += b.mn[g] * x[i].bsums[g];
-    }
-    s += x[i].d * b.d * (float)isum;
-    sm += -x[i].d * b.dmin * (float)imin;
-  }
+  for (int64_t i = 0; i < k / 256; i++) di_cpu_qk_block_step(t, (const uint8_t *)w + (size_t)i * bb, &x[i], &s, &sm);
   return s + sm;
 }
 

@@ -38,16 +38,37 @@ di_cpu_actq_fn di_cpu_actq_neon(di_cpu_act_kind kind);
  * + m_w * s_a for Q4_1/Q5_1. An output is the chain over its blocks in K order
  * from s = 0. */
 float di_cpu_q32_block_step(di_dtype t, const void *w, const di_act_q8 *x, float s);
+/* The same for one 256-element K-quant block: *s += (d_a * d_w) * isum and
+ * *sm += (-d_a * dmin) * imin, both integer sums exact; an output is s + sm. */
+void di_cpu_qk_block_step(di_dtype t, const void *w, const di_act_q8k *x, float *s, float *sm);
 void di_cpu_mmp_scalar(di_dtype t, const void *W, size_t wrow, int64_t N, const void *x, size_t xrow, int64_t M,
                        int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
 
 /* Packed layout (matmul_pack.c): rows in groups of DI_PK_G; group g's block b
  * (DI_PK_G * block bytes) starts at W + g * DI_PK_G * wrow + b * DI_PK_G * bb.
- * Inside, the fp16 d of the 8 rows, then (Q4_1) their fp16 m, then the quant
- * bytes as 32-byte words: word w holds bytes 4w..4w+3 of each row's qs, row c at
- * 4c. The N % 8 rows after the last full group keep the GGUF layout. */
+ * Inside, the block's head as 2-byte fields of the 8 rows (field f of row c at
+ * 16f + 2c): d, then m / dmin for Q4_1 and Q4_K. Then the rest of the block as
+ * 32-byte words: word w holds bytes 4w..4w+3 of each row's remaining bytes, row
+ * c at 4c (Q4_K: the 12 scale bytes, then qs; Q6_K, whose d is at the block's
+ * end: ql, qh, scales, reordered by di_pk_word_pos). The N % 8 rows after the last full group keep the GGUF
+ * layout. */
 #define DI_PK_G 8
-static inline size_t di_pk_head_bytes(di_dtype t) { return t == DI_Q4_1 ? 4 : 2; }
+static inline size_t di_pk_head_bytes(di_dtype t) { return t == DI_Q4_1 || t == DI_Q4_K ? 4 : 2; }
+/* Where the head sits in a GGUF block, and where the words start. */
+static inline size_t di_pk_head_at(di_dtype t) { return t == DI_Q6_K ? 208 : 0; }
+static inline size_t di_pk_words_at(di_dtype t) { return t == DI_Q6_K ? 0 : di_pk_head_bytes(t); }
+static inline bool di_pk_kquant(di_dtype t) { return t == DI_Q4_K || t == DI_Q6_K; }
+/* Packed position of source word w. Identity but for Q6_K, whose words are put
+ * in the order its kernel first reads them, so a GEMV streams forward: the 4
+ * scale words, then per 128-element half h: ql words 0-7, qh words 0-7, ql
+ * words 8-15 of h. */
+static inline size_t di_pk_word_pos(di_dtype t, size_t w) {
+  if (t != DI_Q6_K) return w;
+  if (w >= 48) return w - 48;
+  if (w >= 32) return 4 + 24 * ((w - 32) / 8) + 8 + (w - 32) % 8;
+  size_t h = w / 16, v = w % 16;
+  return 4 + 24 * h + (v < 8 ? v : 16 + v - 8);
+}
 /* Group-blocks b0..b1 of the tail rows, packed and zero-padded to 8 rows. */
 void di_cpu_pack_tail(di_dtype t, const void *W, size_t wrow, int64_t N, int64_t b0, int64_t b1, uint8_t *dst);
 

@@ -7,31 +7,43 @@
  * chain serves GEMV and GEMM (row invariance). The layout has exactly the bytes
  * of the GGUF rows it replaces, so packing is in place and costs no memory; the
  * N % 8 rows after the last full group stay as they are and are packed on the fly,
- * zero-padded, by the kernels (di_cpu_pack_tail). */
+ * zero-padded, by the kernels (di_cpu_pack_tail).
+ *
+ * The K-quants pack the same way per 256-element super-block (Q4_K: d and dmin
+ * as the head, then 35 words: 3 of 6-bit scales, 32 of quants; Q6_K: d, then 32
+ * words of low nibbles, 16 of high bits, 4 of int8 scales), so one register
+ * load gives 4 consecutive quants of 8 rows and another the 8 rows' scales,
+ * decoded for all 8 columns at once. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_kernels.h"
 
-bool di_cpu_packable(di_dtype t) { return t == DI_Q4_0 || t == DI_Q4_1 || t == DI_Q8_0; }
+bool di_cpu_packable(di_dtype t) {
+  return t == DI_Q4_0 || t == DI_Q4_1 || t == DI_Q8_0 || t == DI_Q4_K || t == DI_Q6_K;
+}
+
+/* Blocks per row; the largest packable block (a row's block copied out). */
+static int64_t row_blocks(di_dtype t, int64_t K) { return K / di_dtype_block(t); }
+#define MAX_BLOCK sizeof(di_block_q6_K)
 
 /* GGUF block of row c (0..7) <-> its bytes in a packed group-block gb. */
 static void scatter_block(di_dtype t, const uint8_t *src, int c, uint8_t *gb) {
-  size_t hb = di_pk_head_bytes(t), qb = di_dtype_block_bytes(t) - hb;
-  for (size_t h = 0; h < hb / 2; h++) memcpy(gb + 16 * h + 2 * c, src + 2 * h, 2);
-  for (size_t w = 0; w < qb / 4; w++) memcpy(gb + 8 * hb + 32 * w + 4 * c, src + hb + 4 * w, 4);
+  size_t hb = di_pk_head_bytes(t), qb = di_dtype_block_bytes(t) - hb, ha = di_pk_head_at(t), wa = di_pk_words_at(t);
+  for (size_t h = 0; h < hb / 2; h++) memcpy(gb + 16 * h + 2 * c, src + ha + 2 * h, 2);
+  for (size_t w = 0; w < qb / 4; w++) memcpy(gb + 8 * hb + 32 * di_pk_word_pos(t, w) + 4 * c, src + wa + 4 * w, 4);
 }
 
 static void gather_block(di_dtype t, const uint8_t *gb, int c, uint8_t *dst) {
-  size_t hb = di_pk_head_bytes(t), qb = di_dtype_block_bytes(t) - hb;
-  for (size_t h = 0; h < hb / 2; h++) memcpy(dst + 2 * h, gb + 16 * h + 2 * c, 2);
-  for (size_t w = 0; w < qb / 4; w++) memcpy(dst + hb + 4 * w, gb + 8 * hb + 32 * w + 4 * c, 4);
+  size_t hb = di_pk_head_bytes(t), qb = di_dtype_block_bytes(t) - hb, ha = di_pk_head_at(t), wa = di_pk_words_at(t);
+  for (size_t h = 0; h < hb / 2; h++) memcpy(dst + ha + 2 * h, gb + 16 * h + 2 * c, 2);
+  for (size_t w = 0; w < qb / 4; w++) memcpy(dst + wa + 4 * w, gb + 8 * hb + 32 * di_pk_word_pos(t, w) + 4 * c, 4);
 }
 
 bool di_cpu_pack(di_dtype t, void *W, int64_t N, int64_t K) {
   size_t rb = di_dtype_row_bytes(t, K), bb = di_dtype_block_bytes(t);
-  int64_t nb = K / DI_QK32;
+  int64_t nb = row_blocks(t, K);
   uint8_t *tmp = malloc(DI_PK_G * rb);
   if (!tmp) return false;
   for (int64_t g = 0; g < N / DI_PK_G; g++) {
@@ -52,7 +64,7 @@ void di_cpu_packed_row(di_dtype t, const void *W, int64_t N, int64_t K, int64_t 
     return;
   }
   const uint8_t *grp = w + (size_t)(n / DI_PK_G) * DI_PK_G * rb;
-  for (int64_t b = 0; b < K / DI_QK32; b++)
+  for (int64_t b = 0; b < row_blocks(t, K); b++)
     gather_block(t, grp + b * DI_PK_G * bb, (int)(n % DI_PK_G), (uint8_t *)dst + b * bb);
 }
 
@@ -64,10 +76,11 @@ void di_cpu_packed_dequant_row(di_dtype t, const void *W, int64_t N, int64_t K, 
     return;
   }
   const uint8_t *grp = w + (size_t)(n / DI_PK_G) * DI_PK_G * rb;
-  for (int64_t b = 0; b < K / DI_QK32; b++) {
-    uint8_t blk[sizeof(di_block_q8_0)];
+  int be = di_dtype_block(t);
+  for (int64_t b = 0; b < row_blocks(t, K); b++) {
+    uint8_t blk[MAX_BLOCK];
     gather_block(t, grp + b * DI_PK_G * bb, (int)(n % DI_PK_G), blk);
-    di_cpu_dequant_row(t, blk, dst + b * DI_QK32, DI_QK32);
+    di_cpu_dequant_row(t, blk, dst + b * be, be);
   }
 }
 
@@ -86,18 +99,19 @@ void di_cpu_mmp_scalar(di_dtype t, const void *W, size_t wrow, int64_t N, const 
   size_t bb = di_dtype_block_bytes(t);
   int64_t first_tail = N / DI_PK_G * DI_PK_G;
   for (int64_t m = 0; m < M; m++) {
-    const di_act_q8 *a = (const di_act_q8 *)((const uint8_t *)x + (size_t)m * xrow);
+    const uint8_t *a = (const uint8_t *)x + (size_t)m * xrow;
     for (int64_t n = n0; n < n1; n++) {
       const uint8_t *grp = (const uint8_t *)W + (size_t)(n / DI_PK_G) * DI_PK_G * wrow;
-      float s = 0;
-      for (int64_t b = 0; b < K / DI_QK32; b++) {
-        uint8_t blk[sizeof(di_block_q8_0)];
+      float s = 0, sm = 0;
+      for (int64_t b = 0; b < row_blocks(t, K); b++) {
+        uint8_t blk[MAX_BLOCK];
         const void *p = blk;
         if (n >= first_tail) p = (const uint8_t *)W + (size_t)n * wrow + b * bb;
         else gather_block(t, grp + b * DI_PK_G * bb, (int)(n % DI_PK_G), blk);
-        s = di_cpu_q32_block_step(t, p, &a[b], s);
+        if (di_pk_kquant(t)) di_cpu_qk_block_step(t, p, (const di_act_q8k *)a + b, &s, &sm);
+        else s = di_cpu_q32_block_step(t, p, (const di_act_q8 *)a + b, s);
       }
-      Y[m * ldy + n] = s;
+      Y[m * ldy + n] = di_pk_kquant(t) ? s + sm : s;
     }
   }
 }

@@ -28,8 +28,8 @@
 /* GEMM: weights are walked in panels of about this many bytes, which stay in L2
  * while every MT_MAX-row tile of activations passes over them. */
 #define PANEL_BYTES (192 * 1024)
-/* Tail rows are packed on the fly this many blocks at a time. */
-#define TAIL_BLOCKS 16
+/* Tail rows are packed on the fly this many bytes of group-blocks at a time. */
+#define TAIL_BYTES (16 * DI_PK_G * sizeof(di_block_q4_K))
 
 AI __m256i bcast4(const int8_t *p) {
   int32_t v;
@@ -60,63 +60,223 @@ AI void q4_word(int MT, const uint8_t *q, int w, const di_act_q8 *const *a, __m2
 }
 
 AI size_t pk_bb(di_dtype t) {
-  return t == DI_Q4_0 ? sizeof(di_block_q4_0) : t == DI_Q4_1 ? sizeof(di_block_q4_1) : sizeof(di_block_q8_0);
+  switch (t) {
+  case DI_Q4_0: return sizeof(di_block_q4_0);
+  case DI_Q4_1: return sizeof(di_block_q4_1);
+  case DI_Q4_K: return sizeof(di_block_q4_K);
+  case DI_Q6_K: return sizeof(di_block_q6_K);
+  default: return sizeof(di_block_q8_0);
+  }
+}
+
+/* One 32-element block of 8 columns (Q4_0/Q4_1/Q8_0) into the MT float chains. */
+AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const *a, __m256 *acc) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const uint8_t *q = gp + DI_PK_G * di_pk_head_bytes(t);
+  __m256i isum[MT_MAX];
+  if (t == DI_Q8_0) {
+    UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_setzero_si256();
+    if (MT == 1) {
+      UNROLL for (int w = 0; w < 8; w++) q8_word(MT, q, w, a, ones, isum);
+    } else {
+      NO_UNROLL for (int w = 0; w < 8; w++) q8_word(MT, q, w, a, ones, isum);
+    }
+  } else {
+    __m256i p[MT_MAX];
+    UNROLL for (int i = 0; i < MT; i++) p[i] = _mm256_setzero_si256();
+    if (MT == 1) {
+      UNROLL for (int w = 0; w < 4; w++) q4_word(MT, q, w, a, m4, p);
+    } else {
+      NO_UNROLL for (int w = 0; w < 4; w++) q4_word(MT, q, w, a, m4, p);
+    }
+    UNROLL for (int i = 0; i < MT; i++) {
+      isum[i] = _mm256_madd_epi16(p[i], ones);
+      if (t == DI_Q4_0) isum[i] = _mm256_sub_epi32(isum[i], _mm256_set1_epi32(8 * a[i]->sum));
+    }
+  }
+  __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
+  UNROLL for (int i = 0; i < MT; i++) {
+    __m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ss(&a[i]->d));
+    acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]), dd));
+  }
+  if (t == DI_Q4_1) {
+    __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + 16)));
+    UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(mw, _mm256_broadcast_ss(&a[i]->s)));
+  }
+}
+
+/* pshufb control giving int16 lanes 2c, 2c+1 (column c) the scale bytes 4c+r and
+ * 4c+r2 of a scale word: zero-extended, or (HI) in the high byte, for an
+ * arithmetic shift to sign-extend. */
+AI __m256i sc_ctl(int r, int r2, bool HI) {
+  int v[4];
+  for (int c = 0; c < 4; c++) {
+    int b0 = 4 * c + r, b1 = 4 * c + r2;
+    v[c] = HI ? 0x80 | b0 << 8 | 0x80 << 16 | b1 << 24 : b0 | 0x80 << 8 | b1 << 16 | 0x80 << 24;
+  }
+  return _mm256_setr_epi32(v[0], v[1], v[2], v[3], v[0], v[1], v[2], v[3]);
+}
+AI __m256i q4k_ctl(int r, int r2) { return sc_ctl(r, r2, false); }
+/* Q6_K's int8 scales r, r2 of each column's scale word, sign-extended to int16. */
+AI __m256i q6k_scales(const uint8_t *word, int r, int r2) {
+  return _mm256_srai_epi16(_mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)word), sc_ctl(r, r2, true)), 8);
+}
+
+/* Sub-block s (32 elements) of 8 columns: int16 sums of 8 maddubs, each pair
+ * <= 2*15*127, so the total <= 30480 fits. Words of chunk s/2, nibble half s&1. */
+AI void q4k_sub(int MT, const uint8_t *q, int s, const di_act_q8k *const *a, __m256i m4, __m256i *p) {
+  const uint8_t *qc = q + 256 * (s / 2);
+  UNROLL for (int i = 0; i < MT; i++) p[i] = _mm256_setzero_si256();
+#define Q4K_WORD(w)                                                                                    \
+  do {                                                                                                 \
+    __m256i v = _mm256_loadu_si256((const __m256i *)(qc + 32 * (w)));                                  \
+    __m256i nib = s & 1 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);     \
+    UNROLL for (int i = 0; i < MT; i++)                                                                \
+      p[i] = _mm256_add_epi16(p[i], _mm256_maddubs_epi16(nib, bcast4(a[i]->qs + 32 * s + 4 * (w))));   \
+  } while (0)
+  if (MT == 1) {
+    UNROLL for (int w = 0; w < 8; w++) Q4K_WORD(w);
+  } else {
+    NO_UNROLL for (int w = 0; w < 8; w++) Q4K_WORD(w);
+  }
+#undef Q4K_WORD
+}
+
+/* One Q4_K super-block of 8 columns, in the order of di_cpu_qk_block_step:
+ * isum = sum_s sc_s * dot_s and imin = sum_s m_s * (sum of x over s), exact in
+ * int32 lanes; acc += (d_w * d_a) * isum, accm += (dmin_w * -d_a) * imin. The
+ * 6-bit scales and mins of the 8 columns are decoded in two registers each
+ * (bytes 4c..4c+3: sub-blocks 0-3 or 4-7 of column c). */
+AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, __m256 *acc, __m256 *accm) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m6 = _mm256_set1_epi8(0x3f), m2h = _mm256_set1_epi8(0x30);
+  __m256i A = _mm256_loadu_si256((const __m256i *)(gp + 32)), B = _mm256_loadu_si256((const __m256i *)(gp + 64)),
+          C = _mm256_loadu_si256((const __m256i *)(gp + 96));
+  __m256i scl = _mm256_and_si256(A, m6), mnl = _mm256_and_si256(B, m6);
+  __m256i sch = _mm256_or_si256(_mm256_and_si256(C, m4), _mm256_and_si256(_mm256_srli_epi16(A, 2), m2h));
+  __m256i mnh = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(C, 4), m4),
+                                _mm256_and_si256(_mm256_srli_epi16(B, 2), m2h));
+  const uint8_t *q = gp + 128;
+  __m256i isum[MT_MAX], p[MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_setzero_si256();
+  UNROLL for (int s = 0; s < 8; s++) {
+    q4k_sub(MT, q, s, a, m4, p);
+    __m256i sc = _mm256_shuffle_epi8(s < 4 ? scl : sch, q4k_ctl(s % 4, s % 4));
+    UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p[i], sc));
+  }
+  __m256i mn[4] = {_mm256_shuffle_epi8(mnl, q4k_ctl(0, 1)), _mm256_shuffle_epi8(mnl, q4k_ctl(2, 3)),
+                   _mm256_shuffle_epi8(mnh, q4k_ctl(0, 1)), _mm256_shuffle_epi8(mnh, q4k_ctl(2, 3))};
+  __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
+  __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + 16)));
+  UNROLL for (int i = 0; i < MT; i++) {
+    /* bsums of 16 -> of 32 (<= 4064, int16), paired per int32 for madd against (m_s, m_s+1) */
+    __m256i bs = _mm256_loadu_si256((const __m256i *)a[i]->bsums);
+    __m128i b32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    __m256i imin = _mm256_madd_epi16(mn[0], _mm256_broadcastd_epi32(b32));
+    imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn[1], _mm256_broadcastd_epi32(_mm_shuffle_epi32(b32, 0x55))));
+    imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn[2], _mm256_broadcastd_epi32(_mm_shuffle_epi32(b32, 0xaa))));
+    imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn[3], _mm256_broadcastd_epi32(_mm_shuffle_epi32(b32, 0xff))));
+    __m256 da = _mm256_broadcast_ss(&a[i]->d);
+    acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(dw, da)));
+    accm[i] = _mm256_add_ps(accm[i], _mm256_mul_ps(_mm256_cvtepi32_ps(imin),
+                                                   _mm256_mul_ps(dmw, _mm256_xor_ps(da, _mm256_set1_ps(-0.0f)))));
+  }
+}
+
+/* Two consecutive words (8 elements) of chunk r (0..3) of half h of a Q6_K
+ * super-block: low nibbles from ql, bits 2r, 2r+1 of qh as bits 4, 5 (0..63). */
+AI __m256i q6k_word(const uint8_t *q, int h, int r, int w) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
+  /* word positions: di_pk_word_pos */
+  __m256i l = _mm256_loadu_si256((const __m256i *)(q + 32 * (4 + 24 * h + 16 * (r & 1) + w)));
+  __m256i hb = _mm256_loadu_si256((const __m256i *)(q + 32 * (4 + 24 * h + 8 + w)));
+  l = r < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+  hb = r == 0 ? _mm256_slli_epi16(hb, 4) : r == 1 ? _mm256_slli_epi16(hb, 2) : r == 2 ? hb : _mm256_srli_epi16(hb, 2);
+  return _mm256_or_si256(l, _mm256_and_si256(hb, m2));
+}
+
+/* Words 2j, 2j+1 of chunk r of half h against MT rows: two maddubs (each pair
+ * <= 2*63*127, the sum <= 32004 fits int16), then madd by group 8h+2r+j/2's scale. */
+AI void q6k_pair(int MT, const uint8_t *q, int h, int r, int j, const di_act_q8k *const *a, __m256i *isum) {
+  int w = 2 * j, g = 8 * h + 2 * r + j / 2;
+  __m256i q0 = q6k_word(q, h, r, w), q1 = q6k_word(q, h, r, w + 1);
+  __m256i sc = q6k_scales(q + 32 * (g / 4), g % 4, g % 4);
+  const int e = 128 * h + 32 * r + 4 * w;
+  UNROLL for (int i = 0; i < MT; i++) {
+    __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast4(a[i]->qs + e)),
+                                 _mm256_maddubs_epi16(q1, bcast4(a[i]->qs + e + 4)));
+    isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(t, sc));
+  }
+}
+
+/* One Q6_K super-block of 8 columns, in the order of di_cpu_qk_block_step:
+ * isum = sum_g sc_g * (dot_g(q) - 32 * bsum_g), exact in int32 lanes (the -32
+ * offset as 32 * sum_g sc_g * bsums_g, a madd per group pair), then
+ * acc += (d_w * d_a) * isum. */
+AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, __m256 *acc) {
+  const uint8_t *q = gp + 16;
+  __m256i isum[MT_MAX], corr[MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) isum[i] = corr[i] = _mm256_setzero_si256();
+  UNROLL for (int h = 0; h < 2; h++) UNROLL for (int r = 0; r < 4; r++) {
+    if (MT == 1) {
+      UNROLL for (int j = 0; j < 4; j++) q6k_pair(MT, q, h, r, j, a, isum);
+    } else {
+      NO_UNROLL for (int j = 0; j < 4; j++) q6k_pair(MT, q, h, r, j, a, isum);
+    }
+  }
+  UNROLL for (int pr = 0; pr < 8; pr++) {
+    __m256i sc = q6k_scales(q + 32 * (pr / 2), 2 * pr % 4, 2 * pr % 4 + 1);
+    UNROLL for (int i = 0; i < MT; i++) {
+      int32_t bs;
+      memcpy(&bs, a[i]->bsums + 2 * pr, 4);
+      corr[i] = _mm256_add_epi32(corr[i], _mm256_madd_epi16(sc, _mm256_set1_epi32(bs)));
+    }
+  }
+  __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
+  UNROLL for (int i = 0; i < MT; i++) {
+    isum[i] = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(corr[i], 5));
+    acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]),
+                                                 _mm256_mul_ps(dw, _mm256_broadcast_ss(&a[i]->d))));
+  }
 }
 
 /* Outputs [8g, 8g+8) x MT rows over all nb blocks, stored where they fall inside
  * [n0, n1). TAIL: g is the zero-padded group of the N % 8 last rows, packed on
- * the fly TAIL_BLOCKS blocks at a time (same arithmetic, lanes past N dropped). */
+ * the fly a few blocks at a time (same arithmetic, lanes past N dropped). */
 AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, int64_t N, int64_t g,
                  const uint8_t *x, size_t xrow, int64_t nb, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
-  const size_t gbb = DI_PK_G * pk_bb(t), head = DI_PK_G * di_pk_head_bytes(t);
-  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-  _Alignas(32) uint8_t tmp[TAIL_BLOCKS * DI_PK_G * sizeof(di_block_q8_0)];
+  const size_t gbb = DI_PK_G * pk_bb(t);
+  const int64_t tail_blocks = (int64_t)(TAIL_BYTES / gbb);
+  _Alignas(32) uint8_t tmp[TAIL_BYTES];
   const uint8_t *gw = W + (size_t)g * DI_PK_G * wrow;
-  __m256 acc[MT_MAX];
-  UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm256_setzero_ps();
+  __m256 acc[MT_MAX], accm[MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) acc[i] = accm[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *gp = gw + (size_t)b * gbb;
     if (TAIL) {
-      if (b % TAIL_BLOCKS == 0) di_cpu_pack_tail(t, W, wrow, N, b, nb - b < TAIL_BLOCKS ? nb : b + TAIL_BLOCKS, tmp);
-      gp = tmp + (size_t)(b % TAIL_BLOCKS) * gbb;
+      if (b % tail_blocks == 0) di_cpu_pack_tail(t, W, wrow, N, b, nb - b < tail_blocks ? nb : b + tail_blocks, tmp);
+      gp = tmp + (size_t)(b % tail_blocks) * gbb;
     }
-    const uint8_t *q = gp + head;
-    const di_act_q8 *a[MT_MAX];
-    UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8 *)(x + i * xrow) + b;
-    __m256i isum[MT_MAX];
-    if (t == DI_Q8_0) {
-      UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_setzero_si256();
-      if (MT == 1) {
-        UNROLL for (int w = 0; w < 8; w++) q8_word(MT, q, w, a, ones, isum);
-      } else {
-        NO_UNROLL for (int w = 0; w < 8; w++) q8_word(MT, q, w, a, ones, isum);
-      }
+    /* GEMV: fetch the next group-block (the next group's first one after the
+     * last) while this one computes. The hardware prefetcher alone lost 5-15% of
+     * tg on the 1.1B Q4_K_M model (it restarts at every matrix and Q6_K reads
+     * inside a block with jumps); with this, tg beats the unpacked kernels. */
+    if (MT == 1 && !TAIL)
+      for (size_t o = 0; o < gbb; o += 64) _mm_prefetch((const char *)(gp + gbb + o), _MM_HINT_T0);
+    if (di_pk_kquant(t)) {
+      const di_act_q8k *a[MT_MAX];
+      UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8k *)(x + i * xrow) + b;
+      if (t == DI_Q4_K) q4k_block(MT, gp, a, acc, accm);
+      else q6k_block(MT, gp, a, acc);
     } else {
-      __m256i p[MT_MAX];
-      UNROLL for (int i = 0; i < MT; i++) p[i] = _mm256_setzero_si256();
-      if (MT == 1) {
-        UNROLL for (int w = 0; w < 4; w++) q4_word(MT, q, w, a, m4, p);
-      } else {
-        NO_UNROLL for (int w = 0; w < 4; w++) q4_word(MT, q, w, a, m4, p);
-      }
-      UNROLL for (int i = 0; i < MT; i++) {
-        isum[i] = _mm256_madd_epi16(p[i], ones);
-        if (t == DI_Q4_0) isum[i] = _mm256_sub_epi32(isum[i], _mm256_set1_epi32(8 * a[i]->sum));
-      }
-    }
-    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
-    UNROLL for (int i = 0; i < MT; i++) {
-      __m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ss(&a[i]->d));
-      acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]), dd));
-    }
-    if (t == DI_Q4_1) {
-      __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + 16)));
-      UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(mw, _mm256_broadcast_ss(&a[i]->s)));
+      const di_act_q8 *a[MT_MAX];
+      UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8 *)(x + i * xrow) + b;
+      q32_block(t, MT, gp, a, acc);
     }
   }
   int64_t c0 = g * DI_PK_G, lo = n0 > c0 ? n0 : c0, hi = n1 < c0 + DI_PK_G ? n1 : c0 + DI_PK_G;
   UNROLL for (int i = 0; i < MT; i++) {
-    __m256 y = acc[i];
+    /* K-quants: s + sm as the scalar chain (Q6_K's sm stays +0) */
+    __m256 y = di_pk_kquant(t) ? _mm256_add_ps(acc[i], accm[i]) : acc[i];
     if (lo == c0 && hi == c0 + DI_PK_G) {
       _mm256_storeu_ps(Y + i * ldy + c0, y);
     } else {
@@ -138,7 +298,7 @@ AI void pk_groups(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t N, 
 AI void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, size_t xrow, int64_t M,
               int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   const uint8_t *w = W, *x = X;
-  int64_t nb = K / DI_QK32, g0 = n0 / DI_PK_G, g1 = (n1 + DI_PK_G - 1) / DI_PK_G;
+  int64_t nb = K / (di_pk_kquant(t) ? DI_QKK : DI_QK32), g0 = n0 / DI_PK_G, g1 = (n1 + DI_PK_G - 1) / DI_PK_G;
   if (M == 1) {
     pk_groups(t, 1, w, wrow, N, g0, g1, x, xrow, nb, Y, ldy, n0, n1);
     return;
@@ -168,12 +328,16 @@ AI void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, 
 WRAP(mmp_q4_0, DI_Q4_0)
 WRAP(mmp_q4_1, DI_Q4_1)
 WRAP(mmp_q8_0, DI_Q8_0)
+WRAP(mmp_q4_K, DI_Q4_K)
+WRAP(mmp_q6_K, DI_Q6_K)
 
 di_cpu_mmp_fn di_cpu_mmp_avx2(di_dtype t) {
   switch (t) {
   case DI_Q4_0: return mmp_q4_0;
   case DI_Q4_1: return mmp_q4_1;
   case DI_Q8_0: return mmp_q8_0;
+  case DI_Q4_K: return mmp_q4_K;
+  case DI_Q6_K: return mmp_q6_K;
   default: return NULL;
   }
 }
