@@ -235,7 +235,7 @@ static di_code finish_load(di_model *m, di_status *st) {
   return DI_OK;
 }
 
-/* The matmul weights of Q4_0/Q4_1/Q8_0 go into the CPU backend's packed layout,
+/* The matmul weights of Q4_0/Q4_1/Q8_0/Q4_K/Q6_K go into the CPU backend's packed layout,
  * in place (same bytes, matmul.h): every kernel and ISA level reads that layout,
  * so a model's numerics do not depend on how it was loaded. token_embd is packed
  * only when it is also the output matrix (tied); the embedding lookup then

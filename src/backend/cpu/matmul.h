@@ -43,12 +43,13 @@ void di_cpu_act_prepare(di_dtype wtype, const float *X, int64_t M, int64_t K, vo
 void di_cpu_matmul(di_dtype wtype, const void *W, size_t w_row_bytes, const void *xq,
                    int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
 
-/* Packed weights (Q4_0, Q4_1, Q8_0; the model loader packs them in place): rows
- * interleaved in groups of 8 so that one 32-byte load holds 4 consecutive
- * quants of 8 rows, and the SIMD kernel's lanes are output columns. Each output
- * is then one scalar chain over the blocks in K order, s += (d_w*d_a)*isum
- * (then s += m_w*s_a for Q4_1), whatever M, n0..n1 or the ISA: the
- * AVX2 and scalar kernels give bit-identical results. Rows must be contiguous
+/* Packed weights (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K; the model loader packs them in
+ * place): rows interleaved in groups of 8 so that one 32-byte load holds 4
+ * consecutive quants of 8 rows, and the SIMD kernel's lanes are output columns.
+ * Each output is then one scalar chain over the blocks in K order,
+ * s += (d_w*d_a)*isum (then s += m_w*s_a for Q4_1; the K-quants keep their mins
+ * in a second chain added at the end, as di_cpu_qk_block_step), whatever M,
+ * n0..n1 or the ISA: the AVX2 and scalar kernels give bit-identical results. Rows must be contiguous
  * (stride = row bytes), as GGUF data is. */
 bool di_cpu_packable(di_dtype t);
 /* In place; false when out of memory (W is then unchanged). */
