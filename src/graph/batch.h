@@ -24,6 +24,11 @@ typedef struct di_batch_seq {
   int n_swa_blocks;
 } di_batch_seq;
 
+/* Block table `table` of s: -1 for blocks, else swa[table]. */
+static inline const int32_t *di_batch_seq_table(const di_batch_seq *s, int table) {
+  return table < 0 ? s->blocks : s->swa[table];
+}
+
 typedef struct di_batch {
   int n_tokens;
   const int32_t *tokens;      /* [n_tokens] token ids */

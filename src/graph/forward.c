@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/attn.h"
+#include "graph/attention.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "util/mem.h"
@@ -22,9 +22,7 @@ struct di_forward_ctx {
   float *rope_g, *rope_l; /* [T][rope_dim] (cos, sin) pairs per token */
   void *xq;               /* prepared activations */
   size_t xq_bytes;
-  size_t *item_off;       /* [T+1] first attention work item of each token */
-  uint8_t *partials;      /* attention partial states, one per (token, tile, head) */
-  size_t partials_cap;
+  di_attn_sched *attn;
   const float *freq_factors;
 };
 
@@ -83,9 +81,9 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
   f->rope_l = malloc(T * (size_t)hp->rope_dim * sizeof(float));
   f->xq_bytes = act_bytes_max(m, max_tokens);
   f->xq = di_alloc_aligned(f->xq_bytes, false);
-  f->item_off = malloc((T + 1) * sizeof *f->item_off);
+  f->attn = di_attn_sched_create(max_tokens);
   if (!f->tp || !f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->tmp ||
-      !f->rope_g || !f->rope_l || !f->xq || !f->item_off) {
+      !f->rope_g || !f->rope_l || !f->xq || !f->attn) {
     di_forward_ctx_free(f);
     return di_errorf(st, DI_ERR_NOMEM, "forward: cannot allocate scratch for %d tokens", max_tokens);
   }
@@ -95,8 +93,7 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
 
 void di_forward_ctx_free(di_forward_ctx *f) {
   if (!f) return;
-  free(f->item_off);
-  free(f->partials);
+  di_attn_sched_free(f->attn);
   di_threadpool_free(f->tp);
   free(f->x), free(f->xn), free(f->q), free(f->k), free(f->v), free(f->att);
   free(f->gate), free(f->up), free(f->tmp), free(f->rope_g), free(f->rope_l);
@@ -174,16 +171,7 @@ static void matmul(di_forward_ctx *f, const di_tensor *w, const float *x, int64_
 }
 
 
-/* ---- attention over the paged KV: (token, head, tile) partials, then merge ---- */
-
-typedef struct attn_task {
-  di_forward_ctx *f;
-  di_kv_pool *kv;
-  const di_batch *b;
-  int kv_table;  /* -1: seqs[].blocks, else seqs[].swa[kv_table] */
-  int kv_layer;  /* layer index inside a pool block */
-  bool swa;
-} attn_task;
+/* ---- attention: K/V locations (the work itself: graph/attention.c) ---- */
 
 /* Where layer il's K/V live: a table of the sequence and a layer slot of its
  * blocks. Without per-group tables every layer is in `blocks` at its own index. */
@@ -197,85 +185,6 @@ static kv_loc layer_kv(const di_hparams *hp, const di_kv_pool *kv, const di_batc
   int idx = 0; /* index among the layers of its group */
   for (int j = 0; j < il; j++) idx += di_hparams_layer_is_swa(hp, j) == swa;
   return swa ? (kv_loc){idx / kv->n_layers, idx % kv->n_layers} : (kv_loc){-1, idx};
-}
-
-static const int32_t *seq_table(const di_batch_seq *s, int table) { return table < 0 ? s->blocks : s->swa[table]; }
-
-static int attn_lo(const di_hparams *hp, bool swa, int pos) {
-  return swa && pos - hp->sliding_window + 1 > 0 ? pos - hp->sliding_window + 1 : 0;
-}
-
-static di_attn_partial *partial_at(di_forward_ctx *f, size_t item) {
-  return (di_attn_partial *)(f->partials + item * di_attn_partial_bytes(f->m->hp.head_dim));
-}
-
-/* Item i of token t is head (i - off[t]) % H, tile (i - off[t]) / H. Work is
- * handed out in units of one (token, tile, KV head): the `group` query heads
- * that share the KV head read its K/V once (di_cpu_attn_tile_group). */
-static void attn_tiles_run(void *p, int ith, int nth) {
-  attn_task *a = p;
-  di_forward_ctx *f = a->f;
-  const di_hparams *hp = &f->m->hp;
-  const di_batch *b = a->b;
-  int H = hp->n_head, HKV = hp->n_head_kv, hd = hp->head_dim, group = H / HKV;
-  float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hd);
-  size_t total = f->item_off[b->n_tokens] / (size_t)group;
-  size_t per = (total + (size_t)nth - 1) / (size_t)nth, u0 = per * (size_t)ith;
-  size_t u1 = u0 + per < total ? u0 + per : total;
-  di_attn_partial *out[DI_ATTN_MAX_GROUP];
-  int t = 0;
-  for (size_t u = u0; u < u1; u++) {
-    while (f->item_off[t + 1] / (size_t)group <= u) t++;
-    size_t r = u - f->item_off[t] / (size_t)group;
-    int kvh = (int)(r % (size_t)HKV), k = (int)(r / (size_t)HKV);
-    int pos = b->pos[t], lo = attn_lo(hp, a->swa, pos);
-    int tile_lo = (lo / DI_ATTN_TILE + k) * DI_ATTN_TILE;
-    int j0 = tile_lo > lo ? tile_lo : lo;
-    int j1 = tile_lo + DI_ATTN_TILE - 1 < pos ? tile_lo + DI_ATTN_TILE - 1 : pos;
-    const di_batch_seq *s = &b->seqs[b->seq[t]];
-    for (int g0 = 0; g0 < group; g0 += DI_ATTN_MAX_GROUP) {
-      int G = group - g0 < DI_ATTN_MAX_GROUP ? group - g0 : DI_ATTN_MAX_GROUP, h0 = kvh * group + g0;
-      for (int g = 0; g < G; g++) out[g] = partial_at(f, f->item_off[t] + (size_t)k * H + (size_t)(h0 + g));
-      di_cpu_attn_tile_group(a->kv, a->kv_layer, seq_table(s, a->kv_table), kvh, hd, f->q + ((size_t)t * H + h0) * hd,
-                             (size_t)hd, G, j0, j1, scale, hp->attn_softcap, out);
-    }
-  }
-}
-
-static void attn_merge_run(void *p, int ith, int nth) {
-  attn_task *a = p;
-  di_forward_ctx *f = a->f;
-  const di_hparams *hp = &f->m->hp;
-  int H = hp->n_head, hd = hp->head_dim;
-  const di_attn_partial *parts[DI_ATTN_MAX_TILES];
-  for (int idx = ith; idx < a->b->n_tokens * H; idx += nth) {
-    int t = idx / H, h = idx % H;
-    int n = (int)((f->item_off[t + 1] - f->item_off[t]) / (size_t)H);
-    for (int k = 0; k < n; k++) parts[k] = partial_at(f, f->item_off[t] + (size_t)k * H + h);
-    di_cpu_attn_merge(parts, n, hd, f->att + ((size_t)t * H + h) * hd);
-  }
-}
-
-/* Lays out this batch's work items and sizes the partial buffers. */
-static di_code attn_plan(di_forward_ctx *f, const di_batch *b, bool swa, di_status *st) {
-  const di_hparams *hp = &f->m->hp;
-  f->item_off[0] = 0;
-  for (int t = 0; t < b->n_tokens; t++) {
-    int pos = b->pos[t], lo = attn_lo(hp, swa, pos);
-    size_t tiles = (size_t)(pos / DI_ATTN_TILE - lo / DI_ATTN_TILE + 1);
-    if (tiles > DI_ATTN_MAX_TILES)
-      return di_errorf(st, DI_ERR_RANGE, "attention: position %d needs %zu tiles (limit %d)", pos, tiles,
-                       DI_ATTN_MAX_TILES);
-    f->item_off[t + 1] = f->item_off[t] + tiles * (size_t)hp->n_head;
-  }
-  size_t need = f->item_off[b->n_tokens] * di_attn_partial_bytes(hp->head_dim);
-  if (need > f->partials_cap) {
-    uint8_t *np = realloc(f->partials, need);
-    if (!np) return di_errorf(st, DI_ERR_NOMEM, "attention: cannot allocate %zu bytes of scratch", need);
-    f->partials = np;
-    f->partials_cap = need;
-  }
-  return DI_OK;
 }
 
 static di_code check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const di_batch *b, di_status *st) {
@@ -357,7 +266,7 @@ static void st_qk(stage_ctx *c, int t) {
   }
   di_kv_pool *kv = c->kv;
   const di_batch *b = c->b;
-  int32_t blk = seq_table(&b->seqs[b->seq[t]], c->loc.table)[b->pos[t] / kv->block_size];
+  int32_t blk = di_batch_seq_table(&b->seqs[b->seq[t]], c->loc.table)[b->pos[t] / kv->block_size];
   int slot = b->pos[t] % kv->block_size;
   for (int h = 0; h < HKV; h++) {
     size_t o = di_kv_head_offset(kv, h, slot, hd);
@@ -428,10 +337,7 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
     float *qkv_y[] = {f->q, f->k, f->v};
     matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
     par_tokens(&sc, st_qk);
-    if ((rc = attn_plan(f, b, swa, st))) return rc;
-    attn_task at = {f, kv, b, loc.table, loc.layer, swa};
-    di_threadpool_run(f->tp, attn_tiles_run, &at);
-    di_threadpool_run(f->tp, attn_merge_run, &at);
+    if ((rc = di_attn_run(f->attn, f->tp, hp, kv, b, loc.table, loc.layer, swa, f->q, f->att, st))) return rc;
     matmul(f, &L->wo, f->att, T, f->tmp);
     par_tokens(&sc, st_attn_out); /* residual, then the FFN's input norm */
 

@@ -97,18 +97,18 @@ void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, in
 }
 
 void di_cpu_attn_tile_group(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim,
-                            const float *q, size_t q_stride, int G, int lo, int hi, float scale, float softcap,
+                            const float *const *q, int nq, int lo, int hi, float scale, float softcap,
                             di_attn_partial *const *out) {
 #if defined(DI_CPU_X86)
-  if (G > 1 && di_cpu_isa() >= DI_ISA_AVX2 && head_dim % 8 == 0) {
+  if (nq > 1 && di_cpu_isa() >= DI_ISA_AVX2 && head_dim % 8 == 0) {
     const uint8_t *kr[DI_ATTN_TILE], *vr[DI_ATTN_TILE];
     kv_rows(kv, layer, blocks, kvh, head_dim, lo, hi, kr, vr);
-    di_cpu_attn_tile_group_avx2(q, q_stride, G, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
+    di_cpu_attn_tile_group_avx2(q, nq, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
     return;
   }
 #endif
-  for (int g = 0; g < G; g++)
-    di_cpu_attn_tile(kv, layer, blocks, kvh, head_dim, q + (size_t)g * q_stride, lo, hi, scale, softcap, out[g]);
+  for (int i = 0; i < nq; i++)
+    di_cpu_attn_tile(kv, layer, blocks, kvh, head_dim, q[i], lo, hi, scale, softcap, out[i]);
 }
 
 void di_cpu_attn_merge(const di_attn_partial *const *parts, int n, int head_dim, float *out) {

@@ -36,14 +36,15 @@ typedef void (*di_attn_tile_simd_fn)(const float *q, const uint8_t *const *krow,
                                      int hd, di_kv_type t, float scale, float softcap, di_attn_partial *out);
 void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
                            di_kv_type t, float scale, float softcap, di_attn_partial *out);
-/* The tile for G query heads sharing KV head (GQA): heads g at q + g*q_stride,
- * results in out[g], each the bits of its own single-head tile. */
+/* The tile for nq queries that read the same K/V rows (the query heads of one
+ * KV head under GQA, of one or several tokens): query i at q[i], result in
+ * out[i], each the bits of its own single-query tile. */
 #define DI_ATTN_GROUP_MAX_HD 256
-#define DI_ATTN_MAX_GROUP 16
+#define DI_ATTN_MAX_Q 64
 void di_cpu_attn_tile_group(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim,
-                            const float *q, size_t q_stride, int G, int lo, int hi, float scale, float softcap,
+                            const float *const *q, int nq, int lo, int hi, float scale, float softcap,
                             di_attn_partial *const *out);
-void di_cpu_attn_tile_group_avx2(const float *q, size_t q_stride, int G, const uint8_t *const *krow,
+void di_cpu_attn_tile_group_avx2(const float *const *q, int nq, const uint8_t *const *krow,
                                  const uint8_t *const *vrow, int n, int hd, di_kv_type t, float scale, float softcap,
                                  di_attn_partial *const *out);
 

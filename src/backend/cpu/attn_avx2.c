@@ -86,15 +86,15 @@ void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uin
   }
 }
 
-/* G query heads of one KV head: the tile's K and V rows are converted to f32
- * once into scratch, then each head runs the F32 tile on them. Conversion is
- * exact and the F32 tile adds in the same order, so every head's result has
+/* nq queries on the same K/V rows: the tile's K and V are converted to f32
+ * once into scratch, then each query runs the F32 tile on them. Conversion is
+ * exact and the F32 tile adds in the same order, so every query's result has
  * the bits of its own di_cpu_attn_tile_avx2 call. */
-void di_cpu_attn_tile_group_avx2(const float *q, size_t q_stride, int G, const uint8_t *const *krow,
+void di_cpu_attn_tile_group_avx2(const float *const *q, int nq, const uint8_t *const *krow,
                                  const uint8_t *const *vrow, int n, int hd, di_kv_type t, float scale, float softcap,
                                  di_attn_partial *const *out) {
-  if (t == DI_KV_F32 || G == 1 || hd > DI_ATTN_GROUP_MAX_HD) {
-    for (int g = 0; g < G; g++) di_cpu_attn_tile_avx2(q + (size_t)g * q_stride, krow, vrow, n, hd, t, scale, softcap, out[g]);
+  if (t == DI_KV_F32 || nq == 1 || hd > DI_ATTN_GROUP_MAX_HD) {
+    for (int i = 0; i < nq; i++) di_cpu_attn_tile_avx2(q[i], krow, vrow, n, hd, t, scale, softcap, out[i]);
     return;
   }
   _Alignas(32) float kbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD], vbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD];
@@ -108,7 +108,7 @@ void di_cpu_attn_tile_group_avx2(const float *q, size_t q_stride, int G, const u
     kp[j] = (const uint8_t *)kd;
     vp[j] = (const uint8_t *)vd;
   }
-  for (int g = 0; g < G; g++) tile(q + (size_t)g * q_stride, kp, vp, n, hd, DI_KV_F32, scale, softcap, out[g]);
+  for (int i = 0; i < nq; i++) tile(q[i], kp, vp, n, hd, DI_KV_F32, scale, softcap, out[i]);
 }
 
 void di_cpu_softmax_exp_avx2(const float *x, float *y, int n) {

@@ -1,0 +1,223 @@
+/* Attention scheduling over the paged KV cache (attention.h).
+ *
+ * Tiles are aligned to absolute positions (0-63, 64-127, ...). A token at pos
+ * with window start lo has tiles lo/64 .. pos/64; all but its first and last
+ * are whole, and a whole tile A is the same work for every token that has it:
+ * the same 64 K/V rows. Consecutive tokens of one sequence (a prefill chunk)
+ * that share a whole tile form one unit, so di_cpu_attn_tile_group converts the
+ * tile's K/V once for all their query heads (before, once per token: for MHA
+ * models with an f16 cache the K and V passes were bound by that conversion).
+ * Every query still gets the bits of its own single tile, so grouping is
+ * invisible in the results. */
+#include "graph/attention.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "backend/cpu/attn.h"
+
+/* A run of c tokens t.. (one sequence, consecutive positions) and a tile, given
+ * as token t's tile index k; cost = c * positions in the tile, for splitting. */
+typedef struct attn_unit {
+  int t, k, c;
+  int64_t cost_before, cost; /* cost_before: sum of the costs of the units before this one */
+} attn_unit;
+
+struct di_attn_sched {
+  int max_tokens;
+  size_t *item_off;  /* [T+1] first (tile, head) partial of each token */
+  uint8_t *partials; /* one partial state per (token, tile, head) */
+  size_t partials_cap;
+  attn_unit *units;
+  uint32_t *unit_of; /* unit of each (token, tile): [item_off[t] / H + k] */
+  size_t units_cap;
+  size_t n_units;
+  int64_t total_cost;
+};
+
+/* What one di_attn_run hands its threads. */
+typedef struct attn_job {
+  di_attn_sched *s;
+  const di_hparams *hp;
+  const di_kv_pool *kv;
+  const di_batch *b;
+  int kv_table, kv_layer;
+  bool swa;
+  const float *q;
+  float *att;
+} attn_job;
+
+di_attn_sched *di_attn_sched_create(int max_tokens) {
+  di_attn_sched *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->max_tokens = max_tokens;
+  s->item_off = malloc(((size_t)max_tokens + 1) * sizeof *s->item_off);
+  if (!s->item_off) {
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
+void di_attn_sched_free(di_attn_sched *s) {
+  if (!s) return;
+  free(s->item_off);
+  free(s->partials);
+  free(s->units);
+  free(s->unit_of);
+  free(s);
+}
+
+static int attn_lo(const di_hparams *hp, bool swa, int pos) {
+  return swa && pos - hp->sliding_window + 1 > 0 ? pos - hp->sliding_window + 1 : 0;
+}
+
+static int first_tile(const di_hparams *hp, bool swa, int pos) { return attn_lo(hp, swa, pos) / DI_ATTN_TILE; }
+
+/* Positions [j0, j1] of tile k of a token at pos. */
+static void tile_range(const di_hparams *hp, bool swa, int pos, int k, int *j0, int *j1) {
+  int lo = attn_lo(hp, swa, pos), tile_lo = (lo / DI_ATTN_TILE + k) * DI_ATTN_TILE;
+  *j0 = tile_lo > lo ? tile_lo : lo;
+  *j1 = tile_lo + DI_ATTN_TILE - 1 < pos ? tile_lo + DI_ATTN_TILE - 1 : pos;
+}
+
+static bool tile_whole(const di_hparams *hp, bool swa, int pos, int k) {
+  int j0, j1;
+  tile_range(hp, swa, pos, k, &j0, &j1);
+  return j1 - j0 + 1 == DI_ATTN_TILE;
+}
+
+static di_attn_partial *partial_at(const di_attn_sched *s, int head_dim, size_t item) {
+  return (di_attn_partial *)(s->partials + item * di_attn_partial_bytes(head_dim));
+}
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return true;
+  void *np = realloc(*p, need * elem);
+  if (!np) return false;
+  *p = np;
+  *cap = need;
+  return true;
+}
+
+/* Lays out the batch's partials and units. A unit grows while the next token
+ * is the next position of the same sequence, has the tile whole too, and the
+ * unit's queries (tokens x heads per KV head) still fit one group call. */
+static di_code plan(di_attn_sched *s, const di_hparams *hp, const di_batch *b, bool swa, di_status *st) {
+  int H = hp->n_head, group = hp->n_head / hp->n_head_kv;
+  int cap = DI_ATTN_MAX_Q / group > 1 ? DI_ATTN_MAX_Q / group : 1;
+  s->item_off[0] = 0;
+  for (int t = 0; t < b->n_tokens; t++) {
+    int pos = b->pos[t];
+    size_t tiles = (size_t)(pos / DI_ATTN_TILE - first_tile(hp, swa, pos) + 1);
+    if (tiles > DI_ATTN_MAX_TILES)
+      return di_errorf(st, DI_ERR_RANGE, "attention: position %d needs %zu tiles (limit %d)", pos, tiles,
+                       DI_ATTN_MAX_TILES);
+    s->item_off[t + 1] = s->item_off[t] + tiles * (size_t)H;
+  }
+  size_t pairs = s->item_off[b->n_tokens] / (size_t)H, pbytes = di_attn_partial_bytes(hp->head_dim);
+  size_t ucap = s->units_cap, ocap = s->units_cap;
+  if (!grow((void **)&s->partials, &s->partials_cap, s->item_off[b->n_tokens] * pbytes, 1) ||
+      !grow((void **)&s->units, &ucap, pairs, sizeof *s->units) ||
+      !grow((void **)&s->unit_of, &ocap, pairs, sizeof *s->unit_of))
+    return di_errorf(st, DI_ERR_NOMEM, "attention: cannot allocate scratch for %zu tiles", pairs);
+  s->units_cap = ucap < ocap ? ucap : ocap;
+  s->n_units = 0;
+  s->total_cost = 0;
+  for (int t = 0; t < b->n_tokens; t++) {
+    int pos = b->pos[t], first = first_tile(hp, swa, pos), n = pos / DI_ATTN_TILE - first + 1;
+    bool follows = t > 0 && b->seq[t - 1] == b->seq[t] && b->pos[t - 1] == pos - 1;
+    int pfirst = follows ? first_tile(hp, swa, pos - 1) : 0, pn = follows ? (pos - 1) / DI_ATTN_TILE - pfirst + 1 : 0;
+    for (int k = 0; k < n; k++) {
+      size_t pair = s->item_off[t] / (size_t)H + (size_t)k;
+      bool whole = tile_whole(hp, swa, pos, k);
+      int pk = first + k - pfirst; /* the same tile among the previous token's */
+      if (whole && follows && pk >= 0 && pk < pn && tile_whole(hp, swa, pos - 1, pk)) {
+        /* the unit holding the previous token ends with it, so it may grow by one */
+        uint32_t u = s->unit_of[s->item_off[t - 1] / (size_t)H + (size_t)pk];
+        if (s->units[u].c < cap) {
+          s->units[u].c++;
+          s->unit_of[pair] = u;
+          continue;
+        }
+      }
+      s->units[s->n_units] = (attn_unit){t, k, 1, 0, 0};
+      s->unit_of[pair] = (uint32_t)s->n_units++;
+    }
+  }
+  for (size_t u = 0; u < s->n_units; u++) {
+    int j0, j1;
+    tile_range(hp, swa, b->pos[s->units[u].t], s->units[u].k, &j0, &j1);
+    s->units[u].cost_before = s->total_cost;
+    s->units[u].cost = (int64_t)s->units[u].c * (j1 - j0 + 1);
+    s->total_cost += s->units[u].cost;
+  }
+  return DI_OK;
+}
+
+/* Thread ith takes the (unit, KV head) items whose cost prefix falls in its
+ * share, so a long prompt's many whole tiles spread evenly. */
+static void tiles_run(void *p, int ith, int nth) {
+  const attn_job *a = p;
+  const di_attn_sched *s = a->s;
+  const di_hparams *hp = a->hp;
+  const di_batch *b = a->b;
+  int H = hp->n_head, HKV = hp->n_head_kv, hd = hp->head_dim, group = H / HKV;
+  float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hd);
+  int64_t total = s->total_cost * HKV, lo_c = total * ith / nth, hi_c = total * (ith + 1) / nth;
+  const float *qs[DI_ATTN_MAX_Q];
+  di_attn_partial *out[DI_ATTN_MAX_Q];
+  for (size_t ui = 0; ui < s->n_units; ui++) {
+    const attn_unit *u = &s->units[ui];
+    int t = u->t, j0, j1, tile = first_tile(hp, a->swa, b->pos[t]) + u->k;
+    tile_range(hp, a->swa, b->pos[t], u->k, &j0, &j1);
+    const int32_t *blocks = di_batch_seq_table(&b->seqs[b->seq[t]], a->kv_table);
+    for (int kvh = 0; kvh < HKV; kvh++) {
+      int64_t start = u->cost_before * HKV + (int64_t)kvh * u->cost;
+      if (start < lo_c || start >= hi_c) continue;
+      int n = 0;
+      for (int i = 0; i < u->c; i++) {
+        int tt = t + i, k = tile - first_tile(hp, a->swa, b->pos[tt]);
+        size_t base = s->item_off[tt] + (size_t)k * H;
+        for (int g = 0; g < group; g++) {
+          int h = kvh * group + g;
+          qs[n] = a->q + ((size_t)tt * H + h) * hd;
+          out[n++] = partial_at(s, hd, base + (size_t)h);
+          if (n == DI_ATTN_MAX_Q) {
+            di_cpu_attn_tile_group(a->kv, a->kv_layer, blocks, kvh, hd, qs, n, j0, j1, scale, hp->attn_softcap, out);
+            n = 0;
+          }
+        }
+      }
+      if (n) di_cpu_attn_tile_group(a->kv, a->kv_layer, blocks, kvh, hd, qs, n, j0, j1, scale, hp->attn_softcap, out);
+    }
+  }
+}
+
+static void merge_run(void *p, int ith, int nth) {
+  const attn_job *a = p;
+  const di_attn_sched *s = a->s;
+  int H = a->hp->n_head, hd = a->hp->head_dim;
+  const di_attn_partial *parts[DI_ATTN_MAX_TILES];
+  for (int idx = ith; idx < a->b->n_tokens * H; idx += nth) {
+    int t = idx / H, h = idx % H;
+    int n = (int)((s->item_off[t + 1] - s->item_off[t]) / (size_t)H);
+    for (int k = 0; k < n; k++) parts[k] = partial_at(s, hd, s->item_off[t] + (size_t)k * H + h);
+    di_cpu_attn_merge(parts, n, hd, a->att + ((size_t)t * H + h) * hd);
+  }
+}
+
+di_code di_attn_run(di_attn_sched *s, di_threadpool *tp, const di_hparams *hp, const di_kv_pool *kv,
+                    const di_batch *b, int kv_table, int kv_layer, bool swa, const float *q, float *att,
+                    di_status *st) {
+  if (b->n_tokens > s->max_tokens)
+    return di_errorf(st, DI_ERR_INVALID, "attention: batch of %d tokens (scratch for %d)", b->n_tokens,
+                     s->max_tokens);
+  di_code rc = plan(s, hp, b, swa, st);
+  if (rc) return rc;
+  attn_job job = {s, hp, kv, b, kv_table, kv_layer, swa, q, att};
+  di_threadpool_run(tp, tiles_run, &job);
+  di_threadpool_run(tp, merge_run, &job);
+  return DI_OK;
+}
