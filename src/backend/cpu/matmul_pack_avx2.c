@@ -111,8 +111,8 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
 AI __m256i sc_ctl(int r, int r2, bool HI) {
   int v[4];
   for (int c = 0; c < 4; c++) {
-    int b0 = 4 * c + r, b1 = 4 * c + r2;
-    v[c] = HI ? 0x80 | b0 << 8 | 0x80 << 16 | b1 << 24 : b0 | 0x80 << 8 | b1 << 16 | 0x80 << 24;
+    uint32_t b0 = (uint32_t)(4 * c + r), b1 = (uint32_t)(4 * c + r2);
+    v[c] = (int)(HI ? 0x80u | b0 << 8 | 0x80u << 16 | b1 << 24 : b0 | 0x80u << 8 | b1 << 16 | 0x80u << 24);
   }
   return _mm256_setr_epi32(v[0], v[1], v[2], v[3], v[0], v[1], v[2], v[3]);
 }
