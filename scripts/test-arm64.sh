@@ -5,7 +5,8 @@
 #   test_quant        NEON with SDOT (qemu's default cpu "max"), NEON without it
 #                     (-cpu cortex-a53, ARMv8.0), and DI_CPU_ISA=scalar
 #   test_quant_golden dequantization + matmul against gguf-py goldens (NEON)
-#   test_matmul_packed packed Q4_0/Q4_1/Q8_0 layout (scalar kernels on ARM for now)
+#   test_matmul_packed packed Q4_0/Q4_1/Q8_0/Q4_K/Q6_K layout: NEON with SDOT and
+#                     ARMv8.0 (cortex-a53), bit-identical with the scalar reference
 #   test_softmax_exp  the attention softmax exp: NEON bit-identical with scalar
 #   test_forward_stories  a whole model (NEON kernels + NEON attention)
 #   test_row_invariance   only with --full: its 2-thread runs crawl under emulation
@@ -28,7 +29,7 @@ for arg in "$@"; do
   case "$arg" in
     --full) FULL=1 ;;
     --no-apt) DO_APT=0 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test-arm64.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -79,7 +80,8 @@ run "test_quant: NEON + SDOT (cpu max)" test_quant
 run "test_quant: NEON ARMv8.0 (cortex-a53, no SDOT)" test_quant QEMU_CPU=cortex-a53
 run "test_quant: DI_CPU_ISA=scalar" test_quant DI_CPU_ISA=scalar
 run "test_quant_golden: NEON" test_quant_golden
-run "test_matmul_packed" test_matmul_packed
+run "test_matmul_packed: NEON + SDOT (cpu max)" test_matmul_packed
+run "test_matmul_packed: NEON ARMv8.0 (cortex-a53, no SDOT)" test_matmul_packed QEMU_CPU=cortex-a53
 run "test_softmax_exp: NEON vs scalar" test_softmax_exp
 run "test_forward_stories: NEON" test_forward_stories
 if ((FULL)); then

@@ -146,7 +146,7 @@ float di_cpu_q32_block_step(di_dtype t, const void *w, const di_act_q8 *x, float
 }
 
 /* One scalar chain per output over the blocks in K order, which the packed
- * AVX2 kernels reproduce lane by lane (matmul_pack_avx2.c). */
+ * AVX2 and NEON kernels reproduce lane by lane (matmul_pack_avx2.c, matmul_pack_neon.h). */
 static float dot_q32(di_dtype t, const void *w, const di_act_q8 *x, int64_t k) {
   size_t bb = di_dtype_block_bytes(t);
   float s = 0;
@@ -300,8 +300,11 @@ static void build_tables(void) {
     }
 #endif
 #ifdef DI_CPU_ARM64
-    /* No NEON kernels for the packed layout yet: packed weights take the scalar path. */
-    if (level == DI_ISA_NEON && f->neon) fill_table(t, di_cpu_mm_neon, f->neon_dotprod, di_cpu_actq_neon);
+    if (level == DI_ISA_NEON && f->neon) {
+      fill_table(t, di_cpu_mm_neon, f->neon_dotprod, di_cpu_actq_neon);
+      for (int i = 0; i < DI_DTYPE_COUNT; i++)
+        if (di_cpu_dtype_supported((di_dtype)i)) t->mmp[i] = di_cpu_mmp_neon((di_dtype)i, f->neon_dotprod);
+    }
 #endif
     (void)f;
   }

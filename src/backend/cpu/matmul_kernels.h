@@ -32,6 +32,10 @@ di_cpu_mm_fn di_cpu_mm_neon(di_dtype t, bool dotprod);
 di_cpu_mm_fn di_cpu_mm_neon_i8(di_dtype t);
 di_cpu_mm_fn di_cpu_mm_neon_dot(di_dtype t);
 di_cpu_actq_fn di_cpu_actq_neon(di_cpu_act_kind kind);
+/* Packed layout: the SDOT (dotprod) or ARMv8.0 build (matmul_pack_neon.h). */
+di_cpu_mmp_fn di_cpu_mmp_neon(di_dtype t, bool dotprod);
+di_cpu_mmp_fn di_cpu_mmp_neon_i8(di_dtype t);
+di_cpu_mmp_fn di_cpu_mmp_neon_dot(di_dtype t);
 
 /* The scalar reference, shared by both layouts: one 32-element GGUF block of
  * row w against activation block x; returns s + (d_w * d_a) * isum, then

@@ -1,4 +1,5 @@
-/* AVX2 kernels for packed Q4_0 / Q4_1 / Q8_0 weights (layout: matmul_pack.c).
+/* AVX2 kernels for packed Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K weights (layout: matmul_pack.c;
+ * group loop, tiles and panels: matmul_pack_tiles.h).
  *
  * A tile is MT activation rows x one group of 8 weight rows; lane c of every
  * vector belongs to output column 8g + c. Per 32-element block and row:
@@ -20,16 +21,17 @@
 #include <string.h>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/matmul_tiles.h"
 
-#define AI static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
 #define NO_UNROLL _Pragma("GCC unroll 1")
-#define MT_MAX 4
-/* GEMM: weights are walked in panels of about this many bytes, which stay in L2
- * while every MT_MAX-row tile of activations passes over them. */
-#define PANEL_BYTES (192 * 1024)
-/* Tail rows are packed on the fly this many bytes of group-blocks at a time. */
-#define TAIL_BYTES (16 * DI_PK_G * sizeof(di_block_q4_K))
+
+/* Per activation row: the output's chain and the K-quant mins' chain (matmul_pack_tiles.h). */
+typedef struct { __m256 s, m; } pk_acc;
+AI void pk_acc_zero(pk_acc *acc) { acc->s = acc->m = _mm256_setzero_ps(); }
+/* K-quants: s + sm as the scalar chain (Q6_K's sm stays +0). */
+AI void pk_store(di_dtype t, const pk_acc *acc, float *y) {
+  _mm256_storeu_ps(y, di_pk_kquant(t) ? _mm256_add_ps(acc->s, acc->m) : acc->s);
+}
 
 AI __m256i bcast4(const int8_t *p) {
   int32_t v;
@@ -59,18 +61,8 @@ AI void q4_word(int MT, const uint8_t *q, int w, const di_act_q8 *const *a, __m2
   }
 }
 
-AI size_t pk_bb(di_dtype t) {
-  switch (t) {
-  case DI_Q4_0: return sizeof(di_block_q4_0);
-  case DI_Q4_1: return sizeof(di_block_q4_1);
-  case DI_Q4_K: return sizeof(di_block_q4_K);
-  case DI_Q6_K: return sizeof(di_block_q6_K);
-  default: return sizeof(di_block_q8_0);
-  }
-}
-
 /* One 32-element block of 8 columns (Q4_0/Q4_1/Q8_0) into the MT float chains. */
-AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const *a, __m256 *acc) {
+AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const *a, pk_acc *acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   const uint8_t *q = gp + DI_PK_G * di_pk_head_bytes(t);
   __m256i isum[MT_MAX];
@@ -97,11 +89,11 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
   __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
   UNROLL for (int i = 0; i < MT; i++) {
     __m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ss(&a[i]->d));
-    acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]), dd));
+    acc[i].s = _mm256_add_ps(acc[i].s, _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]), dd));
   }
   if (t == DI_Q4_1) {
     __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + 16)));
-    UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(mw, _mm256_broadcast_ss(&a[i]->s)));
+    UNROLL for (int i = 0; i < MT; i++) acc[i].s = _mm256_add_ps(acc[i].s, _mm256_mul_ps(mw, _mm256_broadcast_ss(&a[i]->s)));
   }
 }
 
@@ -144,10 +136,10 @@ AI void q4k_sub(int MT, const uint8_t *q, int s, const di_act_q8k *const *a, __m
 
 /* One Q4_K super-block of 8 columns, in the order of di_cpu_qk_block_step:
  * isum = sum_s sc_s * dot_s and imin = sum_s m_s * (sum of x over s), exact in
- * int32 lanes; acc += (d_w * d_a) * isum, accm += (dmin_w * -d_a) * imin. The
+ * int32 lanes; s += (d_w * d_a) * isum, m += (dmin_w * -d_a) * imin. The
  * 6-bit scales and mins of the 8 columns are decoded in two registers each
  * (bytes 4c..4c+3: sub-blocks 0-3 or 4-7 of column c). */
-AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, __m256 *acc, __m256 *accm) {
+AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc *acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0f), m6 = _mm256_set1_epi8(0x3f), m2h = _mm256_set1_epi8(0x30);
   __m256i A = _mm256_loadu_si256((const __m256i *)(gp + 32)), B = _mm256_loadu_si256((const __m256i *)(gp + 64)),
           C = _mm256_loadu_si256((const __m256i *)(gp + 96));
@@ -176,9 +168,9 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, __m256 
     imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn[2], _mm256_broadcastd_epi32(_mm_shuffle_epi32(b32, 0xaa))));
     imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn[3], _mm256_broadcastd_epi32(_mm_shuffle_epi32(b32, 0xff))));
     __m256 da = _mm256_broadcast_ss(&a[i]->d);
-    acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(dw, da)));
-    accm[i] = _mm256_add_ps(accm[i], _mm256_mul_ps(_mm256_cvtepi32_ps(imin),
-                                                   _mm256_mul_ps(dmw, _mm256_xor_ps(da, _mm256_set1_ps(-0.0f)))));
+    acc[i].s = _mm256_add_ps(acc[i].s, _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(dw, da)));
+    acc[i].m = _mm256_add_ps(acc[i].m, _mm256_mul_ps(_mm256_cvtepi32_ps(imin),
+                                                     _mm256_mul_ps(dmw, _mm256_xor_ps(da, _mm256_set1_ps(-0.0f)))));
   }
 }
 
@@ -211,8 +203,8 @@ AI void q6k_pair(int MT, const uint8_t *q, int h, int r, int j, const di_act_q8k
 /* One Q6_K super-block of 8 columns, in the order of di_cpu_qk_block_step:
  * isum = sum_g sc_g * (dot_g(q) - 32 * bsum_g), exact in int32 lanes (the -32
  * offset as 32 * sum_g sc_g * bsums_g, a madd per group pair), then
- * acc += (d_w * d_a) * isum. */
-AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, __m256 *acc) {
+ * s += (d_w * d_a) * isum. */
+AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc *acc) {
   const uint8_t *q = gp + 16;
   __m256i isum[MT_MAX], corr[MT_MAX];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = corr[i] = _mm256_setzero_si256();
@@ -234,110 +226,10 @@ AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, __m256 
   __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
   UNROLL for (int i = 0; i < MT; i++) {
     isum[i] = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(corr[i], 5));
-    acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]),
-                                                 _mm256_mul_ps(dw, _mm256_broadcast_ss(&a[i]->d))));
+    acc[i].s = _mm256_add_ps(acc[i].s, _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]),
+                                                     _mm256_mul_ps(dw, _mm256_broadcast_ss(&a[i]->d))));
   }
 }
 
-/* Outputs [8g, 8g+8) x MT rows over all nb blocks, stored where they fall inside
- * [n0, n1). TAIL: g is the zero-padded group of the N % 8 last rows, packed on
- * the fly a few blocks at a time (same arithmetic, lanes past N dropped). */
-AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, int64_t N, int64_t g,
-                 const uint8_t *x, size_t xrow, int64_t nb, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
-  const size_t gbb = DI_PK_G * pk_bb(t);
-  const int64_t tail_blocks = (int64_t)(TAIL_BYTES / gbb);
-  _Alignas(32) uint8_t tmp[TAIL_BYTES];
-  const uint8_t *gw = W + (size_t)g * DI_PK_G * wrow;
-  __m256 acc[MT_MAX], accm[MT_MAX];
-  UNROLL for (int i = 0; i < MT; i++) acc[i] = accm[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; b++) {
-    const uint8_t *gp = gw + (size_t)b * gbb;
-    if (TAIL) {
-      if (b % tail_blocks == 0) di_cpu_pack_tail(t, W, wrow, N, b, nb - b < tail_blocks ? nb : b + tail_blocks, tmp);
-      gp = tmp + (size_t)(b % tail_blocks) * gbb;
-    }
-    /* GEMV: fetch the next group-block (the next group's first one after the
-     * last) while this one computes. The hardware prefetcher alone lost 5-15% of
-     * tg on the 1.1B Q4_K_M model (it restarts at every matrix and Q6_K reads
-     * inside a block with jumps); with this, tg beats the unpacked kernels. */
-    if (MT == 1 && !TAIL)
-      for (size_t o = 0; o < gbb; o += 64) _mm_prefetch((const char *)(gp + gbb + o), _MM_HINT_T0);
-    if (di_pk_kquant(t)) {
-      const di_act_q8k *a[MT_MAX];
-      UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8k *)(x + i * xrow) + b;
-      if (t == DI_Q4_K) q4k_block(MT, gp, a, acc, accm);
-      else q6k_block(MT, gp, a, acc);
-    } else {
-      const di_act_q8 *a[MT_MAX];
-      UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8 *)(x + i * xrow) + b;
-      q32_block(t, MT, gp, a, acc);
-    }
-  }
-  int64_t c0 = g * DI_PK_G, lo = n0 > c0 ? n0 : c0, hi = n1 < c0 + DI_PK_G ? n1 : c0 + DI_PK_G;
-  UNROLL for (int i = 0; i < MT; i++) {
-    /* K-quants: s + sm as the scalar chain (Q6_K's sm stays +0) */
-    __m256 y = di_pk_kquant(t) ? _mm256_add_ps(acc[i], accm[i]) : acc[i];
-    if (lo == c0 && hi == c0 + DI_PK_G) {
-      _mm256_storeu_ps(Y + i * ldy + c0, y);
-    } else {
-      float out[DI_PK_G];
-      _mm256_storeu_ps(out, y);
-      for (int64_t n = lo; n < hi; n++) Y[i * ldy + n] = out[n - c0];
-    }
-  }
-}
-
-/* Groups [g0, g1) for MT rows; the last group of a matrix with N % 8 rows is the tail. */
-AI void pk_groups(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t N, int64_t g0, int64_t g1,
-                  const uint8_t *x, size_t xrow, int64_t nb, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
-  int64_t full = N / DI_PK_G, g = g0;
-  for (; g < g1 && g < full; g++) pk_group(t, MT, false, W, wrow, N, g, x, xrow, nb, Y, ldy, n0, n1);
-  if (g < g1) pk_group(t, MT, true, W, wrow, N, g, x, xrow, nb, Y, ldy, n0, n1);
-}
-
-AI void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, size_t xrow, int64_t M,
-              int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
-  const uint8_t *w = W, *x = X;
-  int64_t nb = K / (di_pk_kquant(t) ? DI_QKK : DI_QK32), g0 = n0 / DI_PK_G, g1 = (n1 + DI_PK_G - 1) / DI_PK_G;
-  if (M == 1) {
-    pk_groups(t, 1, w, wrow, N, g0, g1, x, xrow, nb, Y, ldy, n0, n1);
-    return;
-  }
-  int64_t panel = (int64_t)(PANEL_BYTES / (DI_PK_G * wrow));
-  if (panel < 1) panel = 1;
-  for (int64_t p0 = g0; p0 < g1; p0 += panel) {
-    int64_t p1 = g1 - p0 < panel ? g1 : p0 + panel;
-    for (int64_t m = 0; m < M; m += MT_MAX) {
-      const uint8_t *xm = x + m * xrow;
-      float *ym = Y + m * ldy;
-      switch (M - m < MT_MAX ? M - m : MT_MAX) {
-      case 4: pk_groups(t, 4, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      case 3: pk_groups(t, 3, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      case 2: pk_groups(t, 2, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      default: pk_groups(t, 1, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      }
-    }
-  }
-}
-
-#define WRAP(NAME, T)                                                                                          \
-  static void NAME(const void *W, size_t wrow, int64_t N, const void *x, size_t xrow, int64_t M, int64_t K,    \
-                   float *Y, int64_t ldy, int64_t n0, int64_t n1) {                                            \
-    pk_mm(T, W, wrow, N, x, xrow, M, K, Y, ldy, n0, n1);                                                       \
-  }
-WRAP(mmp_q4_0, DI_Q4_0)
-WRAP(mmp_q4_1, DI_Q4_1)
-WRAP(mmp_q8_0, DI_Q8_0)
-WRAP(mmp_q4_K, DI_Q4_K)
-WRAP(mmp_q6_K, DI_Q6_K)
-
-di_cpu_mmp_fn di_cpu_mmp_avx2(di_dtype t) {
-  switch (t) {
-  case DI_Q4_0: return mmp_q4_0;
-  case DI_Q4_1: return mmp_q4_1;
-  case DI_Q8_0: return mmp_q8_0;
-  case DI_Q4_K: return mmp_q4_K;
-  case DI_Q6_K: return mmp_q6_K;
-  default: return NULL;
-  }
-}
+#define PK_ENTRY di_cpu_mmp_avx2
+#include "backend/cpu/matmul_pack_tiles.h"

@@ -1,0 +1,147 @@
+/* The driver shared by the packed-layout kernel files (matmul_pack_avx2.c and
+ * the NEON builds of matmul_pack_neon.h): group loop, on-the-fly packing of
+ * the tail rows, MT-row tiles, L2 panels, the di_cpu_mmp_fn wrappers and the
+ * per-type selector. Only the per-block arithmetic differs between ISAs.
+ *
+ * The including file defines, before including this header:
+ *   pk_acc                 the float chains of one activation row: .s (the
+ *                          output's chain, 8 column lanes) and .m (the K-quant
+ *                          mins' chain; it stays +0 for Q6_K)
+ *   pk_acc_zero(pk_acc *)
+ *   q32_block(t, MT, gp, const di_act_q8 *const *a, pk_acc *acc)   Q4_0/Q4_1/Q8_0
+ *   q4k_block(MT, gp, const di_act_q8k *const *a, pk_acc *acc)
+ *   q6k_block(MT, gp, const di_act_q8k *const *a, pk_acc *acc)
+ *                          one group-block gp of 8 columns into MT rows' chains
+ *   pk_store(t, const pk_acc *acc, float *y)   y[0..8) = s (+ m for K-quants)
+ *   PK_ENTRY               the name of the exported selector (di_cpu_mmp_fn (di_dtype))
+ * The block functions own row invariance: each output's chain sees the blocks
+ * in K order with the same instructions whatever MT, the tile or the column
+ * range, so Y[m][n] has the same bits as the scalar reference. */
+#ifndef DI_CPU_MATMUL_PACK_TILES_H
+#define DI_CPU_MATMUL_PACK_TILES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/matmul_tiles.h" /* AI, UNROLL, MT_MAX, PANEL_BYTES */
+
+/* Tail rows are packed on the fly this many bytes of group-blocks at a time. */
+#define TAIL_BYTES (16 * DI_PK_G * sizeof(di_block_q4_K))
+
+AI size_t pk_bb(di_dtype t) {
+  switch (t) {
+  case DI_Q4_0: return sizeof(di_block_q4_0);
+  case DI_Q4_1: return sizeof(di_block_q4_1);
+  case DI_Q4_K: return sizeof(di_block_q4_K);
+  case DI_Q6_K: return sizeof(di_block_q6_K);
+  default: return sizeof(di_block_q8_0);
+  }
+}
+
+/* Outputs [8g, 8g+8) x MT rows over all nb blocks, stored where they fall inside
+ * [n0, n1). TAIL: g is the zero-padded group of the N % 8 last rows, packed on
+ * the fly a few blocks at a time (same arithmetic, lanes past N dropped). */
+AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, int64_t N, int64_t g,
+                 const uint8_t *x, size_t xrow, int64_t nb, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
+  const size_t gbb = DI_PK_G * pk_bb(t);
+  const int64_t tail_blocks = (int64_t)(TAIL_BYTES / gbb);
+  _Alignas(32) uint8_t tmp[TAIL_BYTES];
+  const uint8_t *gw = W + (size_t)g * DI_PK_G * wrow;
+  pk_acc acc[MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) pk_acc_zero(&acc[i]);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *gp = gw + (size_t)b * gbb;
+    if (TAIL) {
+      if (b % tail_blocks == 0) di_cpu_pack_tail(t, W, wrow, N, b, nb - b < tail_blocks ? nb : b + tail_blocks, tmp);
+      gp = tmp + (size_t)(b % tail_blocks) * gbb;
+    }
+    /* GEMV: fetch the next group-block (the next group's first one after the
+     * last) while this one computes. The hardware prefetcher alone lost 5-15% of
+     * tg on the 1.1B Q4_K_M model on x86 (it restarts at every matrix and Q6_K
+     * reads inside a block with jumps); with this, tg beats the unpacked kernels. */
+    if (MT == 1 && !TAIL)
+      for (size_t o = 0; o < gbb; o += 64) __builtin_prefetch(gp + gbb + o, 0, 3);
+    if (di_pk_kquant(t)) {
+      const di_act_q8k *a[MT_MAX];
+      UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8k *)(x + i * xrow) + b;
+      if (t == DI_Q4_K) q4k_block(MT, gp, a, acc);
+      else q6k_block(MT, gp, a, acc);
+    } else {
+      const di_act_q8 *a[MT_MAX];
+      UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8 *)(x + i * xrow) + b;
+      q32_block(t, MT, gp, a, acc);
+    }
+  }
+  int64_t c0 = g * DI_PK_G, lo = n0 > c0 ? n0 : c0, hi = n1 < c0 + DI_PK_G ? n1 : c0 + DI_PK_G;
+  UNROLL for (int i = 0; i < MT; i++) {
+    if (lo == c0 && hi == c0 + DI_PK_G) {
+      pk_store(t, &acc[i], Y + i * ldy + c0);
+    } else {
+      float out[DI_PK_G];
+      pk_store(t, &acc[i], out);
+      for (int64_t n = lo; n < hi; n++) Y[i * ldy + n] = out[n - c0];
+    }
+  }
+}
+
+/* Groups [g0, g1) for MT rows; the last group of a matrix with N % 8 rows is the tail. */
+AI void pk_groups(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t N, int64_t g0, int64_t g1,
+                  const uint8_t *x, size_t xrow, int64_t nb, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
+  int64_t full = N / DI_PK_G, g = g0;
+  for (; g < g1 && g < full; g++) pk_group(t, MT, false, W, wrow, N, g, x, xrow, nb, Y, ldy, n0, n1);
+  if (g < g1) pk_group(t, MT, true, W, wrow, N, g, x, xrow, nb, Y, ldy, n0, n1);
+}
+
+/* GEMV walks the groups once; GEMM walks them in panels of about PANEL_BYTES,
+ * which stay in L2 while every MT_MAX-row tile of activations passes over them. */
+AI void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, size_t xrow, int64_t M,
+              int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
+  const uint8_t *w = W, *x = X;
+  int64_t nb = K / (di_pk_kquant(t) ? DI_QKK : DI_QK32), g0 = n0 / DI_PK_G, g1 = (n1 + DI_PK_G - 1) / DI_PK_G;
+  if (M == 1) {
+    pk_groups(t, 1, w, wrow, N, g0, g1, x, xrow, nb, Y, ldy, n0, n1);
+    return;
+  }
+  int64_t panel = (int64_t)(PANEL_BYTES / (DI_PK_G * wrow));
+  if (panel < 1) panel = 1;
+  for (int64_t p0 = g0; p0 < g1; p0 += panel) {
+    int64_t p1 = g1 - p0 < panel ? g1 : p0 + panel;
+    for (int64_t m = 0; m < M; m += MT_MAX) {
+      const uint8_t *xm = x + m * xrow;
+      float *ym = Y + m * ldy;
+      switch (M - m < MT_MAX ? M - m : MT_MAX) {
+      case 4: pk_groups(t, 4, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 3: pk_groups(t, 3, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 2: pk_groups(t, 2, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      default: pk_groups(t, 1, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      }
+    }
+  }
+}
+
+#define PK_WRAP(NAME, T)                                                                                       \
+  static void NAME(const void *W, size_t wrow, int64_t N, const void *x, size_t xrow, int64_t M, int64_t K,    \
+                   float *Y, int64_t ldy, int64_t n0, int64_t n1) {                                            \
+    pk_mm(T, W, wrow, N, x, xrow, M, K, Y, ldy, n0, n1);                                                       \
+  }
+PK_WRAP(mmp_q4_0, DI_Q4_0)
+PK_WRAP(mmp_q4_1, DI_Q4_1)
+PK_WRAP(mmp_q8_0, DI_Q8_0)
+PK_WRAP(mmp_q4_K, DI_Q4_K)
+PK_WRAP(mmp_q6_K, DI_Q6_K)
+#undef PK_WRAP
+
+di_cpu_mmp_fn PK_ENTRY(di_dtype t) {
+  switch (t) {
+  case DI_Q4_0: return mmp_q4_0;
+  case DI_Q4_1: return mmp_q4_1;
+  case DI_Q8_0: return mmp_q8_0;
+  case DI_Q4_K: return mmp_q4_K;
+  case DI_Q6_K: return mmp_q6_K;
+  default: return NULL;
+  }
+}
+
+#endif
