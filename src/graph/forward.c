@@ -179,11 +179,9 @@ typedef struct kv_loc {
   int table, layer;
 } kv_loc;
 
-static kv_loc layer_kv(const di_hparams *hp, const di_kv_pool *kv, const di_batch *b, int il) {
+/* idx: the layer's index among the layers of its kind (full or sliding-window). */
+static kv_loc layer_kv(const di_kv_pool *kv, const di_batch *b, int il, bool swa, int idx) {
   if (b->n_swa_tables == 0) return (kv_loc){-1, il};
-  bool swa = di_hparams_layer_is_swa(hp, il);
-  int idx = 0; /* index among the layers of its group */
-  for (int j = 0; j < il; j++) idx += di_hparams_layer_is_swa(hp, j) == swa;
   return swa ? (kv_loc){idx / kv->n_layers, idx % kv->n_layers} : (kv_loc){-1, idx};
 }
 
@@ -325,10 +323,11 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
                       f->freq_factors);
   }
 
+  int n_kind[2] = {0, 0}; /* full and sliding-window layers so far */
   for (int il = 0; il < hp->n_layer; il++) {
     const di_layer_weights *L = &m->layers[il];
     bool swa = di_hparams_layer_is_swa(hp, il);
-    kv_loc loc = layer_kv(hp, kv, b, il);
+    kv_loc loc = layer_kv(kv, b, il, swa, n_kind[swa]++);
     stage_ctx sc = {f, kv, b, L, loc, swa ? f->rope_l : f->rope_g, NULL};
 
     /* attention block */
