@@ -1,12 +1,14 @@
 /* softmax_exp.h: the scalar exp used for attention softmax weights is within
  * 1 ulp of exp (double, rounded) over its whole range, returns 0 below it and
  * for NaN, and the SIMD versions (AVX2 or NEON, where the CPU has them) give
- * the same bits as the scalar one for every input. */
+ * the same bits as the scalar one for every input; likewise the SiLU built on
+ * it (ops.h di_cpu_silu_mul1 and the GLU's SIMD path). */
 #include <math.h>
 #include <stdint.h>
 
 #include "backend/cpu/attn.h"
 #include "backend/cpu/isa.h"
+#include "backend/cpu/ops.h"
 #include "backend/cpu/softmax_exp.h"
 #include "check.h"
 
@@ -53,6 +55,21 @@ int main(void) {
   } else {
     printf("no SIMD level on this CPU: scalar only\n");
   }
+
+  /* SiLU(g) * u (ops.h) on the same inputs and their negatives: SIMD = scalar */
+  float *g = malloc(N * sizeof *g), *u = malloc(N * sizeof *u);
+  for (int i = 0; i < N; i++) g[i] = i % 2 ? -x[i] : x[i], u[i] = 0.5f + (float)(i % 7);
+  for (int i = 0; i < N; i++) ys[i] = di_cpu_silu_mul1(g[i], u[i]);
+  CHECK(fabsf(di_cpu_silu_mul1(2.0f, 1.0f) - (float)(2.0 / (1.0 + exp(-2.0)))) < 1e-6f);
+  CHECK(di_cpu_silu_mul1(-100.0f, 1.0f) <= 0.0f && di_cpu_silu_mul1(-100.0f, 1.0f) > -1e-30f);
+  CHECK(di_cpu_silu_mul1(100.0f, 1.0f) == 100.0f);
+  memcpy(yv, g, N * sizeof *g);
+  di_cpu_glu(yv, u, N, DI_ACT_SILU);
+  int bad = 0;
+  for (int i = 0; i < N; i++) bad += memcmp(&ys[i], &yv[i], sizeof(float)) != 0;
+  printf("SiLU: %s vs scalar: %d of %d differ\n", di_cpu_isa_name(di_cpu_isa()), bad, N);
+  CHECKF(bad == 0, "%d of %d SiLU results differ from the scalar ones", bad, N);
+  free(g), free(u);
   free(x), free(ys), free(yv);
   return di_test_finish("test_softmax_exp");
 }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/isa.h"
 #include "util/fp16.h"
 
 void di_cpu_rms_norm(const float *x, const float *w, float *y, int n, float eps) {
@@ -71,7 +72,18 @@ void di_cpu_rope(float *h, const float *cs, int rope_dim, di_rope_type type) {
 
 void di_cpu_glu(float *g, const float *u, int n, di_act act) {
   if (act == DI_ACT_SILU) {
-    for (int i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+#if defined(DI_CPU_X86)
+    if (di_cpu_isa() >= DI_ISA_AVX2) {
+      di_cpu_silu_mul_avx2(g, u, n);
+      return;
+    }
+#elif defined(DI_CPU_ARM64)
+    if (di_cpu_isa() == DI_ISA_NEON) {
+      di_cpu_silu_mul_neon(g, u, n);
+      return;
+    }
+#endif
+    for (int i = 0; i < n; i++) g[i] = di_cpu_silu_mul1(g[i], u[i]);
   } else {
     const float c = 0.7978845608028654f; /* sqrt(2/pi) */
     for (int i = 0; i < n; i++) {
