@@ -15,8 +15,10 @@
 #include "backend/cpu/isa.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/ops.h"
 #include "backend/cpu/quant.h"
 #include "check.h"
+#include "util/fp16.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) {
@@ -106,6 +108,26 @@ static void make_row(di_dtype t, int64_t n, void *dst, float scale) {
       memcpy(p + 2, &dm, 2);
     }
   }
+}
+
+/* The KV cache's f32 -> f16 store: its SIMD path (F16C on x86) gives the
+ * scalar di_f32_to_f16's bits for 16M floats spread over every exponent, the
+ * specials and NaNs with payloads. */
+static void test_kv_store_f16(void) {
+  enum { N = 1 << 24 };
+  float *x = malloc(N * sizeof *x);
+  uint16_t *got = malloc(N * sizeof *got);
+  for (uint32_t i = 0; i < N; i++) {
+    uint32_t b = i * 256u + (i % 251u); /* every 256th bit pattern, low bits varied */
+    memcpy(&x[i], &b, 4);
+  }
+  const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, 65504.0f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-24f};
+  for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) x[i] = special[i];
+  di_cpu_kv_store(got, x, N, DI_KV_F16);
+  int bad = 0;
+  for (uint32_t i = 0; i < N; i++) bad += got[i] != di_f32_to_f16(x[i]);
+  CHECKF(bad == 0, "%d of %d f16 KV stores differ from the scalar conversion", bad, N);
+  free(x), free(got);
 }
 
 static void test_fp16(void) {
@@ -355,6 +377,7 @@ int main(void) {
   printf("cpu isa: %s%s\n", di_cpu_isa_name(best),
          best == DI_ISA_NEON && di_cpu_features_get()->neon_dotprod ? " (dotprod)" : "");
   test_fp16();
+  test_kv_store_f16();
   test_dequant();
   CHECK(di_cpu_isa_set(DI_ISA_SCALAR));
   test_matmul_reference();

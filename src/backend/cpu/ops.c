@@ -106,6 +106,12 @@ void di_cpu_kv_store(void *dst, const float *src, int n, di_kv_type type) {
     memcpy(dst, src, (size_t)n * 4);
   } else if (type == DI_KV_F16) {
     uint16_t *d = dst;
+#if defined(DI_CPU_X86)
+    if (di_cpu_isa() >= DI_ISA_AVX2) {
+      di_cpu_kv_store_f16_avx2(d, src, n);
+      return;
+    }
+#endif
     for (int i = 0; i < n; i++) d[i] = di_f32_to_f16(src[i]);
   } else {
     uint16_t *d = dst;

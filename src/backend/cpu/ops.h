@@ -30,5 +30,7 @@ void di_cpu_softcap(float *x, int n, float cap);
 
 /* Stores n floats into the KV cache element type. */
 void di_cpu_kv_store(void *dst, const float *src, int n, di_kv_type type);
+/* Its F16 case with F16C (same bits as the scalar di_f32_to_f16). */
+void di_cpu_kv_store_f16_avx2(uint16_t *dst, const float *src, int n);
 
 #endif

@@ -4,6 +4,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/softmax_exp.h"
+#include "util/fp16.h"
 
 void di_cpu_silu_mul_avx2(float *g, const float *u, int n) {
   const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
@@ -14,4 +15,22 @@ void di_cpu_silu_mul_avx2(float *g, const float *u, int n) {
     _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
   }
   for (; i < n; i++) g[i] = di_cpu_silu_mul1(g[i], u[i]);
+}
+
+/* F16C's round-to-nearest-even conversion is di_f32_to_f16 for every non-NaN
+ * input (subnormals and overflow included); a block holding a NaN goes through
+ * the scalar conversion, which writes sign | 0x7E00 where F16C keeps payload
+ * bits. So the cache gets the same bits either way. */
+void di_cpu_kv_store_f16_avx2(uint16_t *dst, const float *src, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 x = _mm256_loadu_ps(src + i);
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    if (!_mm256_testz_ps(nan, nan)) {
+      for (int k = 0; k < 8; k++) dst[i + k] = di_f32_to_f16(src[i + k]);
+      continue;
+    }
+    _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < n; i++) dst[i] = di_f32_to_f16(src[i]);
 }
