@@ -31,7 +31,7 @@ struct di_attn_sched {
   size_t partials_cap;
   attn_unit *units;
   uint32_t *unit_of; /* unit of each (token, tile): [item_off[t] / H + k] */
-  size_t units_cap;
+  size_t units_cap, unit_of_cap;
   size_t n_units;
   int64_t total_cost;
 };
@@ -117,12 +117,10 @@ static di_code plan(di_attn_sched *s, const di_hparams *hp, const di_batch *b, b
     s->item_off[t + 1] = s->item_off[t] + tiles * (size_t)H;
   }
   size_t pairs = s->item_off[b->n_tokens] / (size_t)H, pbytes = di_attn_partial_bytes(hp->head_dim);
-  size_t ucap = s->units_cap, ocap = s->units_cap;
   if (!grow((void **)&s->partials, &s->partials_cap, s->item_off[b->n_tokens] * pbytes, 1) ||
-      !grow((void **)&s->units, &ucap, pairs, sizeof *s->units) ||
-      !grow((void **)&s->unit_of, &ocap, pairs, sizeof *s->unit_of))
+      !grow((void **)&s->units, &s->units_cap, pairs, sizeof *s->units) ||
+      !grow((void **)&s->unit_of, &s->unit_of_cap, pairs, sizeof *s->unit_of))
     return di_errorf(st, DI_ERR_NOMEM, "attention: cannot allocate scratch for %zu tiles", pairs);
-  s->units_cap = ucap < ocap ? ucap : ocap;
   s->n_units = 0;
   s->total_cost = 0;
   for (int t = 0; t < b->n_tokens; t++) {

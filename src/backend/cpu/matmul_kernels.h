@@ -66,12 +66,16 @@ static inline bool di_pk_kquant(di_dtype t) { return t == DI_Q4_K || t == DI_Q6_
  * in the order its kernel first reads them, so a GEMV streams forward: the 4
  * scale words, then per 128-element half h: ql words 0-7, qh words 0-7, ql
  * words 8-15 of h. */
+/* Q6_K's packed word positions, as the kernels address them: scale word k; ql
+ * word 8 * second + w of half h; qh word w of half h. */
+static inline size_t di_pk_q6k_sc(size_t k) { return k; }
+static inline size_t di_pk_q6k_ql(size_t h, size_t second, size_t w) { return 4 + 24 * h + 16 * second + w; }
+static inline size_t di_pk_q6k_qh(size_t h, size_t w) { return 4 + 24 * h + 8 + w; }
 static inline size_t di_pk_word_pos(di_dtype t, size_t w) {
   if (t != DI_Q6_K) return w;
-  if (w >= 48) return w - 48;
-  if (w >= 32) return 4 + 24 * ((w - 32) / 8) + 8 + (w - 32) % 8;
-  size_t h = w / 16, v = w % 16;
-  return 4 + 24 * h + (v < 8 ? v : 16 + v - 8);
+  if (w >= 48) return di_pk_q6k_sc(w - 48);
+  if (w >= 32) return di_pk_q6k_qh((w - 32) / 8, (w - 32) % 8);
+  return di_pk_q6k_ql(w / 16, w % 16 / 8, w % 8);
 }
 /* Group-blocks b0..b1 of the tail rows, packed and zero-padded to 8 rows. */
 void di_cpu_pack_tail(di_dtype t, const void *W, size_t wrow, int64_t N, int64_t b0, int64_t b1, uint8_t *dst);

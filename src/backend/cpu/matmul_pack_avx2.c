@@ -108,7 +108,6 @@ AI __m256i sc_ctl(int r, int r2, bool HI) {
   }
   return _mm256_setr_epi32(v[0], v[1], v[2], v[3], v[0], v[1], v[2], v[3]);
 }
-AI __m256i q4k_ctl(int r, int r2) { return sc_ctl(r, r2, false); }
 /* Q6_K's int8 scales r, r2 of each column's scale word, sign-extended to int16. */
 AI __m256i q6k_scales(const uint8_t *word, int r, int r2) {
   return _mm256_srai_epi16(_mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)word), sc_ctl(r, r2, true)), 8);
@@ -152,11 +151,11 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
   UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_setzero_si256();
   UNROLL for (int s = 0; s < 8; s++) {
     q4k_sub(MT, q, s, a, m4, p);
-    __m256i sc = _mm256_shuffle_epi8(s < 4 ? scl : sch, q4k_ctl(s % 4, s % 4));
+    __m256i sc = _mm256_shuffle_epi8(s < 4 ? scl : sch, sc_ctl(s % 4, s % 4, false));
     UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p[i], sc));
   }
-  __m256i mn[4] = {_mm256_shuffle_epi8(mnl, q4k_ctl(0, 1)), _mm256_shuffle_epi8(mnl, q4k_ctl(2, 3)),
-                   _mm256_shuffle_epi8(mnh, q4k_ctl(0, 1)), _mm256_shuffle_epi8(mnh, q4k_ctl(2, 3))};
+  __m256i mn[4] = {_mm256_shuffle_epi8(mnl, sc_ctl(0, 1, false)), _mm256_shuffle_epi8(mnl, sc_ctl(2, 3, false)),
+                   _mm256_shuffle_epi8(mnh, sc_ctl(0, 1, false)), _mm256_shuffle_epi8(mnh, sc_ctl(2, 3, false))};
   __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
   __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + 16)));
   UNROLL for (int i = 0; i < MT; i++) {
@@ -178,9 +177,8 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
  * super-block: low nibbles from ql, bits 2r, 2r+1 of qh as bits 4, 5 (0..63). */
 AI __m256i q6k_word(const uint8_t *q, int h, int r, int w) {
   const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
-  /* word positions: di_pk_word_pos */
-  __m256i l = _mm256_loadu_si256((const __m256i *)(q + 32 * (4 + 24 * h + 16 * (r & 1) + w)));
-  __m256i hb = _mm256_loadu_si256((const __m256i *)(q + 32 * (4 + 24 * h + 8 + w)));
+  __m256i l = _mm256_loadu_si256((const __m256i *)(q + 32 * di_pk_q6k_ql(h, r & 1, w)));
+  __m256i hb = _mm256_loadu_si256((const __m256i *)(q + 32 * di_pk_q6k_qh(h, w)));
   l = r < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
   hb = r == 0 ? _mm256_slli_epi16(hb, 4) : r == 1 ? _mm256_slli_epi16(hb, 2) : r == 2 ? hb : _mm256_srli_epi16(hb, 2);
   return _mm256_or_si256(l, _mm256_and_si256(hb, m2));
@@ -191,7 +189,7 @@ AI __m256i q6k_word(const uint8_t *q, int h, int r, int w) {
 AI void q6k_pair(int MT, const uint8_t *q, int h, int r, int j, const di_act_q8k *const *a, __m256i *isum) {
   int w = 2 * j, g = 8 * h + 2 * r + j / 2;
   __m256i q0 = q6k_word(q, h, r, w), q1 = q6k_word(q, h, r, w + 1);
-  __m256i sc = q6k_scales(q + 32 * (g / 4), g % 4, g % 4);
+  __m256i sc = q6k_scales(q + 32 * di_pk_q6k_sc(g / 4), g % 4, g % 4);
   const int e = 128 * h + 32 * r + 4 * w;
   UNROLL for (int i = 0; i < MT; i++) {
     __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast4(a[i]->qs + e)),
@@ -216,7 +214,7 @@ AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
     }
   }
   UNROLL for (int pr = 0; pr < 8; pr++) {
-    __m256i sc = q6k_scales(q + 32 * (pr / 2), 2 * pr % 4, 2 * pr % 4 + 1);
+    __m256i sc = q6k_scales(q + 32 * di_pk_q6k_sc(pr / 2), 2 * pr % 4, 2 * pr % 4 + 1);
     UNROLL for (int i = 0; i < MT; i++) {
       int32_t bs;
       memcpy(&bs, a[i]->bsums + 2 * pr, 4);

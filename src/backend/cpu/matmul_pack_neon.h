@@ -260,9 +260,8 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
  * is right). Shift vectors, so that r can be a loop variable. */
 AI void q6k_word(const uint8_t *q, int h, int r, int w, int8x16_t lsh, int8x16_t hsh, int8x16_t v[2]) {
   UNROLL for (int k = 0; k < 2; k++) {
-    /* word positions: di_pk_word_pos */
-    uint8x16_t l = vld1q_u8(q + 32 * (4 + 24 * h + 16 * (r & 1) + w) + 16 * k);
-    uint8x16_t hb = vld1q_u8(q + 32 * (4 + 24 * h + 8 + w) + 16 * k);
+    uint8x16_t l = vld1q_u8(q + 32 * di_pk_q6k_ql(h, r & 1, w) + 16 * k);
+    uint8x16_t hb = vld1q_u8(q + 32 * di_pk_q6k_qh(h, w) + 16 * k);
     l = vandq_u8(vshlq_u8(l, lsh), vdupq_n_u8(0x0f));
     hb = vandq_u8(vshlq_u8(hb, hsh), vdupq_n_u8(0x30));
     v[k] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(l, hb)), vdupq_n_s8(32));
@@ -288,7 +287,7 @@ AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
       q6k_word(q, h, r, w, lsh, hsh, v);
       UNROLL for (int i = 0; i < MT; i++) dacc_word(&d[i], v[0], v[1], a[i]->qs + 128 * h + 32 * r + 4 * w);
     }
-    int32x4_t scs[2] = {byte_s(vld1q_u8(q + 32 * (g / 4)), g % 4), byte_s(vld1q_u8(q + 32 * (g / 4) + 16), g % 4)};
+    int32x4_t scs[2] = {byte_s(vld1q_u8(q + 32 * di_pk_q6k_sc(g / 4)), g % 4), byte_s(vld1q_u8(q + 32 * di_pk_q6k_sc(g / 4) + 16), g % 4)};
     UNROLL for (int i = 0; i < MT; i++) mla8(&isum[i], dacc_cols(&d[i]), scs);
   }
   f32x8 dw = head8(gp);
