@@ -4,7 +4,7 @@
  * also GEMM at M=16 (batched decode). Q4_0/Q4_1/Q8_0 weights are packed as the
  * model loader packs them (matmul.h) unless --unpacked.
  *
- *   bench_matmul [--threads N] [--quick] [--cpu-time] [--in-cache] [--unpacked] [--isa scalar|avx2] [--types q4_0,q8_0,...]
+ *   bench_matmul [--threads N] [--quick] [--cpu-time] [--in-cache] [--unpacked] [--isa scalar|avx2|avx512] [--types q4_0,q8_0,...]
  *
  * Weights are cycled through enough copies (>= 384 MB) that they stream from
  * DRAM like a real model's layers, not from the L3. Times are the best of the
@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
         return 2;
       }
     } else {
-      fprintf(stderr, "usage: bench_matmul [--threads N] [--quick] [--cpu-time] [--in-cache] [--unpacked] [--isa scalar|avx2] [--types q4_0,q8_0,...]\n");
+      fprintf(stderr, "usage: bench_matmul [--threads N] [--quick] [--cpu-time] [--in-cache] [--unpacked] [--isa scalar|avx2|avx512] [--types q4_0,q8_0,...]\n");
       return 2;
     }
   }

@@ -19,6 +19,21 @@ static float rndf(void) {
 
 #define MMAX 17
 
+/* test_matmul_packed_avx512emu.c includes this file with PACKED_TEST_KERNEL, a
+ * kernel selector (di_cpu_mmp_fn (di_dtype)) that is then called directly, in
+ * one pass, instead of the dispatcher at every ISA level. */
+#ifndef PACKED_TEST_NAME
+#define PACKED_TEST_NAME "test_matmul_packed"
+#endif
+static void matmul_packed(di_dtype t, const void *P, int64_t N, const void *x, int64_t M, int64_t K, float *y,
+                          int64_t n0, int64_t n1) {
+#ifdef PACKED_TEST_KERNEL
+  PACKED_TEST_KERNEL(t)(P, di_dtype_row_bytes(t, K), N, x, di_cpu_act_bytes(t, 1, K), M, K, y, N, n0, n1);
+#else
+  di_cpu_matmul_packed(t, P, N, x, M, K, y, N, n0, n1);
+#endif
+}
+
 static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best) {
   size_t rb = di_dtype_row_bytes(t, K);
   uint8_t *W = malloc(rb * (size_t)N), *P = malloc(rb * (size_t)N), *row = malloc(rb);
@@ -62,6 +77,9 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best)
   di_cpu_act_prepare(t, X, MMAX, K, xq);
   di_cpu_matmul(t, W, rb, xq, MMAX, K, ref, N, 0, N);
   int bad = 0;
+#ifdef PACKED_TEST_KERNEL
+  best = DI_ISA_SCALAR; /* one pass */
+#endif
   for (int level = DI_ISA_SCALAR; level <= (int)best; level += (int)best > DI_ISA_SCALAR ? (int)best : 1) {
     CHECK(di_cpu_isa_set((di_cpu_isa_level)level));
     for (int64_t M = 1; M <= MMAX; M++) {
@@ -71,7 +89,7 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best)
       /* split the columns at awkward points, as threads might */
       int64_t cuts[4] = {0, N / 3, N - N / 5, N};
       for (int c = 0; c < 3; c++)
-        di_cpu_matmul_packed(t, P, N, (const uint8_t *)xq + (size_t)first * xrow, M, K, y, N, cuts[c], cuts[c + 1]);
+        matmul_packed(t, P, N, (const uint8_t *)xq + (size_t)first * xrow, M, K, y, cuts[c], cuts[c + 1]);
       for (int64_t i = 0; i < M * N; i++)
         if (memcmp(&y[i], &ref[first * N + i], 4) != 0) {
           if (bad++ == 0)
@@ -102,7 +120,7 @@ int main(void) {
       for (size_t ki = 0; ki < 3; ki++) check_shape(types[ti], Ns[ni], ks[ki], best);
   }
   CHECK(!di_cpu_packable(DI_Q5_K) && !di_cpu_packable(DI_F16));
-  printf("packed Q4_0/Q4_1/Q8_0/Q4_K/Q6_K: bit-identical to the scalar reference for M 1..%d, split columns, %s\n", MMAX,
-         di_cpu_isa_name(best));
-  return di_test_finish("test_matmul_packed");
+  printf("%s: packed Q4_0/Q4_1/Q8_0/Q4_K/Q6_K bit-identical to the scalar reference for M 1..%d, split columns, %s\n",
+         PACKED_TEST_NAME, MMAX, di_cpu_isa_name(best));
+  return di_test_finish(PACKED_TEST_NAME);
 }

@@ -292,11 +292,16 @@ static void build_tables(void) {
     t->actq[DI_ACT_Q8K] = actq_q8k;
     /* never touch code this CPU cannot run */
 #ifdef DI_CPU_X86
-    /* AVX-512 machines run the AVX2 kernels (no AVX-512 kernels yet). */
+    /* AVX-512 machines run the AVX2 kernels but for the packed int8 ones, which
+     * have a VNNI build (the float and unpacked kernels have no AVX-512 form yet). */
     if (level >= DI_ISA_AVX2 && f->avx2 && f->fma && f->f16c) {
       fill_table(t, mm_avx2, false, di_cpu_actq_avx2);
-      for (int i = 0; i < DI_DTYPE_COUNT; i++)
-        if (di_cpu_dtype_supported((di_dtype)i)) t->mmp[i] = di_cpu_mmp_avx2((di_dtype)i);
+      bool vnni = level >= DI_ISA_AVX512 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
+      for (int i = 0; i < DI_DTYPE_COUNT; i++) {
+        if (!di_cpu_dtype_supported((di_dtype)i)) continue;
+        di_cpu_mmp_fn fn = vnni ? di_cpu_mmp_avx512((di_dtype)i) : NULL;
+        t->mmp[i] = fn ? fn : di_cpu_mmp_avx2((di_dtype)i);
+      }
     }
 #endif
 #ifdef DI_CPU_ARM64

@@ -1,0 +1,142 @@
+/* AVX-512 VNNI kernels for packed Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K weights
+ * (layout: matmul_pack.c; group loop, tiles and panels: matmul_pack_tiles.h;
+ * the float finish of every block: matmul_pack_x86.h, shared with AVX2).
+ *
+ * A 64-byte load takes two consecutive 32-byte words (4 elements x 8 columns
+ * each) and one permute interleaves them so that int32 lanes 2c and 2c+1 both
+ * belong to column c (word w and word w+1). The 8 activation bytes of the two
+ * words, broadcast as one int64, then meet them in a single vpdpbusd (unsigned
+ * weight byte x signed activation byte, four products per lane, no
+ * saturation). At the end of a block, fold() adds lanes 2c and 2c+1, which
+ * leaves exactly the integer sums the AVX2 kernels form, in the same 8 lanes,
+ * so the float chains after it are the same instructions on the same values:
+ * Y is bit-identical to the AVX2 and scalar kernels for every M and column range.
+ *   Q4_0/Q4_1: nibbles 0..15 as they are; Q4_0's -8 comes off as 8 * sum(a).
+ *   Q8_0: q + 128 (xor 0x80) makes the weights unsigned; 128 * sum(a) comes off.
+ *   Q4_K: per sub-block a vpdpbusd sum (16 products per lane <= 30480, so it
+ *     fits the low int16), then vpdpwssd against the scale (high int16 zero).
+ *   Q6_K: per word pair the same (4 products <= 32004), by the group's scale.
+ *
+ * Built with -mavx512f/bw/vl/vnni and called only where the CPU has them. With
+ * DI_AVX512_EMULATE it builds against SIMDe's portable AVX-512 instead, for the
+ * test that checks these kernels on machines without AVX-512
+ * (tests/unit/test_matmul_packed_avx512emu.c). */
+#ifdef DI_AVX512_EMULATE
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#define PK_ENTRY di_cpu_mmp_avx512_emu
+#else
+#include <immintrin.h>
+#define PK_ENTRY di_cpu_mmp_avx512
+#endif
+
+#include "backend/cpu/matmul_pack_x86.h"
+
+di_cpu_mmp_fn PK_ENTRY(di_dtype t);
+
+/* Interleaves the int32 lanes of words w (lanes 0-7) and w+1 (8-15): 2c <- c, 2c+1 <- 8+c. */
+AI __m512i pair_perm(__m512i v) {
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15), v);
+}
+AI __m512i load64(const uint8_t *p) { return _mm512_loadu_si512((const void *)p); }
+/* Activation bytes p[0..4) to the even lanes, p[4..8) to the odd ones. */
+AI __m512i bcast8(const int8_t *p) {
+  int64_t v;
+  memcpy(&v, p, 8);
+  return _mm512_set1_epi64(v);
+}
+/* Lane 2c + lane 2c+1 -> lane c (wrapping add; the exact sum fits int32). */
+AI __m256i fold(__m512i x) { return _mm512_cvtepi64_epi32(_mm512_add_epi64(x, _mm512_srli_epi64(x, 32))); }
+/* A 256-bit register of 8 column dwords, each put in lanes 2c and 2c+1. */
+AI __m512i dup_cols(__m256i v) {
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+                                  _mm512_castsi256_si512(v));
+}
+
+/* One 32-element block of 8 columns (Q4_0/Q4_1/Q8_0) into the MT float chains. */
+AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const *a, pk_acc *acc) {
+  const uint8_t *q = gp + DI_PK_G * di_pk_head_bytes(t);
+  __m512i isum[MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_setzero_si512();
+  if (t == DI_Q8_0) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    UNROLL for (int w = 0; w < 8; w += 2) {
+      __m512i wq = _mm512_xor_si512(pair_perm(load64(q + 32 * w)), flip);
+      UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_dpbusd_epi32(isum[i], wq, bcast8(a[i]->qs + 4 * w));
+    }
+  } else {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    UNROLL for (int w = 0; w < 4; w += 2) {
+      __m512i v = pair_perm(load64(q + 32 * w));
+      __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      UNROLL for (int i = 0; i < MT; i++) {
+        isum[i] = _mm512_dpbusd_epi32(isum[i], lo, bcast8(a[i]->qs + 4 * w));
+        isum[i] = _mm512_dpbusd_epi32(isum[i], hi, bcast8(a[i]->qs + 16 + 4 * w));
+      }
+    }
+  }
+  __m256i s[MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) s[i] = fold(isum[i]);
+  q32_finish(t, MT, gp, a, s, t == DI_Q4_0 ? 8 : t == DI_Q8_0 ? 128 : 0, acc);
+}
+
+/* One Q4_K super-block of 8 columns: per sub-block s (words of chunk s/2,
+ * nibble half s&1), isum += dot_s * sc_s. */
+AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc *acc) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), lo8 = _mm512_set1_epi32(0xff);
+  const q4k_sc d = q4k_decode(gp);
+  const __m512i sc4[2] = {dup_cols(d.sc[0]), dup_cols(d.sc[1])};
+  const uint8_t *q = gp + 128;
+  __m512i isum[MT_MAX], p[MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_setzero_si512();
+  UNROLL for (int s = 0; s < 8; s++) {
+    const uint8_t *qc = q + 256 * (s / 2);
+    UNROLL for (int i = 0; i < MT; i++) p[i] = _mm512_setzero_si512();
+    UNROLL for (int w = 0; w < 8; w += 2) {
+      __m512i v = pair_perm(load64(qc + 32 * w));
+      __m512i nib = s & 1 ? _mm512_and_si512(_mm512_srli_epi16(v, 4), m4) : _mm512_and_si512(v, m4);
+      UNROLL for (int i = 0; i < MT; i++) p[i] = _mm512_dpbusd_epi32(p[i], nib, bcast8(a[i]->qs + 32 * s + 4 * w));
+    }
+    __m512i sc = _mm512_and_si512(_mm512_srli_epi32(sc4[s / 4], 8 * (s % 4)), lo8);
+    UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_dpwssd_epi32(isum[i], p[i], sc);
+  }
+  __m256i s[MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) s[i] = fold(isum[i]);
+  q4k_finish(MT, gp, a, &d, s, acc);
+}
+
+/* Words w, w+1 of chunk r (0..3) of half h of a Q6_K super-block, interleaved:
+ * low nibbles from ql, bits 2r, 2r+1 of qh as bits 4, 5 (0..63). */
+AI __m512i q6k_words(const uint8_t *q, int h, int r, int w) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
+  __m512i l = load64(q + 32 * di_pk_q6k_ql(h, r & 1, w)), hb = load64(q + 32 * di_pk_q6k_qh(h, w));
+  l = r < 2 ? _mm512_and_si512(l, m4) : _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
+  hb = r == 0 ? _mm512_slli_epi16(hb, 4) : r == 1 ? _mm512_slli_epi16(hb, 2) : r == 2 ? hb : _mm512_srli_epi16(hb, 2);
+  return pair_perm(_mm512_or_si512(l, _mm512_and_si512(hb, m2)));
+}
+
+/* One Q6_K super-block of 8 columns: isum = sum_g sc_g * dot_g over the 0..63
+ * quants, a word pair (8 elements, half of group g = 8h + 2r + j/2) at a time. */
+AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc *acc) {
+  const uint8_t *q = gp + 16;
+  __m512i isum[MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_setzero_si512();
+  UNROLL for (int h = 0; h < 2; h++) UNROLL for (int r = 0; r < 4; r++) {
+    UNROLL for (int j = 0; j < 4; j++) {
+      const int g = 8 * h + 2 * r + j / 2, e = 128 * h + 32 * r + 8 * j;
+      __m512i qq = q6k_words(q, h, r, 2 * j);
+      /* column c's int8 scale of group g, sign-extended to the low int16 of lanes 2c, 2c+1 */
+      __m512i sw = dup_cols(_mm256_loadu_si256((const __m256i *)(q + 32 * di_pk_q6k_sc(g / 4))));
+      __m512i sc = _mm512_srai_epi16(_mm512_srli_epi32(_mm512_slli_epi32(sw, 24 - 8 * (g % 4)), 16), 8);
+      UNROLL for (int i = 0; i < MT; i++) {
+        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qq, bcast8(a[i]->qs + e));
+        isum[i] = _mm512_dpwssd_epi32(isum[i], p, sc);
+      }
+    }
+  }
+  __m256i s[MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) s[i] = fold(isum[i]);
+  q6k_finish(MT, gp, a, s, acc);
+}
+
+#include "backend/cpu/matmul_pack_tiles.h"
