@@ -1,4 +1,4 @@
-/* The driver shared by the packed-layout kernel files (matmul_pack_avx2.c and
+/* The driver shared by the packed-layout kernel files (matmul_pack_avx2.c, matmul_pack_avx512.c and
  * the NEON builds of matmul_pack_neon.h): group loop, on-the-fly packing of
  * the tail rows, MT-row tiles, L2 panels, the di_cpu_mmp_fn wrappers and the
  * per-type selector. Only the per-block arithmetic differs between ISAs.
