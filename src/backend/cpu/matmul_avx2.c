@@ -11,41 +11,12 @@
 #include <immintrin.h>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/matmul_fl_x86.h"   /* F32/F16/BF16 pieces shared with matmul_avx512.c */
 #include "backend/cpu/matmul_tiles.h" /* tile drivers shared with the NEON kernels */
-
-AI float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 AI __m256 fp16x1(di_fp16 h) { return _mm256_set1_ps(_cvtsh_ss(h)); }
 
-/* GEMV streams weights from memory, and the hardware prefetchers follow a few
- * interleaved row streams poorly: fetch the same bytes of the next tile's rows
- * (dist ahead) while this tile computes, one prefetch per cache line of the block. */
-AI void prefetch_next(const uint8_t *p, size_t dist, size_t block_bytes) {
-  for (size_t o = 0; o < block_bytes; o += 64) _mm_prefetch((const char *)(p + dist + o), _MM_HINT_T0);
-}
-
 /* ---------------- F32 / F16 / BF16 weights, f32 activations ---------------- */
-
-#define fl_QK 8
-
-AI __m256 fl_load(di_dtype t, const uint8_t *p) {
-  if (t == DI_F32) return _mm256_loadu_ps((const float *)p);
-  __m128i h = _mm_loadu_si128((const __m128i *)p);
-  if (t == DI_F16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-AI float fl_scalar(di_dtype t, const uint8_t *row, int64_t k) {
-  if (t == DI_F32) return ((const float *)row)[k];
-  di_fp16 h;
-  memcpy(&h, row + 2 * k, 2);
-  return t == DI_F16 ? _cvtsh_ss(h) : di_cpu_bf16_to_f32(h);
-}
 
 AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const uint8_t *x,
                 size_t xrow, int64_t nb, int64_t K, float *Y, int64_t ldy) {
@@ -61,12 +32,8 @@ AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
       UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(wv[j], xv, acc[i][j]);
     }
   }
-  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++) {
-    const float *xr = (const float *)(x + i * xrow);
-    float tail = 0;
-    for (int64_t k = nb * 8; k < K; k++) tail += fl_scalar(t, w + j * wrow, k) * xr[k];
-    Y[i * ldy + j] = hsum8(acc[i][j]) + tail;
-  }
+  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++)
+    Y[i * ldy + j] = fl_finish(t, acc[i][j], w + j * wrow, (const float *)(x + i * xrow), nb, K);
 }
 #ifndef FL_NT_GEMV
 #define FL_NT_GEMV 4

@@ -26,6 +26,8 @@ typedef void (*di_cpu_mmp_fn)(const void *W, size_t wrow, int64_t N, const void 
  * family exists only in builds for its architecture (isa.h DI_CPU_X86/DI_CPU_ARM64). */
 di_cpu_mm_fn di_cpu_mm_avx2(di_dtype t);
 di_cpu_mmp_fn di_cpu_mmp_avx2(di_dtype t);
+/* F32/F16/BF16 with AVX-512F (matmul_avx512.c); NULL for other types. */
+di_cpu_mm_fn di_cpu_mm_avx512(di_dtype t);
 /* Packed layout with AVX-512 F/BW/VL + VNNI (matmul_pack_avx512.c). */
 di_cpu_mmp_fn di_cpu_mmp_avx512(di_dtype t);
 di_cpu_actq_fn di_cpu_actq_avx2(di_cpu_act_kind kind);
