@@ -20,6 +20,7 @@
 
 #include "backend/cpu/isa.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/peak.h"
 #include "model/gguf.h"
 
 /* --cpu-time: process CPU time divided by the thread count instead of wall time,
@@ -196,8 +197,13 @@ int main(int argc, char **argv) {
   double bw = read_bandwidth(threads, bw_reps);
   printf("isa %s, threads %d, %s, read bandwidth %.1f GB/s (512 MB streaming read, best of %d)\n",
          di_cpu_isa_name(di_cpu_isa()), threads, g_cpu_time ? "CPU time" : "wall time", bw, bw_reps);
-  printf("GEMV M=1 N=%ld K=%ld, GEMM M=%ld\n", (long)N, (long)K, (long)MP);
-  printf("%-5s %10s %8s %8s %11s %11s\n", "type", "GEMV GB/s", "share", "us/GEMV", "GEMM GOP/s", "M=16 GOP/s");
+  di_cpu_peak pk = di_cpu_peak_measure(threads);
+  printf("machine peak: int8 %.0f GOP/s (%s), f32 %.0f GFLOP/s (%s)\n", pk.int8_gops, pk.int8_how, pk.f32_gflops,
+         pk.f32_how);
+  printf("GEMV M=1 N=%ld K=%ld, GEMM M=%ld; GEMM share = of the int8 peak (quantized) or f32 peak (float types)\n",
+         (long)N, (long)K, (long)MP);
+  printf("%-5s %10s %8s %8s %11s %6s %11s\n", "type", "GEMV GB/s", "share", "us/GEMV", "GEMM GOP/s", "share",
+         "M=16 GOP/s");
   uint64_t seed = 0x12345678;
   float *X = malloc((size_t)(MP * K) * 4), *Y = malloc((size_t)(MP * N) * 4);
   for (int64_t i = 0; i < MP * K; i++) X[i] = rndf(&seed);
@@ -242,8 +248,10 @@ int main(int argc, char **argv) {
       tg[r < 16 ? r : 15] = now() - t0;
     }
     double g16 = best(tg, reps < 16 ? reps : 16);
-    printf("%-5s %10.1f %7.0f%% %8.0f %11.1f %11.1f\n", types[ti].name, gbs, 100 * gbs / bw, gemv * 1e6,
-           2.0 * (double)MP * (double)N * (double)K / gemm / 1e9, 2.0 * 16 * (double)N * (double)K / g16 / 1e9);
+    double gops = 2.0 * (double)MP * (double)N * (double)K / gemm / 1e9;
+    double peak = t == DI_F32 || t == DI_F16 || t == DI_BF16 ? pk.f32_gflops : pk.int8_gops;
+    printf("%-5s %10.1f %7.0f%% %8.0f %11.1f %5.0f%% %11.1f\n", types[ti].name, gbs, 100 * gbs / bw, gemv * 1e6, gops,
+           peak > 0 ? 100 * gops / peak : 0.0, 2.0 * 16 * (double)N * (double)K / g16 / 1e9);
     fflush(stdout);
     free(W);
     free(xq);

@@ -1,6 +1,7 @@
 /* deepinfer bench: single-sequence prompt processing and generation speed,
  * plus the share of the machine's measured read bandwidth that generation
- * reaches (decode streams every weight once per token). */
+ * reaches (decode streams every weight once per token), and the share of the
+ * int8 / f32 compute peak that prefill's matmuls reach. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 
 #include "backend/cpu/isa.h"
 #include "backend/cpu/membw.h"
+#include "backend/cpu/peak.h"
 #include "cli/args.h"
 #include "cli/bench_serve.h"
 #include "cli/cli.h"
@@ -29,7 +31,7 @@ static const char *usage =
     "      --threads N      threads (default: all cores)\n"
     "      --kv-type T      f16 (default), bf16, f32\n"
     "      --mmap           memory-map the weights instead of reading them\n"
-    "      --no-bw          skip the bandwidth measurement\n"
+    "      --no-bw          skip the bandwidth and compute-peak measurements\n"
     "      --json           one JSON object on stdout\n"
     "  -h, --help           this help\n"
     "\n"
@@ -150,17 +152,32 @@ int di_cmd_bench(int argc, char **argv) {
     double bytes_tok = wbytes + kv_tok * ((double)depth + (double)ng / 2);
     double bw = no_bw ? 0 : di_cpu_read_bandwidth((size_t)1 << 30, nthreads, 5);
     double share = bw > 0 ? tg_med * bytes_tok / (bw * 1e9) : 0;
+    /* Prefill's matmul work: 2 ops per weight per token (the embedding table
+     * only where it is also the classifier); attention is left out. Its limit is
+     * the int8 peak for quantized weights (int8 activations), f32 otherwise. */
+    double mm_params = (double)g.model->n_params;
+    if (g.model->output.data != g.model->tok_embd.data)
+      mm_params -= (double)g.model->tok_embd.ne[0] * (double)g.model->tok_embd.ne[1];
+    di_dtype wt = g.model->layers[0].w_up.type;
+    bool float_w = wt == DI_F32 || wt == DI_F16 || wt == DI_BF16;
+    di_cpu_peak pk = no_bw || !np ? (di_cpu_peak){0} : di_cpu_peak_measure(nthreads);
+    double peak = float_w ? pk.f32_gflops : pk.int8_gops;
+    double pp_share = peak > 0 ? pp_med * 2 * mm_params / (peak * 1e9) : 0;
     if (json) {
       printf("{\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"n_prompt\": %lld, "
              "\"n_gen\": %lld, \"depth\": %lld, \"reps\": %lld, \"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, "
-             "\"tg_bytes_per_token\": %.0f, \"bw_gb_s\": %.3f, \"bw_share\": %.4f}\n",
+             "\"tg_bytes_per_token\": %.0f, \"bw_gb_s\": %.3f, \"bw_share\": %.4f, \"peak_gops\": %.1f, "
+             "\"peak_kind\": \"%s\", \"pp_peak_share\": %.4f}\n",
              model, hp->arch, nthreads, di_cpu_isa_name(di_cpu_isa()), np, ng, depth, reps, pp_med, tg_med, bytes_tok,
-             bw, share);
+             bw, share, peak, float_w ? pk.f32_how : pk.int8_how, pp_share);
     } else {
       printf("model       %s (%s, %.1f M params, %.1f MiB weights)\n", model, hp->arch, (double)g.model->n_params / 1e6,
              (double)g.model->weight_bytes / 1048576.0);
       printf("threads     %d (%s)\n", nthreads, di_cpu_isa_name(di_cpu_isa()));
       if (np) printf("pp%-8lld %.1f tok/s\n", np, pp_med);
+      if (pp_share > 0)
+        printf("compute     %.0f G%s/s peak (%s); prefill matmuls reach %.0f%% of it\n", peak, float_w ? "FLOP" : "OP",
+               float_w ? pk.f32_how : pk.int8_how, pp_share * 100);
       if (ng) printf("tg%-8lld %.1f tok/s%s\n", ng, tg_med, depth ? " (after depth)" : "");
       if (bw > 0)
         printf("bandwidth   %.1f GB/s measured; generation reads %.1f MB/token = %.0f%% of it\n", bw, bytes_tok / 1e6,
