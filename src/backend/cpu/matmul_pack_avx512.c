@@ -139,4 +139,104 @@ AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
   q6k_finish(MT, gp, a, s, acc);
 }
 
+/* ---- Q4_0 / Q4_1 / Q8_0, two groups (16 columns) at a time ----
+ * For these types the fold and the float finish of every 32-element block
+ * cost as much as the dot products. Here a zmm holds a word of group g in its
+ * low half and the same word of group g+1 in its high half, so each int32 lane
+ * is one column's sum already (no fold) and the finish runs on 16 columns per
+ * instruction. Lane c of the low (high) half is exactly lane c of the AVX2
+ * kernel's group g (g+1), with the same integer sum and the same float
+ * operations of q32_finish, so the bits are the same. matmul_pack_tiles.h calls
+ * pk_group2 for pairs of full groups and pk_group for the rest. */
+#define PK_GROUP2 1
+AI bool pk_group2_ok(di_dtype t) { return !di_pk_kquant(t); }
+
+AI __m512i join_words(const uint8_t *p0, const uint8_t *p1) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)),
+                            _mm256_loadu_si256((const __m256i *)p1), 1);
+}
+/* The 8 fp16 values at p0 (then p1) as 16 floats; two F16C conversions, as the
+ * emulation has no 512-bit one and this runs once per block for all rows. */
+AI __m512 join_ph(const uint8_t *p0, const uint8_t *p1) {
+  __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p0)), hi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p1));
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+AI __m512 cvt16(__m512i v) {
+#ifdef DI_AVX512_EMULATE /* SIMDe 0.7.4 has no _mm512_cvtepi32_ps */
+  __m256 lo = _mm256_cvtepi32_ps(_mm512_castsi512_si256(v)), hi = _mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(v, 1));
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+#else
+  return _mm512_cvtepi32_ps(v);
+#endif
+}
+AI __m512i bcast4(const int8_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, const di_act_q8 *const *a, __m512 *acc) {
+  const size_t head = DI_PK_G * di_pk_head_bytes(t);
+  const uint8_t *q0 = gp0 + head, *q1 = gp1 + head;
+  __m512i isum[MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_setzero_si512();
+  if (t == DI_Q8_0) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    UNROLL for (int w = 0; w < 8; w++) {
+      __m512i wq = _mm512_xor_si512(join_words(q0 + 32 * w, q1 + 32 * w), flip);
+      UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_dpbusd_epi32(isum[i], wq, bcast4(a[i]->qs + 4 * w));
+    }
+  } else {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    UNROLL for (int w = 0; w < 4; w++) {
+      __m512i v = join_words(q0 + 32 * w, q1 + 32 * w);
+      __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      UNROLL for (int i = 0; i < MT; i++) {
+        isum[i] = _mm512_dpbusd_epi32(isum[i], lo, bcast4(a[i]->qs + 4 * w));
+        isum[i] = _mm512_dpbusd_epi32(isum[i], hi, bcast4(a[i]->qs + 16 + 4 * w));
+      }
+    }
+  }
+  /* q32_finish, 16 lanes at a time */
+  const int bias = t == DI_Q4_0 ? 8 : t == DI_Q8_0 ? 128 : 0;
+  __m512 dw = join_ph(gp0, gp1);
+  UNROLL for (int i = 0; i < MT; i++) {
+    __m512i is = bias ? _mm512_sub_epi32(isum[i], _mm512_set1_epi32(bias * a[i]->sum)) : isum[i];
+    __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(a[i]->d));
+    acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(cvt16(is), dd));
+  }
+  if (t == DI_Q4_1) {
+    __m512 mw = join_ph(gp0 + 16, gp1 + 16);
+    UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(mw, _mm512_set1_ps(a[i]->s)));
+  }
+}
+
+/* Outputs [8g, 8g+16) x MT rows (groups g and g+1, both full), stored where they fall inside [n0, n1). */
+AI void pk_group2(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t g, const uint8_t *x, size_t xrow,
+                  int64_t nb, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
+  const size_t gbb = DI_PK_G * (t == DI_Q4_0 ? sizeof(di_block_q4_0) : t == DI_Q4_1 ? sizeof(di_block_q4_1)
+                                                                                    : sizeof(di_block_q8_0));
+  const uint8_t *w0 = W + (size_t)g * DI_PK_G * wrow, *w1 = w0 + DI_PK_G * wrow;
+  __m512 acc[MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *gp0 = w0 + (size_t)b * gbb, *gp1 = w1 + (size_t)b * gbb;
+    if (MT == 1) /* GEMV: the next block of both groups (as pk_group does for one) */
+      for (size_t o = 0; o < gbb; o += 64) __builtin_prefetch(gp0 + gbb + o, 0, 3), __builtin_prefetch(gp1 + gbb + o, 0, 3);
+    const di_act_q8 *a[MT_MAX];
+    UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8 *)(x + i * xrow) + b;
+    q32_block2(t, MT, gp0, gp1, a, acc);
+  }
+  int64_t c0 = g * DI_PK_G, lo = n0 > c0 ? n0 : c0, hi = n1 < c0 + 2 * DI_PK_G ? n1 : c0 + 2 * DI_PK_G;
+  UNROLL for (int i = 0; i < MT; i++) {
+    if (lo == c0 && hi == c0 + 2 * DI_PK_G) {
+      _mm512_storeu_ps(Y + i * ldy + c0, acc[i]);
+    } else {
+      float out[2 * DI_PK_G];
+      _mm512_storeu_ps(out, acc[i]);
+      for (int64_t n = lo; n < hi; n++) Y[i * ldy + n] = out[n - c0];
+    }
+  }
+}
+
 #include "backend/cpu/matmul_pack_tiles.h"

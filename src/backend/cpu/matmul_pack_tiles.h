@@ -14,6 +14,8 @@
  *                          one group-block gp of 8 columns into MT rows' chains
  *   pk_store(t, const pk_acc *acc, float *y)   y[0..8) = s (+ m for K-quants)
  *   PK_ENTRY               the name of the exported selector (di_cpu_mmp_fn (di_dtype))
+ * and optionally PK_GROUP2 with pk_group2_ok(t) and pk_group2(t, MT, W, wrow, g,
+ * x, xrow, nb, Y, ldy, n0, n1): two full groups g, g+1 at once (AVX-512).
  * The block functions own row invariance: each output's chain sees the blocks
  * in K order with the same instructions whatever MT, the tile or the column
  * range, so Y[m][n] has the same bits as the scalar reference. */
@@ -90,6 +92,10 @@ AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, i
 AI void pk_groups(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t N, int64_t g0, int64_t g1,
                   const uint8_t *x, size_t xrow, int64_t nb, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   int64_t full = N / DI_PK_G, g = g0;
+#ifdef PK_GROUP2
+  if (pk_group2_ok(t))
+    for (; g + 1 < g1 && g + 1 < full; g += 2) pk_group2(t, MT, W, wrow, g, x, xrow, nb, Y, ldy, n0, n1);
+#endif
   for (; g < g1 && g < full; g++) pk_group(t, MT, false, W, wrow, N, g, x, xrow, nb, Y, ldy, n0, n1);
   if (g < g1) pk_group(t, MT, true, W, wrow, N, g, x, xrow, nb, Y, ldy, n0, n1);
 }
