@@ -34,6 +34,11 @@
 
 di_cpu_mmp_fn PK_ENTRY(di_dtype t);
 
+/* 8-row tiles for Q4_0/Q4_1/Q8_0: a word's unpacking is shared by twice the
+ * rows (pk_group2 then holds 20 of the 32 zmm registers); the K-quants keep 4. */
+#define PK_MT_CAP 8
+AI int pk_mt(di_dtype t) { return di_pk_kquant(t) ? MT_MAX : PK_MT_CAP; }
+
 /* Interleaves the int32 lanes of words w (lanes 0-7) and w+1 (8-15): 2c <- c, 2c+1 <- 8+c. */
 AI __m512i pair_perm(__m512i v) {
   return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15), v);
@@ -56,7 +61,7 @@ AI __m512i dup_cols(__m256i v) {
 /* One 32-element block of 8 columns (Q4_0/Q4_1/Q8_0) into the MT float chains. */
 AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const *a, pk_acc *acc) {
   const uint8_t *q = gp + DI_PK_G * di_pk_head_bytes(t);
-  __m512i isum[MT_MAX];
+  __m512i isum[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_setzero_si512();
   if (t == DI_Q8_0) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -75,7 +80,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
       }
     }
   }
-  __m256i s[MT_MAX];
+  __m256i s[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) s[i] = fold(isum[i]);
   q32_finish(t, MT, gp, a, s, t == DI_Q4_0 ? 8 : t == DI_Q8_0 ? 128 : 0, acc);
 }
@@ -87,7 +92,7 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
   const q4k_sc d = q4k_decode(gp);
   const __m512i sc4[2] = {dup_cols(d.sc[0]), dup_cols(d.sc[1])};
   const uint8_t *q = gp + 128;
-  __m512i isum[MT_MAX], p[MT_MAX];
+  __m512i isum[PK_MT_CAP], p[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_setzero_si512();
   UNROLL for (int s = 0; s < 8; s++) {
     const uint8_t *qc = q + 256 * (s / 2);
@@ -100,7 +105,7 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
     __m512i sc = _mm512_and_si512(_mm512_srli_epi32(sc4[s / 4], 8 * (s % 4)), lo8);
     UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_dpwssd_epi32(isum[i], p[i], sc);
   }
-  __m256i s[MT_MAX];
+  __m256i s[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) s[i] = fold(isum[i]);
   q4k_finish(MT, gp, a, &d, s, acc);
 }
@@ -119,7 +124,7 @@ AI __m512i q6k_words(const uint8_t *q, int h, int r, int w) {
  * quants, a word pair (8 elements, half of group g = 8h + 2r + j/2) at a time. */
 AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc *acc) {
   const uint8_t *q = gp + 16;
-  __m512i isum[MT_MAX];
+  __m512i isum[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_setzero_si512();
   UNROLL for (int h = 0; h < 2; h++) UNROLL for (int r = 0; r < 4; r++) {
     UNROLL for (int j = 0; j < 4; j++) {
@@ -134,7 +139,7 @@ AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
       }
     }
   }
-  __m256i s[MT_MAX];
+  __m256i s[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) s[i] = fold(isum[i]);
   q6k_finish(MT, gp, a, s, acc);
 }
@@ -178,7 +183,7 @@ AI __m512i bcast4(const int8_t *p) {
 AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, const di_act_q8 *const *a, __m512 *acc) {
   const size_t head = DI_PK_G * di_pk_head_bytes(t);
   const uint8_t *q0 = gp0 + head, *q1 = gp1 + head;
-  __m512i isum[MT_MAX];
+  __m512i isum[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_setzero_si512();
   if (t == DI_Q8_0) {
     const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -217,13 +222,13 @@ AI void pk_group2(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t g, 
   const size_t gbb = DI_PK_G * (t == DI_Q4_0 ? sizeof(di_block_q4_0) : t == DI_Q4_1 ? sizeof(di_block_q4_1)
                                                                                     : sizeof(di_block_q8_0));
   const uint8_t *w0 = W + (size_t)g * DI_PK_G * wrow, *w1 = w0 + DI_PK_G * wrow;
-  __m512 acc[MT_MAX];
+  __m512 acc[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *gp0 = w0 + (size_t)b * gbb, *gp1 = w1 + (size_t)b * gbb;
     if (MT == 1) /* GEMV: the next block of both groups (as pk_group does for one) */
       for (size_t o = 0; o < gbb; o += 64) __builtin_prefetch(gp0 + gbb + o, 0, 3), __builtin_prefetch(gp1 + gbb + o, 0, 3);
-    const di_act_q8 *a[MT_MAX];
+    const di_act_q8 *a[PK_MT_CAP];
     UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8 *)(x + i * xrow) + b;
     q32_block2(t, MT, gp0, gp1, a, acc);
   }

@@ -29,6 +29,16 @@
 #include "backend/cpu/matmul_kernels.h"
 #include "backend/cpu/matmul_tiles.h" /* AI, UNROLL, MT_MAX, PANEL_BYTES */
 
+/* Rows per tile: pk_mt(t) <= PK_MT_CAP; an including file with more registers
+ * (AVX-512) raises both for the types where it pays. */
+#ifndef PK_MT_CAP
+#define PK_MT_CAP MT_MAX
+AI int pk_mt(di_dtype t) {
+  (void)t;
+  return MT_MAX;
+}
+#endif
+
 /* Tail rows are packed on the fly this many bytes of group-blocks at a time. */
 #define TAIL_BYTES (16 * DI_PK_G * sizeof(di_block_q4_K))
 
@@ -51,7 +61,7 @@ AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, i
   const int64_t tail_blocks = (int64_t)(TAIL_BYTES / gbb);
   _Alignas(32) uint8_t tmp[TAIL_BYTES];
   const uint8_t *gw = W + (size_t)g * DI_PK_G * wrow;
-  pk_acc acc[MT_MAX];
+  pk_acc acc[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) pk_acc_zero(&acc[i]);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *gp = gw + (size_t)b * gbb;
@@ -66,12 +76,12 @@ AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, i
     if (MT == 1 && !TAIL)
       for (size_t o = 0; o < gbb; o += 64) __builtin_prefetch(gp + gbb + o, 0, 3);
     if (di_pk_kquant(t)) {
-      const di_act_q8k *a[MT_MAX];
+      const di_act_q8k *a[PK_MT_CAP];
       UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8k *)(x + i * xrow) + b;
       if (t == DI_Q4_K) q4k_block(MT, gp, a, acc);
       else q6k_block(MT, gp, a, acc);
     } else {
-      const di_act_q8 *a[MT_MAX];
+      const di_act_q8 *a[PK_MT_CAP];
       UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8 *)(x + i * xrow) + b;
       q32_block(t, MT, gp, a, acc);
     }
@@ -101,7 +111,7 @@ AI void pk_groups(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t N, 
 }
 
 /* GEMV walks the groups once; GEMM walks them in panels of about PANEL_BYTES,
- * which stay in L2 while every MT_MAX-row tile of activations passes over them. */
+ * which stay in L2 while every pk_mt(t)-row tile of activations passes over them. */
 AI void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, size_t xrow, int64_t M,
               int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   const uint8_t *w = W, *x = X;
@@ -110,14 +120,21 @@ AI void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, 
     pk_groups(t, 1, w, wrow, N, g0, g1, x, xrow, nb, Y, ldy, n0, n1);
     return;
   }
+  const int mt_max = pk_mt(t);
   int64_t panel = (int64_t)(PANEL_BYTES / (DI_PK_G * wrow));
   if (panel < 1) panel = 1;
   for (int64_t p0 = g0; p0 < g1; p0 += panel) {
     int64_t p1 = g1 - p0 < panel ? g1 : p0 + panel;
-    for (int64_t m = 0; m < M; m += MT_MAX) {
+    for (int64_t m = 0; m < M; m += mt_max) {
       const uint8_t *xm = x + m * xrow;
       float *ym = Y + m * ldy;
-      switch (M - m < MT_MAX ? M - m : MT_MAX) {
+      switch (M - m < mt_max ? M - m : mt_max) {
+#if PK_MT_CAP > 4
+      case 8: pk_groups(t, 8, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 7: pk_groups(t, 7, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 6: pk_groups(t, 6, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 5: pk_groups(t, 5, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+#endif
       case 4: pk_groups(t, 4, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
       case 3: pk_groups(t, 3, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
       case 2: pk_groups(t, 2, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;

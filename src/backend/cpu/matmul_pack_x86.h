@@ -106,7 +106,7 @@ AI void q4k_finish(int MT, const uint8_t *gp, const di_act_q8k *const *a, const 
  * 32 * sum_g sc_g * bsums_g (a madd per group pair), then s += (d_w * d_a) * isum. */
 AI void q6k_finish(int MT, const uint8_t *gp, const di_act_q8k *const *a, __m256i *isum, pk_acc *acc) {
   const uint8_t *q = gp + 16;
-  __m256i corr[MT_MAX];
+  __m256i corr[8]; /* MT <= 8 (matmul_pack_tiles.h, PK_MT_CAP) */
   UNROLL for (int i = 0; i < MT; i++) corr[i] = _mm256_setzero_si256();
   UNROLL for (int pr = 0; pr < 8; pr++) {
     __m256i sc = q6k_scales(q + 32 * di_pk_q6k_sc(pr / 2), 2 * pr % 4, 2 * pr % 4 + 1);
