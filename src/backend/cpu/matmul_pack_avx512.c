@@ -34,10 +34,11 @@
 
 di_cpu_mmp_fn PK_ENTRY(di_dtype t);
 
-/* 8-row tiles for Q4_0/Q4_1/Q8_0: a word's unpacking is shared by twice the
- * rows (pk_group2 then holds 20 of the 32 zmm registers); the K-quants keep 4. */
+/* 8-row tiles: a word's unpacking is shared by twice the rows (pk_group2 then
+ * holds 20 of the 32 zmm registers). Q4_K keeps 4: its per-row sub-block sums
+ * and two float chains would not fit 8 rows in registers. */
 #define PK_MT_CAP 8
-AI int pk_mt(di_dtype t) { return di_pk_kquant(t) ? MT_MAX : PK_MT_CAP; }
+AI int pk_mt(di_dtype t) { return t == DI_Q4_K ? MT_MAX : PK_MT_CAP; }
 
 /* Interleaves the int32 lanes of words w (lanes 0-7) and w+1 (8-15): 2c <- c, 2c+1 <- 8+c. */
 AI __m512i pair_perm(__m512i v) {
@@ -127,11 +128,12 @@ AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
   __m512i isum[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_setzero_si512();
   UNROLL for (int h = 0; h < 2; h++) UNROLL for (int r = 0; r < 4; r++) {
+    /* groups 8h + 2r and 8h + 2r + 1 share a scale word (4 groups per word) */
+    const __m512i sw = dup_cols(_mm256_loadu_si256((const __m256i *)(q + 32 * di_pk_q6k_sc((8 * h + 2 * r) / 4))));
     UNROLL for (int j = 0; j < 4; j++) {
       const int g = 8 * h + 2 * r + j / 2, e = 128 * h + 32 * r + 8 * j;
       __m512i qq = q6k_words(q, h, r, 2 * j);
       /* column c's int8 scale of group g, sign-extended to the low int16 of lanes 2c, 2c+1 */
-      __m512i sw = dup_cols(_mm256_loadu_si256((const __m256i *)(q + 32 * di_pk_q6k_sc(g / 4))));
       __m512i sc = _mm512_srai_epi16(_mm512_srli_epi32(_mm512_slli_epi32(sw, 24 - 8 * (g % 4)), 16), 8);
       UNROLL for (int i = 0; i < MT; i++) {
         __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qq, bcast8(a[i]->qs + e));
