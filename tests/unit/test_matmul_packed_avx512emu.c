@@ -4,6 +4,8 @@
  * to the scalar reference for every M 1..17 and split column ranges, tail
  * groups included), calling the kernels directly. */
 #define DI_AVX512_EMULATE
+#define AI static inline /* not forced: see matmul_tiles.h */
+#define UNROLL
 #include "backend/cpu/matmul_pack_avx512.c"
 
 #define PACKED_TEST_KERNEL di_cpu_mmp_avx512_emu

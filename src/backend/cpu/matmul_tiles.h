@@ -14,8 +14,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The emulation tests (test_*_avx512emu.c) define AI and UNROLL first: forced
+ * inlining and unrolling of SIMDe's portable code cost GCC minutes per build. */
+#ifndef AI
 #define AI static inline __attribute__((always_inline))
+#endif
+#ifndef UNROLL
 #define UNROLL _Pragma("GCC unroll 8")
+#endif
 
 #define MT_MAX 4
 
