@@ -228,8 +228,9 @@ AI void pk_group2(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t g, 
   UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *gp0 = w0 + (size_t)b * gbb, *gp1 = w1 + (size_t)b * gbb;
-    if (MT == 1) /* GEMV: the next block of both groups (as pk_group does for one) */
-      for (size_t o = 0; o < gbb; o += 64) __builtin_prefetch(gp0 + gbb + o, 0, 3), __builtin_prefetch(gp1 + gbb + o, 0, 3);
+    if (MT == 1) /* GEMV: both groups' block ~2 KB ahead (as pk_group does for one) */
+      for (size_t o = 0; o < gbb; o += 64)
+        __builtin_prefetch(gp0 + pk_ahead(gbb) + o, 0, 3), __builtin_prefetch(gp1 + pk_ahead(gbb) + o, 0, 3);
     const di_act_q8 *a[PK_MT_CAP];
     UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8 *)(x + i * xrow) + b;
     q32_block2(t, MT, gp0, gp1, a, acc);

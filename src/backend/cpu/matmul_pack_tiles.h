@@ -69,12 +69,12 @@ AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, i
       if (b % tail_blocks == 0) di_cpu_pack_tail(t, W, wrow, N, b, nb - b < tail_blocks ? nb : b + tail_blocks, tmp);
       gp = tmp + (size_t)(b % tail_blocks) * gbb;
     }
-    /* GEMV: fetch the next group-block (the next group's first one after the
-     * last) while this one computes. The hardware prefetcher alone lost 5-15% of
-     * tg on the 1.1B Q4_K_M model on x86 (it restarts at every matrix and Q6_K
-     * reads inside a block with jumps); with this, tg beats the unpacked kernels. */
+    /* GEMV: fetch a group-block ahead (pk_ahead; past the last, the next
+     * group's) while this one computes. The hardware prefetcher alone lost 5-15%
+     * of tg on the 1.1B Q4_K_M model on x86 (it restarts at every matrix and Q6_K
+     * reads inside a block with jumps). */
     if (MT == 1 && !TAIL)
-      for (size_t o = 0; o < gbb; o += 64) __builtin_prefetch(gp + gbb + o, 0, 3);
+      for (size_t o = 0; o < gbb; o += 64) __builtin_prefetch(gp + pk_ahead(gbb) + o, 0, 3);
     if (di_pk_kquant(t)) {
       const di_act_q8k *a[PK_MT_CAP];
       UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8k *)(x + i * xrow) + b;
