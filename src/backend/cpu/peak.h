@@ -1,7 +1,7 @@
 /* Measures the machine's compute limits the kernels are judged against: the
- * int8 dot-product rate (AVX-512 VNNI vpdpbusd where the CPU has it, else
- * AVX2 vpmaddubsw + vpmaddwd, else NEON SDOT... not measured: 0) and the f32
- * FMA rate, on `threads` threads at once. Ops count a multiply and an add
+ * int8 dot-product rate (AVX-512 VNNI vpdpbusd where the CPU has it, else AVX2
+ * vpmaddubsw + vpmaddwd; no probe on other CPUs yet, which report 0) and the
+ * f32 FMA rate, on `threads` threads at once. Ops count a multiply and an add
  * each, like the GEMM figures (2*M*N*K). */
 #ifndef DI_BACKEND_CPU_PEAK_H
 #define DI_BACKEND_CPU_PEAK_H
