@@ -5,6 +5,7 @@
 #include "backend/cpu/isa.h"
 #include "util/threadpool.h"
 
+#ifdef DI_CPU_X86 /* the only probes so far (peak.h) */
 typedef struct {
   long long (*loop)(long long);
   long long iters;
@@ -38,12 +39,14 @@ static double best_rate(di_threadpool *tp, int threads, long long (*loop)(long l
   return best;
 }
 
+#endif
+
 di_cpu_peak di_cpu_peak_measure(int threads) {
   di_cpu_peak pk = {0, 0, "none", "none"};
+#ifdef DI_CPU_X86
   if (threads < 1) threads = 1;
   di_threadpool *tp = di_threadpool_create(threads);
   if (!tp) return pk;
-#ifdef DI_CPU_X86
   const di_cpu_features *f = di_cpu_features_get();
   if (f->avx512f && f->avx512vnni) {
     pk.int8_gops = best_rate(tp, threads, di_cpu_peak_int8_avx512, 2 * 64);
@@ -59,7 +62,9 @@ di_cpu_peak di_cpu_peak_measure(int threads) {
     pk.f32_gflops = best_rate(tp, threads, di_cpu_peak_f32_avx2, 2 * 8);
     pk.f32_how = "AVX2 FMA";
   }
-#endif
   di_threadpool_free(tp);
+#else
+  (void)threads;
+#endif
   return pk;
 }
