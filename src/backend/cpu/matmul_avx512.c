@@ -36,10 +36,13 @@ AI __m256 half_of(__m512 v, int h) {
 
 /* 8 weights of row p0 to the low half, 8 of row p1 to the high half. */
 AI __m512 fl_load2(di_dtype t, const uint8_t *p0, const uint8_t *p1) {
-#ifndef DI_AVX512_EMULATE /* SIMDe 0.7.4 has no _mm512_cvtph_ps; the emulation joins two F16C conversions */
-  if (t == DI_F16)
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p0)),
-                                                   _mm_loadu_si128((const __m128i *)p1), 1));
+#ifndef DI_AVX512_EMULATE /* SIMDe 0.7.4 has neither conversion; the emulation joins two 256-bit loads */
+  if (t != DI_F32) {
+    __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p0)),
+                                        _mm_loadu_si128((const __m128i *)p1), 1);
+    if (t == DI_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16: the high half of f32 */
+  }
 #endif
   return join(fl_load(t, p0), fl_load(t, p1));
 }
