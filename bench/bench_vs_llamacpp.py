@@ -321,6 +321,7 @@ def run_deepinfer(exe, model, pp, tg, threads, timeout, depth=0, reps=3):
         "tg_tok_s": pick(obj, "tg_tok_s", "tg", f"tg{tg}", "gen_tok_s", "tg_tps"),
         "bw_share": pick(obj, "bw_share", "tg_bw_share", "bandwidth_share"),
         "bw_gbs": pick(obj, "bw_gb_s", "bw_gbs", "read_bw_gbs", "mem_bw_gbs", "bandwidth_gbs"),
+        "pp_peak_share": pick(obj, "pp_peak_share"),
         "raw": obj,
     }
     for k in ("pp", "tg"):
@@ -398,13 +399,16 @@ def render_markdown(results, meta):
                  "pp = one decode of P random tokens into an empty cache, tg = N single-token decodes; weights "
                  "read into memory, KV F16). DeepInfer = `deepinfer bench -m FILE -p P -n N --threads T --json`. "
                  "\"share\" = tg tok/s × weight bytes read per token ÷ read bandwidth (DeepInfer's own "
-                 "measurement when it ran, else this script's AVX2 probe). Ratio = DeepInfer ÷ llama.cpp. "
+                 "measurement when it ran, else this script's AVX2 probe). \"pp peak\" = the share of the "
+                 "int8 (quantized weights) or f32 compute peak that DeepInfer's prefill matmuls reach "
+                 "(`deepinfer bench` measures the peak; – where it did not). Ratio = DeepInfer ÷ llama.cpp. "
                  "\"load\" = the machine's 1-minute load average at the time: with other jobs on the 2 cores "
                  "the absolute numbers are low and noisy; compare numbers of one row.")
     lines.append("")
     lines.append("| model | weights | threads | test | llama.cpp pp tok/s | llama.cpp tg tok/s | llama.cpp tg share "
-                 "| DeepInfer pp tok/s | DeepInfer tg tok/s | DeepInfer tg share | pp ratio | tg ratio | date, load |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+                 "| DeepInfer pp tok/s | DeepInfer tg tok/s | DeepInfer tg share | DeepInfer pp peak | pp ratio | tg ratio "
+                 "| date, load |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def x(v):
         return (fmt(v, 2) + "×") if v else "–"
@@ -419,11 +423,13 @@ def render_markdown(results, meta):
         test = f"pp{r.get('pp')} tg{r.get('tg')}" + (f" @d{r['depth']}" if r.get("depth") else "") \
             + f" ×{r.get('reps')}"
         dierr = "error" in di
-        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+        pshare = di.get("pp_peak_share") if isinstance(di, dict) else None
+        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
             shape.upper(), wt.upper() or "?", r["threads"], test,
             fmt(lc.get("pp_tok_s")), fmt(lc.get("tg_tok_s")), f"{lshare:.0%}" if lshare else "–",
             "n/a" if dierr else fmt(di.get("pp_tok_s")), "n/a" if dierr else fmt(di.get("tg_tok_s")),
             f"{dshare:.0%}" if isinstance(dshare, (int, float)) and not dierr else "–",
+            f"{pshare:.0%}" if isinstance(pshare, (int, float)) and pshare > 0 and not dierr else "–",
             x(ratio(di.get("pp_tok_s"), lc.get("pp_tok_s"))), x(ratio(di.get("tg_tok_s"), lc.get("tg_tok_s"))),
             f"{r.get('date', '?')}, {r.get('loadavg', '?')}"))
     errs = sorted({r["deepinfer"]["error"] for r in results
