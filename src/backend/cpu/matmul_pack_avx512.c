@@ -16,6 +16,9 @@
  *   Q4_K: per sub-block a vpdpbusd sum (16 products per lane <= 30480, so it
  *     fits the low int16), then vpdpwssd against the scale (high int16 zero).
  *   Q6_K: per word pair the same (4 products <= 32004), by the group's scale.
+ * That is the single-group path (K-quants, and Q4_0/Q4_1/Q8_0 groups without a
+ * full neighbour); whole pairs of Q4_0/Q4_1/Q8_0 groups take pk_group2 below,
+ * one column per lane and no fold.
  *
  * Built with -mavx512f/bw/vl/vnni and called only where the CPU has them. With
  * DI_AVX512_EMULATE it builds against SIMDe's portable AVX-512 instead, for the
