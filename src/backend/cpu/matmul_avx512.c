@@ -22,14 +22,12 @@
 #endif
 
 #include "backend/cpu/matmul_fl_x86.h"
+#include "backend/cpu/x86_512.h"
 
 di_cpu_mm_fn FL512_ENTRY(di_dtype t);
 
 #define NP_MAX 4 /* column pairs per tile */
 
-AI __m512 join(__m256 lo, __m256 hi) {
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
-}
 AI __m256 half_of(__m512 v, int h) {
   return h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)) : _mm512_castps512_ps256(v);
 }
@@ -44,7 +42,7 @@ AI __m512 fl_load2(di_dtype t, const uint8_t *p0, const uint8_t *p1) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); /* bf16: the high half of f32 */
   }
 #endif
-  return join(fl_load(t, p0), fl_load(t, p1));
+  return join_ps(fl_load(t, p0), fl_load(t, p1));
 }
 
 /* MT rows x NT columns; pair p holds columns 2p and 2p+1 (an odd NT's last

@@ -66,6 +66,16 @@ static inline size_t di_pk_head_bytes(di_dtype t) { return t == DI_Q4_1 || t == 
 static inline size_t di_pk_head_at(di_dtype t) { return t == DI_Q6_K ? 208 : 0; }
 static inline size_t di_pk_words_at(di_dtype t) { return t == DI_Q6_K ? 0 : di_pk_head_bytes(t); }
 static inline bool di_pk_kquant(di_dtype t) { return t == DI_Q4_K || t == DI_Q6_K; }
+/* GGUF block bytes of a packable type (inline, so kernels fold it per type). */
+static inline size_t di_pk_block_bytes(di_dtype t) {
+  switch (t) {
+  case DI_Q4_0: return sizeof(di_block_q4_0);
+  case DI_Q4_1: return sizeof(di_block_q4_1);
+  case DI_Q4_K: return sizeof(di_block_q4_K);
+  case DI_Q6_K: return sizeof(di_block_q6_K);
+  default: return sizeof(di_block_q8_0);
+  }
+}
 /* Packed position of source word w. Identity but for Q6_K, whose words are put
  * in the order its kernel first reads them, so a GEMV streams forward: the 4
  * scale words, then per 128-element half h: ql words 0-7, qh words 0-7, ql

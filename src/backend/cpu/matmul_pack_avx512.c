@@ -34,6 +34,7 @@
 #endif
 
 #include "backend/cpu/matmul_pack_x86.h"
+#include "backend/cpu/x86_512.h"
 
 di_cpu_mmp_fn PK_ENTRY(di_dtype t);
 
@@ -168,13 +169,11 @@ AI __m512i join_words(const uint8_t *p0, const uint8_t *p1) {
 /* The 8 fp16 values at p0 (then p1) as 16 floats; two F16C conversions, as the
  * emulation has no 512-bit one and this runs once per block for all rows. */
 AI __m512 join_ph(const uint8_t *p0, const uint8_t *p1) {
-  __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p0)), hi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p1));
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+  return join_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p0)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p1)));
 }
 AI __m512 cvt16(__m512i v) {
 #ifdef DI_AVX512_EMULATE /* SIMDe 0.7.4 has no _mm512_cvtepi32_ps */
-  __m256 lo = _mm256_cvtepi32_ps(_mm512_castsi512_si256(v)), hi = _mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(v, 1));
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+  return join_ps(_mm256_cvtepi32_ps(_mm512_castsi512_si256(v)), _mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(v, 1)));
 #else
   return _mm512_cvtepi32_ps(v);
 #endif
@@ -224,8 +223,7 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
 /* Outputs [8g, 8g+16) x MT rows (groups g and g+1, both full), stored where they fall inside [n0, n1). */
 AI void pk_group2(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t g, const uint8_t *x, size_t xrow,
                   int64_t nb, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
-  const size_t gbb = DI_PK_G * (t == DI_Q4_0 ? sizeof(di_block_q4_0) : t == DI_Q4_1 ? sizeof(di_block_q4_1)
-                                                                                    : sizeof(di_block_q8_0));
+  const size_t gbb = DI_PK_G * di_pk_block_bytes(t);
   const uint8_t *w0 = W + (size_t)g * DI_PK_G * wrow, *w1 = w0 + DI_PK_G * wrow;
   __m512 acc[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();

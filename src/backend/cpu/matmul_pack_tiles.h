@@ -42,22 +42,12 @@ AI int pk_mt(di_dtype t) {
 /* Tail rows are packed on the fly this many bytes of group-blocks at a time. */
 #define TAIL_BYTES (16 * DI_PK_G * sizeof(di_block_q4_K))
 
-AI size_t pk_bb(di_dtype t) {
-  switch (t) {
-  case DI_Q4_0: return sizeof(di_block_q4_0);
-  case DI_Q4_1: return sizeof(di_block_q4_1);
-  case DI_Q4_K: return sizeof(di_block_q4_K);
-  case DI_Q6_K: return sizeof(di_block_q6_K);
-  default: return sizeof(di_block_q8_0);
-  }
-}
-
 /* Outputs [8g, 8g+8) x MT rows over all nb blocks, stored where they fall inside
  * [n0, n1). TAIL: g is the zero-padded group of the N % 8 last rows, packed on
  * the fly a few blocks at a time (same arithmetic, lanes past N dropped). */
 AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, int64_t N, int64_t g,
                  const uint8_t *x, size_t xrow, int64_t nb, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
-  const size_t gbb = DI_PK_G * pk_bb(t);
+  const size_t gbb = DI_PK_G * di_pk_block_bytes(t);
   const int64_t tail_blocks = (int64_t)(TAIL_BYTES / gbb);
   _Alignas(32) uint8_t tmp[TAIL_BYTES];
   const uint8_t *gw = W + (size_t)g * DI_PK_G * wrow;
