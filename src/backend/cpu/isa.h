@@ -22,7 +22,7 @@ typedef enum di_cpu_isa_level {
 } di_cpu_isa_level;
 
 typedef struct di_cpu_features {
-  bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
+  bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, amx_int8;
   bool neon, neon_dotprod; /* aarch64: Advanced SIMD (baseline), ARMv8.2 SDOT/UDOT */
 } di_cpu_features;
 

@@ -249,4 +249,14 @@ AI void pk_group2(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t g, 
   }
 }
 
+#ifndef DI_AVX512_EMULATE
+#define PK_MM pk_mm_amx
+AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, size_t xrow, int64_t M,
+                  int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
+#endif
+
 #include "backend/cpu/matmul_pack_tiles.h"
+
+#ifndef DI_AVX512_EMULATE
+#include "backend/cpu/matmul_pack_amx.h"
+#endif

@@ -134,10 +134,14 @@ AI void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, 
   }
 }
 
+/* An including file may route whole matmuls elsewhere first (AVX-512: AMX). */
+#ifndef PK_MM
+#define PK_MM pk_mm
+#endif
 #define PK_WRAP(NAME, T)                                                                                       \
   static void NAME(const void *W, size_t wrow, int64_t N, const void *x, size_t xrow, int64_t M, int64_t K,    \
                    float *Y, int64_t ldy, int64_t n0, int64_t n1) {                                            \
-    pk_mm(T, W, wrow, N, x, xrow, M, K, Y, ldy, n0, n1);                                                       \
+    PK_MM(T, W, wrow, N, x, xrow, M, K, Y, ldy, n0, n1);                                                       \
   }
 PK_WRAP(mmp_q4_0, DI_Q4_0)
 PK_WRAP(mmp_q4_1, DI_Q4_1)

@@ -1,0 +1,170 @@
+/* The AMX path of the AVX-512 packed kernels (included once, by
+ * matmul_pack_avx512.c after matmul_pack_tiles.h): Q4_0 / Q4_1 / Q8_0 GEMMs,
+ * 16 activation rows x 16 columns (a pair of groups) per tile.
+ *
+ * One tdpbssd per 32-element block gives the 16 x 16 exact int32 sums
+ * sum(q * a) of two groups against 16 rows: the A tile is the rows' qs (stride
+ * xrow, 32 bytes each), the B tile is the two groups' words side by side (8
+ * rows of 64 bytes: K-quads x 16 columns, the packed layout's own order) with
+ * Q4 nibbles widened to bytes (Q4_0 minus 8, so no offset correction). Those
+ * are the integers pk_group2 forms, and the float finish below is q32_block2's,
+ * instruction for instruction, so Y keeps its bits (test_matmul_packed).
+ *
+ * Why it is shaped this way (measured, bench_matmul M=512, one core):
+ *  - The B tiles of a panel of group pairs are staged once, before any tile
+ *    multiply reads them, and reused by every 16-row chunk. Staging each
+ *    block right before its tileloadd made the load wait for the stores to
+ *    reach L1 and held the whole path to the VNNI kernel's speed.
+ *  - Two C tiles alternate: block b+1 multiplies while block b's sums are
+ *    stored and finished, so the finish (16 rows x cvt, 2 mul, add per block),
+ *    which bounds this path, overlaps the tile unit.
+ * Rows past the last multiple of 16 and columns outside whole group pairs take
+ * pk_mm. Used where the CPU has AMX-INT8 and Linux grants the tile state
+ * (arch_prctl); DI_CPU_AMX=0 turns it off. */
+#ifndef DI_CPU_MATMUL_PACK_AMX_H
+#define DI_CPU_MATMUL_PACK_AMX_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "backend/cpu/isa.h"
+
+/* Staged B tiles per panel (per thread): stays in L2 while the row chunks pass. */
+#define AMX_PANEL_BYTES (256 * 1024)
+#define AMX_BLOCK_BYTES 512 /* one block's B tile: 8 K-quads x 16 columns x 4 bytes */
+
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+static bool g_amx;
+static void amx_init(void) {
+  const char *e = getenv("DI_CPU_AMX");
+  if (e && !strcmp(e, "0")) return;
+  /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18) */
+  g_amx = di_cpu_features_get()->amx_int8 && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} amx_cfg;
+
+/* One block's B tile: the two groups' words side by side, Q4 nibbles widened
+ * to bytes (low nibbles are K-quads 0-3, high ones 4-7; Q4_0 minus 8). */
+AI void amx_stage(di_dtype t, const uint8_t *q0, const uint8_t *q1, int8_t *stage) {
+  if (t == DI_Q8_0) {
+    for (int w = 0; w < 8; w++) _mm512_store_si512(stage + 64 * w, join_words(q0 + 32 * w, q1 + 32 * w));
+    return;
+  }
+  const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+  for (int w = 0; w < 4; w++) {
+    __m512i v = join_words(q0 + 32 * w, q1 + 32 * w);
+    __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    if (t == DI_Q4_0) lo = _mm512_sub_epi8(lo, eight), hi = _mm512_sub_epi8(hi, eight);
+    _mm512_store_si512(stage + 64 * w, lo);
+    _mm512_store_si512(stage + 64 * (4 + w), hi);
+  }
+}
+
+/* q32_block2's finish for 16 rows (no bias: the sums are already sum(q * a)). */
+AI void amx_finish(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, const uint8_t *x, size_t xrow, int64_t b,
+                   const int32_t *c, __m512 *acc) {
+  __m512 dw = join_ph(gp0, gp1);
+  UNROLL for (int i = 0; i < 16; i++) {
+    const di_act_q8 *a = (const di_act_q8 *)(x + (size_t)i * xrow) + b;
+    __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(a->d));
+    acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(cvt16(_mm512_load_si512(c + 16 * i)), dd));
+  }
+  if (t == DI_Q4_1) {
+    __m512 mw = join_ph(gp0 + 16, gp1 + 16);
+    UNROLL for (int i = 0; i < 16; i++) {
+      const di_act_q8 *a = (const di_act_q8 *)(x + (size_t)i * xrow) + b;
+      acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(mw, _mm512_set1_ps(a->s)));
+    }
+  }
+}
+
+/* Block b's sums into C tile TC (A tile TA, B tile TB); tile numbers are immediates. */
+#define AMX_MUL(TC, TA, TB, b)                                                                   \
+  do {                                                                                           \
+    _tile_zero(TC);                                                                              \
+    _tile_loadd(TA, x + (size_t)(b) * sizeof(di_act_q8) + offsetof(di_act_q8, qs), (long)xrow); \
+    _tile_loadd(TB, st + (size_t)(b) * AMX_BLOCK_BYTES, 64);                                     \
+    _tile_dpbssd(TC, TA, TB);                                                                    \
+  } while (0)
+
+/* 16 rows x the 16 columns of a group pair (packed blocks w0, w1; staged B
+ * tiles st) over all nb blocks, in K order. */
+AI void amx_tile16(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb, const int8_t *st,
+                   const uint8_t *x, size_t xrow, int64_t nb, float *Y, int64_t ldy) {
+  _Alignas(64) int32_t c[2][16 * 16];
+  __m512 acc[16];
+  UNROLL for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+#define FINISH(k, cb) amx_finish(t, w0 + (size_t)(k) * gbb, w1 + (size_t)(k) * gbb, x, xrow, (k), (cb), acc)
+  /* Block b's sums are read back one step after their tile store, so the
+   * loads do not wait on it; the finishes still run in K order. */
+  AMX_MUL(0, 1, 2, 0);
+  for (int64_t b = 0; b < nb; b += 2) { /* C tile 0 holds block b on entry */
+    if (b + 1 < nb) AMX_MUL(3, 4, 5, b + 1);
+    _tile_stored(0, c[0], 64);
+    if (b > 0) FINISH(b - 1, c[1]);
+    if (b + 2 < nb) AMX_MUL(0, 1, 2, b + 2);
+    if (b + 1 < nb) _tile_stored(3, c[1], 64);
+    FINISH(b, c[0]);
+  }
+  if (nb % 2 == 0) FINISH(nb - 1, c[1]);
+#undef FINISH
+  UNROLL for (int i = 0; i < 16; i++) _mm512_storeu_ps(Y + i * ldy, acc[i]);
+}
+#undef AMX_MUL
+
+AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, size_t xrow, int64_t M,
+                  int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
+  pthread_once(&g_amx_once, amx_init);
+  /* whole group pairs inside [n0, n1) */
+  int64_t ga = (n0 + DI_PK_G - 1) / DI_PK_G, gb = n1 / DI_PK_G < N / DI_PK_G ? n1 / DI_PK_G : N / DI_PK_G;
+  int64_t pairs = gb > ga ? (gb - ga) / 2 : 0, M16 = M / 16 * 16, nb = K / DI_QK32;
+  size_t pair_bytes = (size_t)nb * AMX_BLOCK_BYTES;
+  int64_t ppp = (int64_t)(AMX_PANEL_BYTES / (pair_bytes ? pair_bytes : 1));
+  if (ppp < 1) ppp = 1;
+  if (ppp > pairs) ppp = pairs;
+  int8_t *stage = g_amx && !di_pk_kquant(t) && M16 && pairs ? aligned_alloc(64, (size_t)ppp * pair_bytes) : NULL;
+  if (!stage) {
+    pk_mm(t, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1);
+    return;
+  }
+  const uint8_t *w = W, *x = X;
+  const size_t gbb = DI_PK_G * di_pk_block_bytes(t), head = DI_PK_G * di_pk_head_bytes(t);
+  amx_cfg cfg = {.palette = 1};
+  cfg.rows[0] = 16, cfg.colsb[0] = 64; /* C: 16 x 16 int32 */
+  cfg.rows[1] = 16, cfg.colsb[1] = 32; /* A: 16 rows x 32 activation bytes */
+  cfg.rows[2] = 8, cfg.colsb[2] = 64;  /* B: 8 K-quads x 16 columns */
+  for (int k = 3; k < 6; k++) cfg.rows[k] = cfg.rows[k - 3], cfg.colsb[k] = cfg.colsb[k - 3]; /* the other block */
+  _tile_loadconfig(&cfg);
+  for (int64_t p0 = 0; p0 < pairs; p0 += ppp) {
+    int64_t p1 = pairs - p0 < ppp ? pairs : p0 + ppp;
+    for (int64_t p = p0; p < p1; p++) {
+      const uint8_t *w0 = w + (size_t)(ga + 2 * p) * DI_PK_G * wrow, *w1 = w0 + DI_PK_G * wrow;
+      int8_t *sp = stage + (size_t)(p - p0) * pair_bytes;
+      for (int64_t b = 0; b < nb; b++)
+        amx_stage(t, w0 + (size_t)b * gbb + head, w1 + (size_t)b * gbb + head, sp + (size_t)b * AMX_BLOCK_BYTES);
+    }
+    for (int64_t m = 0; m < M16; m += 16)
+      for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *w0 = w + (size_t)(ga + 2 * p) * DI_PK_G * wrow;
+        amx_tile16(t, w0, w0 + DI_PK_G * wrow, gbb, stage + (size_t)(p - p0) * pair_bytes, x + m * xrow, xrow, nb,
+                   Y + m * ldy + (ga + 2 * p) * DI_PK_G, ldy);
+      }
+  }
+  _tile_release();
+  free(stage);
+  const int64_t c0 = ga * DI_PK_G, c1 = (ga + 2 * pairs) * DI_PK_G;
+  if (n0 < c0) pk_mm(t, W, wrow, N, X, xrow, M16, K, Y, ldy, n0, c0);
+  if (c1 < n1) pk_mm(t, W, wrow, N, X, xrow, M16, K, Y, ldy, c1, n1);
+  if (M16 < M) pk_mm(t, W, wrow, N, x + M16 * xrow, xrow, M - M16, K, Y + M16 * ldy, ldy, n0, n1);
+}
+
+#endif
