@@ -1,6 +1,6 @@
 /* The AMX path of the AVX-512 packed kernels (included once, by
- * matmul_pack_avx512.c after matmul_pack_tiles.h): Q4_0 / Q4_1 / Q8_0 GEMMs,
- * 16 activation rows x 16 columns (a pair of groups) per tile.
+ * matmul_pack_avx512.c after matmul_pack_tiles.h): Q4_0 / Q4_1 / Q8_0 / Q4_K
+ * GEMMs, 16 activation rows x 16 columns (a pair of groups) per tile.
  *
  * One tdpbssd per 32-element block gives the 16 x 16 exact int32 sums
  * sum(q * a) of two groups against 16 rows: the A tile is the rows' qs (stride
@@ -8,7 +8,10 @@
  * rows of 64 bytes: K-quads x 16 columns, the packed layout's own order) with
  * Q4 nibbles widened to bytes (Q4_0 minus 8, so no offset correction). Those
  * are the integers pk_group2 forms, and the float finish below is q32_block2's,
- * instruction for instruction, so Y keeps its bits (test_matmul_packed).
+ * instruction for instruction, so Y keeps its bits (test_matmul_packed). Q4_K
+ * takes one tile step per 32-element sub-block (its nibbles are 0..15 as
+ * they are) and adds sum * 6-bit scale into the super-block's int32 sums, the
+ * integers q4k_block forms; then q4k_finish's float operations, 16 lanes wide.
  *
  * Why it is shaped this way (measured, bench_matmul M=512, one core):
  *  - The B tiles of a panel of group pairs are staged once, before any tile
@@ -55,6 +58,18 @@ typedef struct {
 /* One block's B tile: the two groups' words side by side, Q4 nibbles widened
  * to bytes (low nibbles are K-quads 0-3, high ones 4-7; Q4_0 minus 8). */
 AI void amx_stage(di_dtype t, const uint8_t *q0, const uint8_t *q1, int8_t *stage) {
+  if (t == DI_Q4_K) { /* 8 sub-block tiles: chunk p's low nibbles are sub-block 2p, high ones 2p+1 */
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    q0 += 96, q1 += 96; /* past the 3 scale words */
+    for (int p = 0; p < 4; p++)
+      for (int w = 0; w < 8; w++) {
+        __m512i v = join_words(q0 + 256 * p + 32 * w, q1 + 256 * p + 32 * w);
+        _mm512_store_si512(stage + AMX_BLOCK_BYTES * (2 * p) + 64 * w, _mm512_and_si512(v, m4));
+        _mm512_store_si512(stage + AMX_BLOCK_BYTES * (2 * p + 1) + 64 * w,
+                           _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+      }
+    return;
+  }
   if (t == DI_Q8_0) {
     for (int w = 0; w < 8; w++) _mm512_store_si512(stage + 64 * w, join_words(q0 + 32 * w, q1 + 32 * w));
     return;
@@ -87,13 +102,77 @@ AI void amx_finish(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, const uin
   }
 }
 
-/* Block b's sums into C tile TC (A tile TA, B tile TB); tile numbers are immediates. */
-#define AMX_MUL(TC, TA, TB, b)                                                                   \
-  do {                                                                                           \
-    _tile_zero(TC);                                                                              \
-    _tile_loadd(TA, x + (size_t)(b) * sizeof(di_act_q8) + offsetof(di_act_q8, qs), (long)xrow); \
-    _tile_loadd(TB, st + (size_t)(b) * AMX_BLOCK_BYTES, 64);                                     \
-    _tile_dpbssd(TC, TA, TB);                                                                    \
+/* The tile steps: one per block (Q4_0/Q4_1/Q8_0) or per 32-element sub-block
+ * (Q4_K, 8 per super-block); the A tile of step k is its 32 activation bytes. */
+AI int amx_steps(di_dtype t) { return t == DI_Q4_K ? 8 : 1; }
+AI const uint8_t *amx_a(di_dtype t, const uint8_t *x, int64_t k) {
+  if (t == DI_Q4_K) return x + (size_t)(k / 8) * sizeof(di_act_q8k) + offsetof(di_act_q8k, qs) + 32 * (k % 8);
+  return x + (size_t)k * sizeof(di_act_q8) + offsetof(di_act_q8, qs);
+}
+
+/* 16 rows' float chains (m: Q4_K's mins chain) and Q4_K's super-block state:
+ * the integer sums so far, the pair's scales (int32 lanes) and min pairs
+ * (int16 pairs, as q4k_finish feeds madd). */
+typedef struct {
+  __m512 s[16], m[16];
+  __m512i isum[16], sc[8], mn[4];
+} amx_acc;
+
+AI __m512i join_i(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
+
+/* q4k_finish, 16 lanes (the two groups) at a time: same integers, same float operations. */
+AI void amx_q4k_finish(const uint8_t *gp0, const uint8_t *gp1, const uint8_t *x, size_t xrow, int64_t b,
+                       amx_acc *A) {
+  __m512 dw = join_ph(gp0, gp1), dmw = join_ph(gp0 + 16, gp1 + 16);
+  for (int i = 0; i < 16; i++) {
+    const di_act_q8k *a = (const di_act_q8k *)(x + (size_t)i * xrow) + b;
+    __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
+    __m128i b32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    __m512i imin = _mm512_madd_epi16(A->mn[0], _mm512_set1_epi32(_mm_extract_epi32(b32, 0)));
+    imin = _mm512_add_epi32(imin, _mm512_madd_epi16(A->mn[1], _mm512_set1_epi32(_mm_extract_epi32(b32, 1))));
+    imin = _mm512_add_epi32(imin, _mm512_madd_epi16(A->mn[2], _mm512_set1_epi32(_mm_extract_epi32(b32, 2))));
+    imin = _mm512_add_epi32(imin, _mm512_madd_epi16(A->mn[3], _mm512_set1_epi32(_mm_extract_epi32(b32, 3))));
+    __m512 da = _mm512_set1_ps(a->d); /* -d by flipping the sign bit, as q4k_finish (no AVX512DQ xor_ps) */
+    __m512 nda = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(da), _mm512_set1_epi32((int)0x80000000u)));
+    A->s[i] = _mm512_add_ps(A->s[i], _mm512_mul_ps(cvt16(A->isum[i]), _mm512_mul_ps(dw, da)));
+    A->m[i] = _mm512_add_ps(A->m[i], _mm512_mul_ps(cvt16(imin), _mm512_mul_ps(dmw, nda)));
+  }
+}
+
+/* Step k's sums c (16 rows x 16 columns) into the chains, in K order. */
+AI void amx_consume(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb, const uint8_t *x, size_t xrow,
+                    int64_t k, const int32_t *c, amx_acc *A) {
+  if (t != DI_Q4_K) {
+    amx_finish(t, w0 + (size_t)k * gbb, w1 + (size_t)k * gbb, x, xrow, k, c, A->s);
+    return;
+  }
+  const int64_t b = k / 8;
+  const int s = (int)(k % 8);
+  const uint8_t *gp0 = w0 + (size_t)b * gbb, *gp1 = w1 + (size_t)b * gbb;
+  if (s == 0) { /* the pair's 6-bit scales and mins of this super-block */
+    const q4k_sc d0 = q4k_decode(gp0), d1 = q4k_decode(gp1);
+    for (int r = 0; r < 8; r++)
+      A->sc[r] = _mm512_and_si512(_mm512_srli_epi32(join_i(d0.sc[r / 4], d1.sc[r / 4]), 8 * (r % 4)),
+                                  _mm512_set1_epi32(0xff));
+    for (int j = 0; j < 4; j++) {
+      __m256i ctl = sc_ctl(2 * (j % 2), 2 * (j % 2) + 1, false);
+      A->mn[j] = join_i(_mm256_shuffle_epi8(d0.mn[j / 2], ctl), _mm256_shuffle_epi8(d1.mn[j / 2], ctl));
+    }
+    for (int i = 0; i < 16; i++) A->isum[i] = _mm512_setzero_si512();
+  }
+  /* sub-block sums (|dot| <= 32 * 15 * 127) times 6-bit scales: exact in int32 */
+  for (int i = 0; i < 16; i++)
+    A->isum[i] = _mm512_add_epi32(A->isum[i], _mm512_mullo_epi32(A->sc[s], _mm512_load_si512(c + 16 * i)));
+  if (s == 7) amx_q4k_finish(gp0, gp1, x, xrow, b, A);
+}
+
+/* Step k's sums into C tile TC (A tile TA, B tile TB); tile numbers are immediates. */
+#define AMX_MUL(TC, TA, TB, k)                                     \
+  do {                                                             \
+    _tile_zero(TC);                                                \
+    _tile_loadd(TA, amx_a(t, x, k), (long)xrow);                   \
+    _tile_loadd(TB, st + (size_t)(k) * AMX_BLOCK_BYTES, 64);       \
+    _tile_dpbssd(TC, TA, TB);                                      \
   } while (0)
 
 /* 16 rows x the 16 columns of a group pair (packed blocks w0, w1; staged B
@@ -101,23 +180,25 @@ AI void amx_finish(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, const uin
 AI void amx_tile16(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb, const int8_t *st,
                    const uint8_t *x, size_t xrow, int64_t nb, float *Y, int64_t ldy) {
   _Alignas(64) int32_t c[2][16 * 16];
-  __m512 acc[16];
-  UNROLL for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-#define FINISH(k, cb) amx_finish(t, w0 + (size_t)(k) * gbb, w1 + (size_t)(k) * gbb, x, xrow, (k), (cb), acc)
-  /* Block b's sums are read back one step after their tile store, so the
-   * loads do not wait on it; the finishes still run in K order. */
+  amx_acc A;
+  for (int i = 0; i < 16; i++) A.s[i] = A.m[i] = _mm512_setzero_ps();
+  const int64_t n = nb * amx_steps(t);
+#define CONSUME(k, cb) amx_consume(t, w0, w1, gbb, x, xrow, (k), (cb), &A)
+  /* Step k's sums are read back one step after their tile store, so the
+   * loads do not wait on it; the chains still see the steps in K order. */
   AMX_MUL(0, 1, 2, 0);
-  for (int64_t b = 0; b < nb; b += 2) { /* C tile 0 holds block b on entry */
-    if (b + 1 < nb) AMX_MUL(3, 4, 5, b + 1);
+  for (int64_t k = 0; k < n; k += 2) { /* C tile 0 holds step k on entry */
+    if (k + 1 < n) AMX_MUL(3, 4, 5, k + 1);
     _tile_stored(0, c[0], 64);
-    if (b > 0) FINISH(b - 1, c[1]);
-    if (b + 2 < nb) AMX_MUL(0, 1, 2, b + 2);
-    if (b + 1 < nb) _tile_stored(3, c[1], 64);
-    FINISH(b, c[0]);
+    if (k > 0) CONSUME(k - 1, c[1]);
+    if (k + 2 < n) AMX_MUL(0, 1, 2, k + 2);
+    if (k + 1 < n) _tile_stored(3, c[1], 64);
+    CONSUME(k, c[0]);
   }
-  if (nb % 2 == 0) FINISH(nb - 1, c[1]);
-#undef FINISH
-  UNROLL for (int i = 0; i < 16; i++) _mm512_storeu_ps(Y + i * ldy, acc[i]);
+  if (n % 2 == 0) CONSUME(n - 1, c[1]);
+#undef CONSUME
+  for (int i = 0; i < 16; i++)
+    _mm512_storeu_ps(Y + i * ldy, t == DI_Q4_K ? _mm512_add_ps(A.s[i], A.m[i]) : A.s[i]);
 }
 #undef AMX_MUL
 
@@ -126,12 +207,12 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
   pthread_once(&g_amx_once, amx_init);
   /* whole group pairs inside [n0, n1) */
   int64_t ga = (n0 + DI_PK_G - 1) / DI_PK_G, gb = n1 / DI_PK_G < N / DI_PK_G ? n1 / DI_PK_G : N / DI_PK_G;
-  int64_t pairs = gb > ga ? (gb - ga) / 2 : 0, M16 = M / 16 * 16, nb = K / DI_QK32;
-  size_t pair_bytes = (size_t)nb * AMX_BLOCK_BYTES;
+  int64_t pairs = gb > ga ? (gb - ga) / 2 : 0, M16 = M / 16 * 16, nb = K / (t == DI_Q4_K ? DI_QKK : DI_QK32);
+  size_t pair_bytes = (size_t)nb * amx_steps(t) * AMX_BLOCK_BYTES;
   int64_t ppp = (int64_t)(AMX_PANEL_BYTES / (pair_bytes ? pair_bytes : 1));
   if (ppp < 1) ppp = 1;
   if (ppp > pairs) ppp = pairs;
-  int8_t *stage = g_amx && !di_pk_kquant(t) && M16 && pairs ? aligned_alloc(64, (size_t)ppp * pair_bytes) : NULL;
+  int8_t *stage = g_amx && t != DI_Q6_K && M16 && pairs ? aligned_alloc(64, (size_t)ppp * pair_bytes) : NULL;
   if (!stage) {
     pk_mm(t, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1);
     return;
@@ -150,7 +231,8 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
       const uint8_t *w0 = w + (size_t)(ga + 2 * p) * DI_PK_G * wrow, *w1 = w0 + DI_PK_G * wrow;
       int8_t *sp = stage + (size_t)(p - p0) * pair_bytes;
       for (int64_t b = 0; b < nb; b++)
-        amx_stage(t, w0 + (size_t)b * gbb + head, w1 + (size_t)b * gbb + head, sp + (size_t)b * AMX_BLOCK_BYTES);
+        amx_stage(t, w0 + (size_t)b * gbb + head, w1 + (size_t)b * gbb + head,
+                  sp + (size_t)b * amx_steps(t) * AMX_BLOCK_BYTES);
     }
     for (int64_t m = 0; m < M16; m += 16)
       for (int64_t p = p0; p < p1; p++) {
