@@ -1,6 +1,6 @@
 /* The AMX path of the AVX-512 packed kernels (included once, by
- * matmul_pack_avx512.c after matmul_pack_tiles.h): Q4_0 / Q4_1 / Q8_0 / Q4_K
- * GEMMs, 16 activation rows x 16 columns (a pair of groups) per tile.
+ * matmul_pack_avx512.c after matmul_pack_tiles.h): Q4_0 / Q4_1 / Q8_0 / Q4_K /
+ * Q6_K GEMMs, 16 activation rows x 16 columns (a pair of groups) per tile.
  *
  * One tdpbssd per 32-element block gives the 16 x 16 exact int32 sums
  * sum(q * a) of two groups against 16 rows: the A tile is the rows' qs (stride
@@ -12,6 +12,8 @@
  * takes one tile step per 32-element sub-block (its nibbles are 0..15 as
  * they are) and adds sum * 6-bit scale into the super-block's int32 sums, the
  * integers q4k_block forms; then q4k_finish's float operations, 16 lanes wide.
+ * Q6_K takes a step per 16-element group (quants staged minus 32, so the sum
+ * needs no offset term) times its int8 scale, then q6k_finish's operations.
  *
  * Why it is shaped this way (measured, bench_matmul M=512, one core):
  *  - The B tiles of a panel of group pairs are staged once, before any tile
@@ -39,6 +41,7 @@
 /* Staged B tiles per panel (per thread): stays in L2 while the row chunks pass. */
 #define AMX_PANEL_BYTES (256 * 1024)
 #define AMX_BLOCK_BYTES 512 /* one block's B tile: 8 K-quads x 16 columns x 4 bytes */
+#define AMX_Q6K_STEP_BYTES 256 /* Q6_K: a 16-element group, 4 K-quads */
 
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
 static bool g_amx;
@@ -58,6 +61,20 @@ typedef struct {
 /* One block's B tile: the two groups' words side by side, Q4 nibbles widened
  * to bytes (low nibbles are K-quads 0-3, high ones 4-7; Q4_0 minus 8). */
 AI void amx_stage(di_dtype t, const uint8_t *q0, const uint8_t *q1, int8_t *stage) {
+  if (t == DI_Q6_K) { /* 16 group tiles of 4 K-quads: word w of chunk r of half h is quad w % 4 of group 8h + 2r + w / 4 */
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
+    for (int h = 0; h < 2; h++)
+      for (int r = 0; r < 4; r++)
+        for (int w = 0; w < 8; w++) {
+          __m512i l = join_words(q0 + 32 * di_pk_q6k_ql(h, r & 1, w), q1 + 32 * di_pk_q6k_ql(h, r & 1, w));
+          __m512i hb = join_words(q0 + 32 * di_pk_q6k_qh(h, w), q1 + 32 * di_pk_q6k_qh(h, w));
+          l = r < 2 ? _mm512_and_si512(l, m4) : _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
+          hb = r == 0 ? _mm512_slli_epi16(hb, 4) : r == 1 ? _mm512_slli_epi16(hb, 2) : r == 2 ? hb : _mm512_srli_epi16(hb, 2);
+          __m512i v = _mm512_sub_epi8(_mm512_or_si512(l, _mm512_and_si512(hb, m2)), k32);
+          _mm512_store_si512(stage + AMX_Q6K_STEP_BYTES * (8 * h + 2 * r + w / 4) + 64 * (w % 4), v);
+        }
+    return;
+  }
   if (t == DI_Q4_K) { /* 8 sub-block tiles: chunk p's low nibbles are sub-block 2p, high ones 2p+1 */
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     q0 += 96, q1 += 96; /* past the 3 scale words */
@@ -103,9 +120,12 @@ AI void amx_finish(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, const uin
 }
 
 /* The tile steps: one per block (Q4_0/Q4_1/Q8_0) or per 32-element sub-block
- * (Q4_K, 8 per super-block); the A tile of step k is its 32 activation bytes. */
-AI int amx_steps(di_dtype t) { return t == DI_Q4_K ? 8 : 1; }
+ * (Q4_K, 8 per super-block) or per 16-element group (Q6_K, 16); the A tile of
+ * step k is its activation bytes. */
+AI int amx_steps(di_dtype t) { return t == DI_Q6_K ? 16 : t == DI_Q4_K ? 8 : 1; }
+AI size_t amx_step_bytes(di_dtype t) { return t == DI_Q6_K ? AMX_Q6K_STEP_BYTES : AMX_BLOCK_BYTES; }
 AI const uint8_t *amx_a(di_dtype t, const uint8_t *x, int64_t k) {
+  if (t == DI_Q6_K) return x + (size_t)(k / 16) * sizeof(di_act_q8k) + offsetof(di_act_q8k, qs) + 16 * (k % 16);
   if (t == DI_Q4_K) return x + (size_t)(k / 8) * sizeof(di_act_q8k) + offsetof(di_act_q8k, qs) + 32 * (k % 8);
   return x + (size_t)k * sizeof(di_act_q8) + offsetof(di_act_q8, qs);
 }
@@ -142,8 +162,27 @@ AI void amx_q4k_finish(const uint8_t *gp0, const uint8_t *gp1, const uint8_t *x,
 /* Step k's sums c (16 rows x 16 columns) into the chains, in K order. */
 AI void amx_consume(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb, const uint8_t *x, size_t xrow,
                     int64_t k, const int32_t *c, amx_acc *A) {
-  if (t != DI_Q4_K) {
+  if (!di_pk_kquant(t)) {
     amx_finish(t, w0 + (size_t)k * gbb, w1 + (size_t)k * gbb, x, xrow, k, c, A->s);
+    return;
+  }
+  if (t == DI_Q6_K) { /* isum = sum_g sc_g * dot_g(q - 32), then q6k_finish's float operations */
+    const int64_t b = k / 16;
+    const int g = (int)(k % 16);
+    const uint8_t *gp0 = w0 + (size_t)b * gbb, *gp1 = w1 + (size_t)b * gbb;
+    if (g == 0)
+      for (int i = 0; i < 16; i++) A->isum[i] = _mm512_setzero_si512();
+    __m512i sw = join_words(gp0 + 16 + 32 * di_pk_q6k_sc(g / 4), gp1 + 16 + 32 * di_pk_q6k_sc(g / 4));
+    __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(sw, 24 - 8 * (g % 4)), 24);
+    for (int i = 0; i < 16; i++)
+      A->isum[i] = _mm512_add_epi32(A->isum[i], _mm512_mullo_epi32(sc, _mm512_load_si512(c + 16 * i)));
+    if (g == 15) {
+      __m512 dw = join_ph(gp0, gp1);
+      for (int i = 0; i < 16; i++) {
+        const di_act_q8k *a = (const di_act_q8k *)(x + (size_t)i * xrow) + b;
+        A->s[i] = _mm512_add_ps(A->s[i], _mm512_mul_ps(cvt16(A->isum[i]), _mm512_mul_ps(dw, _mm512_set1_ps(a->d))));
+      }
+    }
     return;
   }
   const int64_t b = k / 8;
@@ -171,7 +210,7 @@ AI void amx_consume(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb
   do {                                                             \
     _tile_zero(TC);                                                \
     _tile_loadd(TA, amx_a(t, x, k), (long)xrow);                   \
-    _tile_loadd(TB, st + (size_t)(k) * AMX_BLOCK_BYTES, 64);       \
+    _tile_loadd(TB, st + (size_t)(k) * amx_step_bytes(t), 64);    \
     _tile_dpbssd(TC, TA, TB);                                      \
   } while (0)
 
@@ -198,7 +237,7 @@ AI void amx_tile16(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb,
   if (n % 2 == 0) CONSUME(n - 1, c[1]);
 #undef CONSUME
   for (int i = 0; i < 16; i++)
-    _mm512_storeu_ps(Y + i * ldy, t == DI_Q4_K ? _mm512_add_ps(A.s[i], A.m[i]) : A.s[i]);
+    _mm512_storeu_ps(Y + i * ldy, di_pk_kquant(t) ? _mm512_add_ps(A.s[i], A.m[i]) : A.s[i]);
 }
 #undef AMX_MUL
 
@@ -207,12 +246,12 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
   pthread_once(&g_amx_once, amx_init);
   /* whole group pairs inside [n0, n1) */
   int64_t ga = (n0 + DI_PK_G - 1) / DI_PK_G, gb = n1 / DI_PK_G < N / DI_PK_G ? n1 / DI_PK_G : N / DI_PK_G;
-  int64_t pairs = gb > ga ? (gb - ga) / 2 : 0, M16 = M / 16 * 16, nb = K / (t == DI_Q4_K ? DI_QKK : DI_QK32);
-  size_t pair_bytes = (size_t)nb * amx_steps(t) * AMX_BLOCK_BYTES;
+  int64_t pairs = gb > ga ? (gb - ga) / 2 : 0, M16 = M / 16 * 16, nb = K / (di_pk_kquant(t) ? DI_QKK : DI_QK32);
+  size_t pair_bytes = (size_t)nb * amx_steps(t) * amx_step_bytes(t);
   int64_t ppp = (int64_t)(AMX_PANEL_BYTES / (pair_bytes ? pair_bytes : 1));
   if (ppp < 1) ppp = 1;
   if (ppp > pairs) ppp = pairs;
-  int8_t *stage = g_amx && t != DI_Q6_K && M16 && pairs ? aligned_alloc(64, (size_t)ppp * pair_bytes) : NULL;
+  int8_t *stage = g_amx && M16 && pairs ? aligned_alloc(64, (size_t)ppp * pair_bytes) : NULL;
   if (!stage) {
     pk_mm(t, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1);
     return;
@@ -220,9 +259,10 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
   const uint8_t *w = W, *x = X;
   const size_t gbb = DI_PK_G * di_pk_block_bytes(t), head = DI_PK_G * di_pk_head_bytes(t);
   amx_cfg cfg = {.palette = 1};
-  cfg.rows[0] = 16, cfg.colsb[0] = 64; /* C: 16 x 16 int32 */
-  cfg.rows[1] = 16, cfg.colsb[1] = 32; /* A: 16 rows x 32 activation bytes */
-  cfg.rows[2] = 8, cfg.colsb[2] = 64;  /* B: 8 K-quads x 16 columns */
+  const int quads = t == DI_Q6_K ? 4 : 8; /* K-quads per step */
+  cfg.rows[0] = 16, cfg.colsb[0] = 64;         /* C: 16 x 16 int32 */
+  cfg.rows[1] = 16, cfg.colsb[1] = 4 * quads;  /* A: 16 rows x the step's activation bytes */
+  cfg.rows[2] = quads, cfg.colsb[2] = 64;      /* B: K-quads x 16 columns */
   for (int k = 3; k < 6; k++) cfg.rows[k] = cfg.rows[k - 3], cfg.colsb[k] = cfg.colsb[k - 3]; /* the other block */
   _tile_loadconfig(&cfg);
   for (int64_t p0 = 0; p0 < pairs; p0 += ppp) {
@@ -232,7 +272,7 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
       int8_t *sp = stage + (size_t)(p - p0) * pair_bytes;
       for (int64_t b = 0; b < nb; b++)
         amx_stage(t, w0 + (size_t)b * gbb + head, w1 + (size_t)b * gbb + head,
-                  sp + (size_t)b * amx_steps(t) * AMX_BLOCK_BYTES);
+                  sp + (size_t)b * amx_steps(t) * amx_step_bytes(t));
     }
     for (int64_t m = 0; m < M16; m += 16)
       for (int64_t p = p0; p < p1; p++) {
