@@ -62,15 +62,13 @@ typedef struct {
  * to bytes (low nibbles are K-quads 0-3, high ones 4-7; Q4_0 minus 8). */
 AI void amx_stage(di_dtype t, const uint8_t *q0, const uint8_t *q1, int8_t *stage) {
   if (t == DI_Q6_K) { /* 16 group tiles of 4 K-quads: word w of chunk r of half h is quad w % 4 of group 8h + 2r + w / 4 */
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
+    const __m512i k32 = _mm512_set1_epi8(32);
     for (int h = 0; h < 2; h++)
       for (int r = 0; r < 4; r++)
         for (int w = 0; w < 8; w++) {
           __m512i l = join_words(q0 + 32 * di_pk_q6k_ql(h, r & 1, w), q1 + 32 * di_pk_q6k_ql(h, r & 1, w));
           __m512i hb = join_words(q0 + 32 * di_pk_q6k_qh(h, w), q1 + 32 * di_pk_q6k_qh(h, w));
-          l = r < 2 ? _mm512_and_si512(l, m4) : _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
-          hb = r == 0 ? _mm512_slli_epi16(hb, 4) : r == 1 ? _mm512_slli_epi16(hb, 2) : r == 2 ? hb : _mm512_srli_epi16(hb, 2);
-          __m512i v = _mm512_sub_epi8(_mm512_or_si512(l, _mm512_and_si512(hb, m2)), k32);
+          __m512i v = _mm512_sub_epi8(q6k_quants(l, hb, r), k32);
           _mm512_store_si512(stage + AMX_Q6K_STEP_BYTES * (8 * h + 2 * r + w / 4) + 64 * (w % 4), v);
         }
     return;
@@ -104,19 +102,13 @@ AI void amx_stage(di_dtype t, const uint8_t *q0, const uint8_t *q1, int8_t *stag
 /* q32_block2's finish for 16 rows (no bias: the sums are already sum(q * a)). */
 AI void amx_finish(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, const uint8_t *x, size_t xrow, int64_t b,
                    const int32_t *c, __m512 *acc) {
-  __m512 dw = join_ph(gp0, gp1);
+  const di_act_q8 *a[16];
+  __m512i isum[16];
   UNROLL for (int i = 0; i < 16; i++) {
-    const di_act_q8 *a = (const di_act_q8 *)(x + (size_t)i * xrow) + b;
-    __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(a->d));
-    acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(cvt16(_mm512_load_si512(c + 16 * i)), dd));
+    a[i] = (const di_act_q8 *)(x + (size_t)i * xrow) + b;
+    isum[i] = _mm512_load_si512(c + 16 * i);
   }
-  if (t == DI_Q4_1) {
-    __m512 mw = join_ph(gp0 + 16, gp1 + 16);
-    UNROLL for (int i = 0; i < 16; i++) {
-      const di_act_q8 *a = (const di_act_q8 *)(x + (size_t)i * xrow) + b;
-      acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(mw, _mm512_set1_ps(a->s)));
-    }
-  }
+  q32_finish16(t, 16, gp0, gp1, a, isum, acc);
 }
 
 /* The tile steps: one per block (Q4_0/Q4_1/Q8_0) or per 32-element sub-block

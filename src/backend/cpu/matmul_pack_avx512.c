@@ -117,12 +117,15 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
 
 /* Words w, w+1 of chunk r (0..3) of half h of a Q6_K super-block, interleaved:
  * low nibbles from ql, bits 2r, 2r+1 of qh as bits 4, 5 (0..63). */
-AI __m512i q6k_words(const uint8_t *q, int h, int r, int w) {
+/* Chunk r's 6-bit quants (0..63) from its ql bytes l and qh bytes hb, byte for byte. */
+AI __m512i q6k_quants(__m512i l, __m512i hb, int r) {
   const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
-  __m512i l = load64(q + 32 * di_pk_q6k_ql(h, r & 1, w)), hb = load64(q + 32 * di_pk_q6k_qh(h, w));
   l = r < 2 ? _mm512_and_si512(l, m4) : _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
   hb = r == 0 ? _mm512_slli_epi16(hb, 4) : r == 1 ? _mm512_slli_epi16(hb, 2) : r == 2 ? hb : _mm512_srli_epi16(hb, 2);
-  return pair_perm(_mm512_or_si512(l, _mm512_and_si512(hb, m2)));
+  return _mm512_or_si512(l, _mm512_and_si512(hb, m2));
+}
+AI __m512i q6k_words(const uint8_t *q, int h, int r, int w) {
+  return pair_perm(q6k_quants(load64(q + 32 * di_pk_q6k_ql(h, r & 1, w)), load64(q + 32 * di_pk_q6k_qh(h, w)), r));
 }
 
 /* One Q6_K super-block of 8 columns: isum = sum_g sc_g * dot_g over the 0..63
@@ -184,6 +187,20 @@ AI __m512i bcast4(const int8_t *p) {
   return _mm512_set1_epi32(v);
 }
 
+/* q32_finish, 16 lanes (groups g, g+1) at a time, for MT rows (also the AMX path's 16). */
+AI void q32_finish16(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, const di_act_q8 *const *a,
+                     const __m512i *isum, __m512 *acc) {
+  __m512 dw = join_ph(gp0, gp1);
+  UNROLL for (int i = 0; i < MT; i++) {
+    __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(a[i]->d));
+    acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(cvt16(isum[i]), dd));
+  }
+  if (t == DI_Q4_1) {
+    __m512 mw = join_ph(gp0 + 16, gp1 + 16);
+    UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(mw, _mm512_set1_ps(a[i]->s)));
+  }
+}
+
 AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, const di_act_q8 *const *a, __m512 *acc) {
   const size_t head = DI_PK_G * di_pk_head_bytes(t);
   const uint8_t *q0 = gp0 + head, *q1 = gp1 + head;
@@ -209,16 +226,7 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
       }
     }
   }
-  /* q32_finish, 16 lanes at a time */
-  __m512 dw = join_ph(gp0, gp1);
-  UNROLL for (int i = 0; i < MT; i++) {
-    __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(a[i]->d));
-    acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(cvt16(isum[i]), dd));
-  }
-  if (t == DI_Q4_1) {
-    __m512 mw = join_ph(gp0 + 16, gp1 + 16);
-    UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(mw, _mm512_set1_ps(a[i]->s)));
-  }
+  q32_finish16(t, MT, gp0, gp1, a, isum, acc);
 }
 
 /* Outputs [8g, 8g+16) x MT rows (groups g and g+1, both full), stored where they fall inside [n0, n1). */
