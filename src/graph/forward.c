@@ -14,6 +14,10 @@
 #include "util/mem.h"
 #include "util/threadpool.h"
 
+/* Largest thread count, and tokens per thread, for which a batch is split. */
+#define SPLIT_MAX_PARTS 8
+#define SPLIT_MAX_TOKENS 64
+
 struct di_forward_ctx {
   const di_model *m;
   int max_tokens;
@@ -24,6 +28,11 @@ struct di_forward_ctx {
   size_t xq_bytes;
   di_attn_sched *attn;
   const float *freq_factors;
+  /* Batch split (see split_plan): one single-threaded context per thread. */
+  di_forward_ctx *part[SPLIT_MAX_PARTS];
+  int n_parts;
+  bool *split_want; /* [max_tokens] want_logits when the batch leaves it NULL */
+  int split_mode;   /* DI_FORWARD_SPLIT: -1 never, 1 whenever possible, 0 by model size */
 };
 
 /* Largest prepared-activation buffer any matmul of a T-token batch needs. */
@@ -82,8 +91,19 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
   f->xq_bytes = act_bytes_max(m, max_tokens);
   f->xq = di_alloc_aligned(f->xq_bytes, false);
   f->attn = di_attn_sched_create(max_tokens);
-  if (!f->tp || !f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up || !f->tmp ||
-      !f->rope_g || !f->rope_l || !f->xq || !f->attn) {
+  bool split_ok = true;
+  const char *env = getenv("DI_FORWARD_SPLIT");
+  f->split_mode = env && *env ? (atoi(env) > 0 ? 1 : -1) : 0;
+  int nth = f->tp ? di_threadpool_size(f->tp) : 1;
+  if (f->split_mode >= 0 && nth > 1 && nth <= SPLIT_MAX_PARTS && max_tokens >= 2 * nth) {
+    int per = max_tokens / nth < SPLIT_MAX_TOKENS ? max_tokens / nth : SPLIT_MAX_TOKENS;
+    f->split_want = malloc(T * sizeof(bool));
+    split_ok = f->split_want != NULL;
+    for (int i = 0; i < nth && split_ok; i++, f->n_parts++)
+      split_ok = di_forward_ctx_create(m, per, 1, &f->part[i], st) == DI_OK;
+  }
+  if (!split_ok || !f->tp || !f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
+      !f->tmp || !f->rope_g || !f->rope_l || !f->xq || !f->attn) {
     di_forward_ctx_free(f);
     return di_errorf(st, DI_ERR_NOMEM, "forward: cannot allocate scratch for %d tokens", max_tokens);
   }
@@ -93,6 +113,8 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
 
 void di_forward_ctx_free(di_forward_ctx *f) {
   if (!f) return;
+  for (int i = 0; i < f->n_parts; i++) di_forward_ctx_free(f->part[i]);
+  free(f->split_want);
   di_attn_sched_free(f->attn);
   di_threadpool_free(f->tp);
   free(f->x), free(f->xn), free(f->q), free(f->k), free(f->v), free(f->att);
@@ -296,9 +318,80 @@ static void st_glu(stage_ctx *c, int t) {
 
 static void st_ffn_out(stage_ctx *c, int t) { residual(c, t, &c->L->ffn_post_norm); }
 
+/* ---- batch split: each thread runs the whole forward for its own sequences ----
+ *
+ * A decode step of a small model is hundreds of short ops; split across
+ * threads by output column, each op ends in a handoff and the threads spend a
+ * fifth of the step waiting on each other. Whole sequences per thread need no
+ * handoff at all until the end of the step, at the price of each thread
+ * reading every weight (from a shared cache, on a small model). The logits do
+ * not change: a token's result does not depend on the batch around it. */
+
+typedef struct split_task {
+  di_forward_ctx *f;
+  di_kv_pool *kv;
+  di_batch part[SPLIT_MAX_PARTS];
+  float *logits[SPLIT_MAX_PARTS];
+  di_code rc[SPLIT_MAX_PARTS];
+  di_status st[SPLIT_MAX_PARTS];
+} split_task;
+
+static void split_run(void *p, int ith, int nth) {
+  (void)nth;
+  split_task *t = p;
+  if (ith < t->f->n_parts) t->rc[ith] = di_forward(t->f->part[ith], t->kv, &t->part[ith], t->logits[ith], &t->st[ith]);
+}
+
+/* Weights small enough that two threads reading all of them costs less than
+ * handing every op between them: a model of up to ~1k hidden units. */
+static bool split_by_size(const di_model *m) { return m->hp.n_embd <= 1024; }
+
+/* Cuts b into n_parts runs of about equal tokens at sequence boundaries; false
+ * when the batch cannot be cut that way (a sequence in two runs, a run empty,
+ * over its context's size or over 1.5x its share). */
+static bool split_plan(di_forward_ctx *f, const di_batch *b, float *logits, split_task *t) {
+  const int T = b->n_tokens, n = f->n_parts;
+  if (n < 2 || T < 2 * n || T > n * f->part[0]->max_tokens) return false;
+  const int per = f->part[0]->max_tokens;
+  if (f->split_mode == 0 && !split_by_size(f->m)) return false;
+  const bool *want = b->want_logits;
+  if (!want) {
+    for (int i = 0; i < T; i++) f->split_want[i] = i == T - 1;
+    want = f->split_want;
+  }
+  int start = 0, n_out = 0;
+  for (int k = 0; k < n; k++) {
+    int end = k == n - 1 ? T : (int)((int64_t)T * (k + 1) / n);
+    while (end < T && end > start && b->seq[end] == b->seq[end - 1]) end++;
+    /* a run far over its share would leave the other threads idle */
+    if (end <= start || end - start > per || 2 * (end - start) * n > 3 * T) return false;
+    t->part[k] = (di_batch){.n_tokens = end - start, .tokens = b->tokens + start, .pos = b->pos + start,
+                            .seq = b->seq + start, .want_logits = want + start, .n_seqs = b->n_seqs,
+                            .seqs = b->seqs, .n_swa_tables = b->n_swa_tables};
+    t->logits[k] = logits ? logits + (size_t)n_out * f->m->hp.n_vocab : NULL;
+    for (int i = start; i < end; i++) n_out += want[i];
+    start = end;
+  }
+  /* each sequence's tokens must lie in one run (K/V written and read in one place) */
+  for (int i = 1; i < T; i++)
+    for (int j = 0; j < i && b->seq[i] != b->seq[i - 1]; j++)
+      if (b->seq[j] == b->seq[i]) return false;
+  return true;
+}
+
 di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
   di_code rc;
   if ((rc = check_batch(f, kv, b, st))) return rc;
+  split_task split = {.f = f, .kv = kv};
+  if (split_plan(f, b, logits, &split)) {
+    di_threadpool_run(f->tp, split_run, &split);
+    for (int k = 0; k < f->n_parts; k++)
+      if (split.rc[k]) {
+        *st = split.st[k];
+        return split.rc[k];
+      }
+    return DI_OK;
+  }
   const di_model *m = f->m;
   const di_hparams *hp = &m->hp;
   const int T = b->n_tokens, D = hp->n_embd, rd = hp->rope_dim;

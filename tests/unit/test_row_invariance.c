@@ -47,9 +47,11 @@ static void requantize(di_model *m, di_dtype t) {
 
 /* Runs all sequences; `mode` 0: each alone in chunks of `chunk`; 1: all
  * sequences' chunks interleaved in the same batches. out[s] gets all logits. */
-static void run(ctx *c, int threads, int chunk, int mode, float *out[NSEQ]) {
+static void run(ctx *c, int threads, int chunk, int mode, bool split, float *out[NSEQ]) {
   di_forward_ctx *f = NULL;
   di_status st = {0};
+  /* split: whole sequences per thread where the batch allows (graph/forward.c) */
+  setenv("DI_FORWARD_SPLIT", split ? "1" : "-1", 1);
   CHECKF(di_forward_ctx_create(c->m, 256, threads, &f, &st) == DI_OK, "%s", st.msg);
   int V = c->m->hp.n_vocab;
   di_batch_seq seqs[NSEQ];
@@ -98,20 +100,22 @@ static void check_type(const char *path, di_dtype t, bool requant) {
     ref[s] = calloc((size_t)seq_len[s] * V, 4);
     got[s] = calloc((size_t)seq_len[s] * V, 4);
   }
-  run(&c, 1, 1, 0, ref); /* one token at a time, alone, one thread */
+  run(&c, 1, 1, 0, false, ref); /* one token at a time, alone, one thread */
   struct {
     int threads, chunk, mode;
-  } cases[] = {{2, 5, 1}, {2, 64, 0}, {2, 1, 0}, {1, 7, 0}, {1, 64, 1}, {2, 16, 1}};
+    bool split;
+  } cases[] = {{2, 5, 1, true},  {2, 5, 1, false}, {2, 64, 0, true}, {2, 1, 0, false},
+               {1, 7, 0, false}, {1, 64, 1, false}, {2, 16, 1, true}, {2, 16, 1, false}};
   /* g_quick (emulated ARM, scripts/test-arm64.sh): the first two compositions, both on 2 threads */
   const size_t n_cases = g_quick ? 2 : sizeof cases / sizeof cases[0];
   int bad = 0;
   for (size_t k = 0; k < n_cases; k++) {
-    run(&c, cases[k].threads, cases[k].chunk, cases[k].mode, got);
+    run(&c, cases[k].threads, cases[k].chunk, cases[k].mode, cases[k].split, got);
     for (int s = 0; s < NSEQ; s++)
       if (memcmp(ref[s], got[s], (size_t)seq_len[s] * V * 4)) {
         bad++;
-        CHECKF(0, "%s: seq %d differs with threads %d chunk %d mode %d", di_dtype_name(t), s, cases[k].threads,
-               cases[k].chunk, cases[k].mode);
+        CHECKF(0, "%s: seq %d differs with threads %d chunk %d mode %d split %d", di_dtype_name(t), s,
+               cases[k].threads, cases[k].chunk, cases[k].mode, cases[k].split);
       }
   }
   printf("row invariance %-4s: %s in %zu compositions\n", di_dtype_name(t), bad ? "FAILED" : "bit-identical", n_cases);
@@ -125,9 +129,9 @@ static void check_type(const char *path, di_dtype t, bool requant) {
   for (int s = 0; s < NSEQ; s++)
     for (int i = 0; i < 8; i++) c.blocks[s][i] = di_kv_alloc(c.kv);
   if (!g_quick && lvl != DI_ISA_SCALAR && di_cpu_isa_set(DI_ISA_SCALAR)) {
-    run(&c, 2, 16, 1, got);
+    run(&c, 2, 16, 1, false, got);
     di_cpu_isa_set(lvl);
-    run(&c, 2, 16, 1, ref);
+    run(&c, 2, 16, 1, false, ref);
     double maxd = 0;
     for (int s = 0; s < NSEQ; s++)
       for (size_t i = 0; i < (size_t)seq_len[s] * V; i++) maxd = fmax(maxd, fabs(ref[s][i] - got[s][i]));
