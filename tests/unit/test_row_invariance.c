@@ -2,8 +2,9 @@
  * chunking, next to other sequences in a batch, and at any thread count.
  * Checked on stories260K with its weights as stored (F32) and re-quantized in
  * place to Q8_0 / Q4_0 / Q4_1 (packed, as the loader packs them) / F16 (the
- * matmul kernels are where invariance is easiest to lose); then the scalar path
- * is compared with the SIMD one. */
+ * matmul kernels are where invariance is easiest to lose), with the batch split
+ * by output columns and by whole sequences per thread; then the scalar path is
+ * compared with the SIMD one. */
 #include <math.h>
 
 #include "backend/cpu/isa.h"
@@ -11,10 +12,6 @@
 #include "check.h"
 #include "graph/forward.h"
 #include "model/hf.h"
-
-/* DI_ROWINV_QUICK=1: Q8_0 and Q4_0 only, two compositions, no scalar comparison,
- * for runs under emulation, where the whole test takes over 100 minutes. */
-static bool g_quick;
 
 #define NSEQ 3
 static const int seq_len[NSEQ] = {41, 23, 60};
@@ -106,8 +103,7 @@ static void check_type(const char *path, di_dtype t, bool requant) {
     bool split;
   } cases[] = {{2, 5, 1, true},  {2, 5, 1, false}, {2, 64, 0, true}, {2, 1, 0, false},
                {1, 7, 0, false}, {1, 64, 1, false}, {2, 16, 1, true}, {2, 16, 1, false}};
-  /* g_quick (emulated ARM, scripts/test-arm64.sh): the first two compositions, both on 2 threads */
-  const size_t n_cases = g_quick ? 2 : sizeof cases / sizeof cases[0];
+  const size_t n_cases = sizeof cases / sizeof cases[0];
   int bad = 0;
   for (size_t k = 0; k < n_cases; k++) {
     run(&c, cases[k].threads, cases[k].chunk, cases[k].mode, cases[k].split, got);
@@ -128,7 +124,7 @@ static void check_type(const char *path, di_dtype t, bool requant) {
                           DI_KV_F32, &st) == DI_OK);
   for (int s = 0; s < NSEQ; s++)
     for (int i = 0; i < 8; i++) c.blocks[s][i] = di_kv_alloc(c.kv);
-  if (!g_quick && lvl != DI_ISA_SCALAR && di_cpu_isa_set(DI_ISA_SCALAR)) {
+  if (lvl != DI_ISA_SCALAR && di_cpu_isa_set(DI_ISA_SCALAR)) {
     run(&c, 2, 16, 1, false, got);
     di_cpu_isa_set(lvl);
     run(&c, 2, 16, 1, false, ref);
@@ -156,12 +152,10 @@ int main(void) {
     }
   char path[512];
   di_test_data("models/stories260K/stories260K.gguf", path, sizeof path);
-  const char *q = getenv("DI_ROWINV_QUICK");
-  g_quick = q && strcmp(q, "0");
-  if (!g_quick) check_type(path, DI_F32, false);
-  if (!g_quick) check_type(path, DI_F16, true);
+  check_type(path, DI_F32, false);
+  check_type(path, DI_F16, true);
   check_type(path, DI_Q8_0, true);
   check_type(path, DI_Q4_0, true);
-  if (!g_quick) check_type(path, DI_Q4_1, true);
+  check_type(path, DI_Q4_1, true);
   return di_test_finish("test_row_invariance");
 }
