@@ -71,26 +71,19 @@ void di_cpu_rope(float *h, const float *cs, int rope_dim, di_rope_type type) {
 }
 
 void di_cpu_glu(float *g, const float *u, int n, di_act act) {
-  if (act == DI_ACT_SILU) {
+  const bool gelu = act == DI_ACT_GELU_TANH;
 #if defined(DI_CPU_X86)
-    if (di_cpu_isa() >= DI_ISA_AVX2) {
-      di_cpu_silu_mul_avx2(g, u, n);
-      return;
-    }
-#elif defined(DI_CPU_ARM64)
-    if (di_cpu_isa() == DI_ISA_NEON) {
-      di_cpu_silu_mul_neon(g, u, n);
-      return;
-    }
-#endif
-    for (int i = 0; i < n; i++) g[i] = di_cpu_silu_mul1(g[i], u[i]);
-  } else {
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (int i = 0; i < n; i++) {
-      float x = g[i];
-      g[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * u[i];
-    }
+  if (di_cpu_isa() >= DI_ISA_AVX2) {
+    di_cpu_glu_avx2(g, u, n, gelu);
+    return;
   }
+#elif defined(DI_CPU_ARM64)
+  if (di_cpu_isa() == DI_ISA_NEON) {
+    di_cpu_glu_neon(g, u, n, gelu);
+    return;
+  }
+#endif
+  for (int i = 0; i < n; i++) g[i] = gelu ? di_cpu_gelu_mul1(g[i], u[i]) : di_cpu_silu_mul1(g[i], u[i]);
 }
 
 void di_cpu_add(float *x, const float *y, int n) {

@@ -6,15 +6,17 @@
 #include "backend/cpu/softmax_exp.h"
 #include "util/fp16.h"
 
-void di_cpu_silu_mul_avx2(float *g, const float *u, int n) {
+void di_cpu_glu_avx2(float *g, const float *u, int n, bool gelu) {
   const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+  const __m256 k = _mm256_set1_ps(DI_GELU_K), a = _mm256_set1_ps(DI_GELU_A);
   int i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m256 x = _mm256_loadu_ps(g + i);
-    __m256 e = di_softmax_exp_avx2(_mm256_xor_ps(x, neg));
+    __m256 x = _mm256_loadu_ps(g + i), z = x;
+    if (gelu) z = _mm256_mul_ps(k, _mm256_fmadd_ps(_mm256_mul_ps(a, _mm256_mul_ps(x, x)), x, x));
+    __m256 e = di_softmax_exp_avx2(_mm256_xor_ps(z, neg));
     _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
   }
-  for (; i < n; i++) g[i] = di_cpu_silu_mul1(g[i], u[i]);
+  for (; i < n; i++) g[i] = gelu ? di_cpu_gelu_mul1(g[i], u[i]) : di_cpu_silu_mul1(g[i], u[i]);
 }
 
 /* F16C's round-to-nearest-even conversion is di_f32_to_f16 for every non-NaN
