@@ -108,7 +108,7 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best)
 
 int main(void) {
   di_cpu_isa_level best = di_cpu_isa();
-  const di_dtype types[] = {DI_Q4_0, DI_Q4_1, DI_Q8_0, DI_Q4_K, DI_Q6_K};
+  const di_dtype types[] = {DI_Q4_0, DI_Q4_1, DI_Q5_0, DI_Q8_0, DI_Q4_K, DI_Q6_K};
   const int64_t Ns[] = {8, 13, 24, 37, 70};
   const int64_t Ks[] = {32, 96, 640};
   /* Q4_K: 1, 3 and 5 super-blocks; 5 crosses the on-the-fly packing of a tail group */
@@ -120,7 +120,7 @@ int main(void) {
       for (size_t ki = 0; ki < 3; ki++) check_shape(types[ti], Ns[ni], ks[ki], best);
   }
   CHECK(!di_cpu_packable(DI_Q5_K) && !di_cpu_packable(DI_F16));
-  printf("%s: packed Q4_0/Q4_1/Q8_0/Q4_K/Q6_K bit-identical to the scalar reference for M 1..%d, split columns, %s\n",
+  printf("%s: packed Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K bit-identical to the scalar reference for M 1..%d, split columns, %s\n",
          PACKED_TEST_NAME, MMAX, di_cpu_isa_name(best));
   return di_test_finish(PACKED_TEST_NAME);
 }

@@ -1,7 +1,7 @@
 /* DESIGN principle 2: a token's logits are bit-identical alone, in any prefill
  * chunking, next to other sequences in a batch, and at any thread count.
  * Checked on stories260K with its weights as stored (F32) and re-quantized in
- * place to Q8_0 / Q4_0 / Q4_1 (packed, as the loader packs them) / F16 (the
+ * place to Q8_0 / Q4_0 / Q4_1 / Q5_0 (packed, as the loader packs them) / F16 (the
  * matmul kernels are where invariance is easiest to lose), with the batch split
  * by output columns and by whole sequences per thread; then the scalar path is
  * compared with the SIMD one. */
@@ -157,5 +157,6 @@ int main(void) {
   check_type(path, DI_Q8_0, true);
   check_type(path, DI_Q4_0, true);
   check_type(path, DI_Q4_1, true);
+  check_type(path, DI_Q5_0, true);
   return di_test_finish("test_row_invariance");
 }

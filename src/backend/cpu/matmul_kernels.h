@@ -71,6 +71,7 @@ static inline size_t di_pk_block_bytes(di_dtype t) {
   switch (t) {
   case DI_Q4_0: return sizeof(di_block_q4_0);
   case DI_Q4_1: return sizeof(di_block_q4_1);
+  case DI_Q5_0: return sizeof(di_block_q5_0);
   case DI_Q4_K: return sizeof(di_block_q4_K);
   case DI_Q6_K: return sizeof(di_block_q6_K);
   default: return sizeof(di_block_q8_0);
@@ -91,6 +92,24 @@ static inline size_t di_pk_word_pos(di_dtype t, size_t w) {
   if (w >= 32) return di_pk_q6k_qh((w - 32) / 8, (w - 32) % 8);
   return di_pk_q6k_ql(w / 16, w % 16 / 8, w % 8);
 }
+/* Q5_0's high bits (its word 0, GGUF's qh: bit j for element j) are stored
+ * permuted so that a kernel gets the bits of one nibble word's elements with one
+ * shift and one mask: element j = 16h + 4w + e (half h, word w, byte e) goes to
+ * bit 8e + 2w + h, so bit k = 2w + h of every byte belongs to word w, half h, and
+ * rotating it to bit 4 (0x10, the value's fifth bit) puts it in that byte. */
+static inline uint32_t di_pk_q5_bits(uint32_t qh) {
+  uint32_t r = 0;
+  for (int j = 0; j < 32; j++) r |= ((qh >> j) & 1u) << (8 * (j % 4) + 2 * (j % 16 / 4) + j / 16);
+  return r;
+}
+static inline uint32_t di_pk_q5_unbits(uint32_t r) {
+  uint32_t qh = 0;
+  for (int j = 0; j < 32; j++) qh |= ((r >> (8 * (j % 4) + 2 * (j % 16 / 4) + j / 16)) & 1u) << j;
+  return qh;
+}
+/* Left rotation that brings bit 2w + h of each byte to bit 4. */
+static inline int di_pk_q5_rot(int w, int h) { return (4 - (2 * w + h)) & 31; }
+
 /* Group-blocks b0..b1 of the tail rows, packed and zero-padded to 8 rows. */
 void di_cpu_pack_tail(di_dtype t, const void *W, size_t wrow, int64_t N, int64_t b0, int64_t b1, uint8_t *dst);
 

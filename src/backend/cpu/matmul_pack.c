@@ -9,6 +9,9 @@
  * N % 8 rows after the last full group stay as they are and are packed on the fly,
  * zero-padded, by the kernels (di_cpu_pack_tail).
  *
+ * Q5_0 packs like Q4_0 with one more word, its high bits, whose bits are
+ * permuted (di_pk_q5_bits) so that kernels pick each word's bits with a shift.
+ *
  * The K-quants pack the same way per 256-element super-block (Q4_K: d and dmin
  * as the head, then 35 words: 3 of 6-bit scales, 32 of quants; Q6_K: d, then 32
  * words of low nibbles, 16 of high bits, 4 of int8 scales), so one register
@@ -21,7 +24,7 @@
 #include "backend/cpu/matmul_kernels.h"
 
 bool di_cpu_packable(di_dtype t) {
-  return t == DI_Q4_0 || t == DI_Q4_1 || t == DI_Q8_0 || t == DI_Q4_K || t == DI_Q6_K;
+  return t == DI_Q4_0 || t == DI_Q4_1 || t == DI_Q5_0 || t == DI_Q8_0 || t == DI_Q4_K || t == DI_Q6_K;
 }
 
 /* Blocks per row; the largest packable block (a row's block copied out). */
@@ -33,12 +36,24 @@ static void scatter_block(di_dtype t, const uint8_t *src, int c, uint8_t *gb) {
   size_t hb = di_pk_head_bytes(t), qb = di_dtype_block_bytes(t) - hb, ha = di_pk_head_at(t), wa = di_pk_words_at(t);
   for (size_t h = 0; h < hb / 2; h++) memcpy(gb + 16 * h + 2 * c, src + ha + 2 * h, 2);
   for (size_t w = 0; w < qb / 4; w++) memcpy(gb + 8 * hb + 32 * di_pk_word_pos(t, w) + 4 * c, src + wa + 4 * w, 4);
+  if (t == DI_Q5_0) {
+    uint32_t qh;
+    memcpy(&qh, gb + 8 * hb + 4 * c, 4);
+    qh = di_pk_q5_bits(qh);
+    memcpy(gb + 8 * hb + 4 * c, &qh, 4);
+  }
 }
 
 static void gather_block(di_dtype t, const uint8_t *gb, int c, uint8_t *dst) {
   size_t hb = di_pk_head_bytes(t), qb = di_dtype_block_bytes(t) - hb, ha = di_pk_head_at(t), wa = di_pk_words_at(t);
   for (size_t h = 0; h < hb / 2; h++) memcpy(dst + ha + 2 * h, gb + 16 * h + 2 * c, 2);
   for (size_t w = 0; w < qb / 4; w++) memcpy(dst + wa + 4 * w, gb + 8 * hb + 32 * di_pk_word_pos(t, w) + 4 * c, 4);
+  if (t == DI_Q5_0) {
+    uint32_t qh;
+    memcpy(&qh, dst + wa, 4);
+    qh = di_pk_q5_unbits(qh);
+    memcpy(dst + wa, &qh, 4);
+  }
 }
 
 bool di_cpu_pack(di_dtype t, void *W, int64_t N, int64_t K) {

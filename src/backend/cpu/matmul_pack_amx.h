@@ -243,7 +243,8 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
   int64_t ppp = (int64_t)(AMX_PANEL_BYTES / (pair_bytes ? pair_bytes : 1));
   if (ppp < 1) ppp = 1;
   if (ppp > pairs) ppp = pairs;
-  int8_t *stage = g_amx && M16 && pairs ? aligned_alloc(64, (size_t)ppp * pair_bytes) : NULL;
+  /* Q5_0 has no AMX staging (yet): its VNNI kernels */
+  int8_t *stage = g_amx && M16 && pairs && t != DI_Q5_0 ? aligned_alloc(64, (size_t)ppp * pair_bytes) : NULL;
   if (!stage) {
     pk_mm(t, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1);
     return;

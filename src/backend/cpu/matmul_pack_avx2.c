@@ -1,4 +1,4 @@
-/* AVX2 kernels for packed Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K weights (layout: matmul_pack.c;
+/* AVX2 kernels for packed Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K weights (layout: matmul_pack.c;
  * group loop, tiles and panels: matmul_pack_tiles.h).
  *
  * A tile is MT activation rows x one group of 8 weight rows; lane c of every
@@ -8,6 +8,7 @@
  *     4 activation bytes broadcast to all lanes (maddubs: unsigned q x signed a,
  *     pairs <= 2*15*127), the 8 int16 results summed (<= 30480, no overflow),
  *     then one madd to int32. Q4_0's offset: isum -= 8 * sum(a), exact.
+ *   Q5_0: the same with each byte's fifth bit or-ed in (q5_word), 16 * sum(a).
  *   Q8_0: 8 words; |q| x sign(a, q) per word, madd to int32 each time (two
  *     int16 pairs could overflow).
  * Then in float, lane by lane and in K order, exactly as the scalar reference
@@ -48,7 +49,27 @@ AI void q4_word(int MT, const uint8_t *q, int w, const di_act_q8 *const *a, __m2
   }
 }
 
-/* One 32-element block of 8 columns (Q4_0/Q4_1/Q8_0) into the MT float chains. */
+/* Q5_0's nibble word w (after its high-bit word) with the fifth bits: for each
+ * half, bit 2w + h of every byte of the permuted qh word moved to bit 4. Pairs of
+ * maddubs products reach 2*31*127 and a word's two sum to 15748, so each word
+ * goes to int32 at once. */
+AI __m256i q5_bits(__m256i qh, int w, int h) {
+  const int k = 2 * w + h;
+  __m256i v = k < 4 ? _mm256_slli_epi32(qh, 4 - k) : k > 4 ? _mm256_srli_epi32(qh, k - 4) : qh;
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+AI void q5_word(int MT, const uint8_t *q, int w, const di_act_q8 *const *a, __m256i m4, __m256i ones, __m256i *isum) {
+  __m256i qh = _mm256_loadu_si256((const __m256i *)q), v = _mm256_loadu_si256((const __m256i *)(q + 32 * (1 + w)));
+  __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4), q5_bits(qh, w, 0));
+  __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), q5_bits(qh, w, 1));
+  UNROLL for (int i = 0; i < MT; i++) {
+    __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(a[i]->qs + 4 * w)),
+                                 _mm256_maddubs_epi16(hi, bcast4(a[i]->qs + 16 + 4 * w)));
+    isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(s, ones));
+  }
+}
+
+/* One 32-element block of 8 columns (Q4_0/Q4_1/Q5_0/Q8_0) into the MT float chains. */
 AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const *a, pk_acc *acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   const uint8_t *q = gp + DI_PK_G * di_pk_head_bytes(t);
@@ -60,6 +81,9 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
     } else {
       NO_UNROLL for (int w = 0; w < 8; w++) q8_word(MT, q, w, a, ones, isum);
     }
+  } else if (t == DI_Q5_0) {
+    UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_setzero_si256();
+    UNROLL for (int w = 0; w < 4; w++) q5_word(MT, q, w, a, m4, ones, isum);
   } else {
     __m256i p[MT_MAX];
     UNROLL for (int i = 0; i < MT; i++) p[i] = _mm256_setzero_si256();
@@ -70,7 +94,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
     }
     UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_madd_epi16(p[i], ones);
   }
-  q32_finish(t, MT, gp, a, isum, t == DI_Q4_0 ? 8 : 0, acc);
+  q32_finish(t, MT, gp, a, isum, t == DI_Q4_0 ? 8 : t == DI_Q5_0 ? 16 : 0, acc);
 }
 
 /* Sub-block s (32 elements) of 8 columns: int16 sums of 8 maddubs, each pair

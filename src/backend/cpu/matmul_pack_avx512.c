@@ -1,4 +1,4 @@
-/* AVX-512 VNNI kernels for packed Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K weights
+/* AVX-512 VNNI kernels for packed Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K weights
  * (layout: matmul_pack.c; group loop, tiles and panels: matmul_pack_tiles.h;
  * the float finish of every block: matmul_pack_x86.h, shared with AVX2).
  *
@@ -12,6 +12,8 @@
  * so the float chains after it are the same instructions on the same values:
  * Y is bit-identical to the AVX2 and scalar kernels for every M and column range.
  *   Q4_0/Q4_1: nibbles 0..15 as they are; Q4_0's -8 comes off as 8 * sum(a).
+ *   Q5_0: nibbles with the fifth bit or-ed in (0..31, rotated out of the
+ *     permuted high-bit word, di_pk_q5_bits); -16 as 16 * sum(a).
  *   Q8_0: q + 128 (xor 0x80) makes the weights unsigned; 128 * sum(a) comes off.
  *   Q4_K: per sub-block a vpdpbusd sum (16 products per lane <= 30480, so it
  *     fits the low int16), then vpdpwssd against the scale (high int16 zero).
@@ -74,6 +76,26 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
       __m512i wq = _mm512_xor_si512(pair_perm(load64(q + 32 * w)), flip);
       UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_dpbusd_epi32(isum[i], wq, bcast8(a[i]->qs + 4 * w));
     }
+  } else if (t == DI_Q5_0) {
+    /* words w, w+1 in lanes 2c, 2c+1: each lane rotates its own word's bits to bit 4 */
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
+    const __m512i qh = dup_cols(_mm256_loadu_si256((const __m256i *)q));
+    UNROLL for (int w = 0; w < 4; w += 2) {
+      __m512i v = pair_perm(load64(q + 32 * (1 + w)));
+      __m512i rl = _mm512_setr_epi32(di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0), di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0),
+                                     di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0), di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0),
+                                     di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0), di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0),
+                                     di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0), di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0));
+      __m512i rh = _mm512_sub_epi32(rl, _mm512_set1_epi32(1)); /* half 1: one bit higher */
+      rh = _mm512_and_si512(rh, _mm512_set1_epi32(31));
+      __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_rolv_epi32(qh, rl), m10));
+      __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                                   _mm512_and_si512(_mm512_rolv_epi32(qh, rh), m10));
+      UNROLL for (int i = 0; i < MT; i++) {
+        isum[i] = _mm512_dpbusd_epi32(isum[i], lo, bcast8(a[i]->qs + 4 * w));
+        isum[i] = _mm512_dpbusd_epi32(isum[i], hi, bcast8(a[i]->qs + 16 + 4 * w));
+      }
+    }
   } else {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     UNROLL for (int w = 0; w < 4; w += 2) {
@@ -87,7 +109,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
   }
   __m256i s[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) s[i] = fold(isum[i]);
-  q32_finish(t, MT, gp, a, s, t == DI_Q4_0 ? 8 : t == DI_Q8_0 ? 128 : 0, acc);
+  q32_finish(t, MT, gp, a, s, t == DI_Q4_0 ? 8 : t == DI_Q5_0 ? 16 : t == DI_Q8_0 ? 128 : 0, acc);
 }
 
 /* One Q4_K super-block of 8 columns: per sub-block s (words of chunk s/2,
@@ -206,7 +228,7 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
   const uint8_t *q0 = gp0 + head, *q1 = gp1 + head;
   /* The bias term starts each sum (integer adds: the order is free), so it
    * costs one broadcast instead of a broadcast and a subtraction. */
-  const int bias = t == DI_Q4_0 ? 8 : t == DI_Q8_0 ? 128 : 0;
+  const int bias = t == DI_Q4_0 ? 8 : t == DI_Q5_0 ? 16 : t == DI_Q8_0 ? 128 : 0;
   __m512i isum[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = bias ? _mm512_set1_epi32(-bias * a[i]->sum) : _mm512_setzero_si512();
   if (t == DI_Q8_0) {
@@ -214,6 +236,18 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
     UNROLL for (int w = 0; w < 8; w++) {
       __m512i wq = _mm512_xor_si512(join_words(q0 + 32 * w, q1 + 32 * w), flip);
       UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_dpbusd_epi32(isum[i], wq, bcast4(a[i]->qs + 4 * w));
+    }
+  } else if (t == DI_Q5_0) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10), qh = join_words(q0, q1);
+    UNROLL for (int w = 0; w < 4; w++) {
+      __m512i v = join_words(q0 + 32 * (1 + w), q1 + 32 * (1 + w));
+      __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_rol_epi32(qh, di_pk_q5_rot(w, 0)), m10));
+      __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                                   _mm512_and_si512(_mm512_rol_epi32(qh, di_pk_q5_rot(w, 1)), m10));
+      UNROLL for (int i = 0; i < MT; i++) {
+        isum[i] = _mm512_dpbusd_epi32(isum[i], lo, bcast4(a[i]->qs + 4 * w));
+        isum[i] = _mm512_dpbusd_epi32(isum[i], hi, bcast4(a[i]->qs + 16 + 4 * w));
+      }
     }
   } else {
     const __m512i m4 = _mm512_set1_epi8(0x0f);

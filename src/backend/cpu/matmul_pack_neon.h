@@ -1,4 +1,4 @@
-/* NEON kernels for packed Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K weights (layout:
+/* NEON kernels for packed Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K weights (layout:
  * matmul_pack.c; group loop, tiles and panels: matmul_pack_tiles.h), written
  * once and compiled twice like matmul_int_neon.h: matmul_pack_neon.c (ARMv8.0)
  * and matmul_pack_dot_neon.c (-march=armv8.2-a+dotprod), defining NEON_DOT 0
@@ -157,7 +157,21 @@ AI void pk_store(di_dtype t, const pk_acc *acc, float *y) {
   vst1q_f32(y + 4, v.hi);
 }
 
-/* ---------------- Q4_0 / Q4_1 / Q8_0 ---------------- */
+/* ---------------- Q4_0 / Q4_1 / Q5_0 / Q8_0 ---------------- */
+
+/* Bit k of every byte of x moved to bit 4 (other bits: don't care). */
+AI uint32x4_t q5_shift(uint32x4_t x, int k) {
+  switch (k) {
+  case 0: return vshlq_n_u32(x, 4);
+  case 1: return vshlq_n_u32(x, 3);
+  case 2: return vshlq_n_u32(x, 2);
+  case 3: return vshlq_n_u32(x, 1);
+  case 4: return x;
+  case 5: return vshrq_n_u32(x, 1);
+  case 6: return vshrq_n_u32(x, 2);
+  default: return vshrq_n_u32(x, 3);
+  }
+}
 
 /* One 32-element block of 8 columns into the MT chains. */
 AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const *a, pk_acc *acc) {
@@ -173,13 +187,20 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
     /* word w: low nibbles are elements 4w..4w+3, high ones 16+4w..; Q4_0's offset
      * applied to the quants (-8..7). 8 products per int16 lane, each |q * a| <=
      * 15 * 128: <= 15360. */
-    const int8x16_t off = vdupq_n_s8(t == DI_Q4_0 ? 8 : 0);
+    const int8x16_t off = vdupq_n_s8(t == DI_Q4_0 ? 8 : t == DI_Q5_0 ? 16 : 0);
+    const bool q5 = t == DI_Q5_0; /* its nibble words follow the high-bit word */
     UNROLL for (int w = 0; w < 4; w++) {
       int8x16_t lo[2], hi[2];
       UNROLL for (int k = 0; k < 2; k++) {
-        uint8x16_t v = vld1q_u8(q + 32 * w + 16 * k);
-        lo[k] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0f))), off);
-        hi[k] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), off);
+        uint8x16_t v = vld1q_u8(q + 32 * (w + q5) + 16 * k);
+        uint8x16_t l = vandq_u8(v, vdupq_n_u8(0x0f)), h = vshrq_n_u8(v, 4);
+        if (q5) { /* bit 2w + hf of each byte of the permuted high bits to bit 4 */
+          uint32x4_t qh = vreinterpretq_u32_u8(vld1q_u8(q + 16 * k));
+          l = vorrq_u8(l, vandq_u8(vreinterpretq_u8_u32(q5_shift(qh, 2 * w)), vdupq_n_u8(0x10)));
+          h = vorrq_u8(h, vandq_u8(vreinterpretq_u8_u32(q5_shift(qh, 2 * w + 1)), vdupq_n_u8(0x10)));
+        }
+        lo[k] = vsubq_s8(vreinterpretq_s8_u8(l), off);
+        hi[k] = vsubq_s8(vreinterpretq_s8_u8(h), off);
       }
       UNROLL for (int i = 0; i < MT; i++) {
         dacc_word(&d[i], lo[0], lo[1], a[i]->qs + 4 * w);

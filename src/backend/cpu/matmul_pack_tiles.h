@@ -8,7 +8,7 @@
  *                          output's chain, 8 column lanes) and .m (the K-quant
  *                          mins' chain; it stays +0 for Q6_K)
  *   pk_acc_zero(pk_acc *)
- *   q32_block(t, MT, gp, const di_act_q8 *const *a, pk_acc *acc)   Q4_0/Q4_1/Q8_0
+ *   q32_block(t, MT, gp, const di_act_q8 *const *a, pk_acc *acc)   Q4_0/Q4_1/Q5_0/Q8_0
  *   q4k_block(MT, gp, const di_act_q8k *const *a, pk_acc *acc)
  *   q6k_block(MT, gp, const di_act_q8k *const *a, pk_acc *acc)
  *                          one group-block gp of 8 columns into MT rows' chains
@@ -145,6 +145,7 @@ AI void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, 
   }
 PK_WRAP(mmp_q4_0, DI_Q4_0)
 PK_WRAP(mmp_q4_1, DI_Q4_1)
+PK_WRAP(mmp_q5_0, DI_Q5_0)
 PK_WRAP(mmp_q8_0, DI_Q8_0)
 PK_WRAP(mmp_q4_K, DI_Q4_K)
 PK_WRAP(mmp_q6_K, DI_Q6_K)
@@ -154,6 +155,7 @@ di_cpu_mmp_fn PK_ENTRY(di_dtype t) {
   switch (t) {
   case DI_Q4_0: return mmp_q4_0;
   case DI_Q4_1: return mmp_q4_1;
+  case DI_Q5_0: return mmp_q5_0;
   case DI_Q8_0: return mmp_q8_0;
   case DI_Q4_K: return mmp_q4_K;
   case DI_Q6_K: return mmp_q6_K;
