@@ -1,12 +1,13 @@
 /* The AMX path of the AVX-512 packed kernels (included once, by
- * matmul_pack_avx512.c after matmul_pack_tiles.h): Q4_0 / Q4_1 / Q8_0 / Q4_K /
- * Q6_K GEMMs, 16 activation rows x 16 columns (a pair of groups) per tile.
+ * matmul_pack_avx512.c after matmul_pack_tiles.h): Q4_0 / Q4_1 / Q5_0 / Q8_0 /
+ * Q4_K / Q6_K GEMMs, 16 activation rows x 16 columns (a pair of groups) per tile.
  *
  * One tdpbssd per 32-element block gives the 16 x 16 exact int32 sums
  * sum(q * a) of two groups against 16 rows: the A tile is the rows' qs (stride
  * xrow, 32 bytes each), the B tile is the two groups' words side by side (8
  * rows of 64 bytes: K-quads x 16 columns, the packed layout's own order) with
- * Q4 nibbles widened to bytes (Q4_0 minus 8, so no offset correction). Those
+ * Q4 nibbles widened to bytes (Q4_0 minus 8, so no offset correction; Q5_0
+ * with its fifth bits, minus 16). Those
  * are the integers pk_group2 forms, and the float finish below is q32_block2's,
  * instruction for instruction, so Y keeps its bits (test_matmul_packed). Q4_K
  * takes one tile step per 32-element sub-block (its nibbles are 0..15 as
@@ -59,7 +60,8 @@ typedef struct {
 } amx_cfg;
 
 /* One block's B tile: the two groups' words side by side, Q4 nibbles widened
- * to bytes (low nibbles are K-quads 0-3, high ones 4-7; Q4_0 minus 8). */
+ * to bytes (low nibbles are K-quads 0-3, high ones 4-7; Q4_0 minus 8; Q5_0 its
+ * fifth bits or-ed in, minus 16). */
 AI void amx_stage(di_dtype t, const uint8_t *q0, const uint8_t *q1, int8_t *stage) {
   if (t == DI_Q6_K) { /* 16 group tiles of 4 K-quads: word w of chunk r of half h is quad w % 4 of group 8h + 2r + w / 4 */
     const __m512i k32 = _mm512_set1_epi8(32);
@@ -90,10 +92,17 @@ AI void amx_stage(di_dtype t, const uint8_t *q0, const uint8_t *q1, int8_t *stag
     return;
   }
   const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+  const bool q5 = t == DI_Q5_0; /* its nibble words follow the (permuted) high-bit word */
+  const __m512i qh = q5 ? join_words(q0, q1) : _mm512_setzero_si512(), m10 = _mm512_set1_epi8(0x10);
   for (int w = 0; w < 4; w++) {
-    __m512i v = join_words(q0 + 32 * w, q1 + 32 * w);
+    __m512i v = join_words(q0 + 32 * (w + q5), q1 + 32 * (w + q5));
     __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     if (t == DI_Q4_0) lo = _mm512_sub_epi8(lo, eight), hi = _mm512_sub_epi8(hi, eight);
+    if (q5) { /* fifth bits in, then minus 16 */
+      lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_rolv_epi32(qh, _mm512_set1_epi32(di_pk_q5_rot(w, 0))), m10));
+      hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_rolv_epi32(qh, _mm512_set1_epi32(di_pk_q5_rot(w, 1))), m10));
+      lo = _mm512_sub_epi8(lo, _mm512_add_epi8(eight, eight)), hi = _mm512_sub_epi8(hi, _mm512_add_epi8(eight, eight));
+    }
     _mm512_store_si512(stage + 64 * w, lo);
     _mm512_store_si512(stage + 64 * (4 + w), hi);
   }
@@ -243,8 +252,7 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
   int64_t ppp = (int64_t)(AMX_PANEL_BYTES / (pair_bytes ? pair_bytes : 1));
   if (ppp < 1) ppp = 1;
   if (ppp > pairs) ppp = pairs;
-  /* Q5_0 has no AMX staging (yet): its VNNI kernels */
-  int8_t *stage = g_amx && M16 && pairs && t != DI_Q5_0 ? aligned_alloc(64, (size_t)ppp * pair_bytes) : NULL;
+  int8_t *stage = g_amx && M16 && pairs ? aligned_alloc(64, (size_t)ppp * pair_bytes) : NULL;
   if (!stage) {
     pk_mm(t, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1);
     return;
