@@ -65,6 +65,12 @@ AI __m512i dup_cols(__m256i v) {
                                   _mm512_castsi256_si512(v));
 }
 
+/* Q5_0's fifth bits: each int32 lane of the permuted high-bit word rotated
+ * left by its count (di_pk_q5_rot), then bit 4 of every byte. */
+AI __m512i q5_fifth(__m512i qh, __m512i rot) {
+  return _mm512_and_si512(_mm512_rolv_epi32(qh, rot), _mm512_set1_epi8(0x10));
+}
+
 /* One 32-element block of 8 columns (Q4_0/Q4_1/Q8_0) into the MT float chains. */
 AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const *a, pk_acc *acc) {
   const uint8_t *q = gp + DI_PK_G * di_pk_head_bytes(t);
@@ -78,7 +84,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
     }
   } else if (t == DI_Q5_0) {
     /* words w, w+1 in lanes 2c, 2c+1: each lane rotates its own word's bits to bit 4 */
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i qh = dup_cols(_mm256_loadu_si256((const __m256i *)q));
     UNROLL for (int w = 0; w < 4; w += 2) {
       __m512i v = pair_perm(load64(q + 32 * (1 + w)));
@@ -88,9 +94,8 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
                                      di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0), di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0));
       __m512i rh = _mm512_sub_epi32(rl, _mm512_set1_epi32(1)); /* half 1: one bit higher */
       rh = _mm512_and_si512(rh, _mm512_set1_epi32(31));
-      __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_rolv_epi32(qh, rl), m10));
-      __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
-                                   _mm512_and_si512(_mm512_rolv_epi32(qh, rh), m10));
+      __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), q5_fifth(qh, rl));
+      __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), q5_fifth(qh, rh));
       UNROLL for (int i = 0; i < MT; i++) {
         isum[i] = _mm512_dpbusd_epi32(isum[i], lo, bcast8(a[i]->qs + 4 * w));
         isum[i] = _mm512_dpbusd_epi32(isum[i], hi, bcast8(a[i]->qs + 16 + 4 * w));
@@ -238,12 +243,12 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
       UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_dpbusd_epi32(isum[i], wq, bcast4(a[i]->qs + 4 * w));
     }
   } else if (t == DI_Q5_0) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10), qh = join_words(q0, q1);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), qh = join_words(q0, q1);
     UNROLL for (int w = 0; w < 4; w++) {
       __m512i v = join_words(q0 + 32 * (1 + w), q1 + 32 * (1 + w));
-      __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_rol_epi32(qh, di_pk_q5_rot(w, 0)), m10));
+      __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), q5_fifth(qh, _mm512_set1_epi32(di_pk_q5_rot(w, 0))));
       __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
-                                   _mm512_and_si512(_mm512_rol_epi32(qh, di_pk_q5_rot(w, 1)), m10));
+                                   q5_fifth(qh, _mm512_set1_epi32(di_pk_q5_rot(w, 1))));
       UNROLL for (int i = 0; i < MT; i++) {
         isum[i] = _mm512_dpbusd_epi32(isum[i], lo, bcast4(a[i]->qs + 4 * w));
         isum[i] = _mm512_dpbusd_epi32(isum[i], hi, bcast4(a[i]->qs + 16 + 4 * w));
