@@ -415,7 +415,11 @@ def render_markdown(results, meta):
 
     for r in results:
         lc, di = r.get("llamacpp") or {}, r.get("deepinfer") or {}
-        shape, _, wt = r["spec"].partition("-")
+        if r["spec"].endswith(".gguf"):  # a file given by path: its name, and "file" as the type
+            shape, wt = Path(r["spec"]).name, "file"
+        else:
+            shape, _, wt = r["spec"].partition("-")
+            shape, wt = shape.upper(), wt.upper()
         lshare = r.get("llamacpp_share")
         dshare = di.get("bw_share") if isinstance(di, dict) else None
         if dshare is None:
@@ -425,7 +429,7 @@ def render_markdown(results, meta):
         dierr = "error" in di
         pshare = di.get("pp_peak_share") if isinstance(di, dict) else None
         lines.append("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
-            shape.upper(), wt.upper() or "?", r["threads"], test,
+            shape, wt or "?", r["threads"], test,
             fmt(lc.get("pp_tok_s")), fmt(lc.get("tg_tok_s")), f"{lshare:.0%}" if lshare else "–",
             "n/a" if dierr else fmt(di.get("pp_tok_s")), "n/a" if dierr else fmt(di.get("tg_tok_s")),
             f"{dshare:.0%}" if isinstance(dshare, (int, float)) and not dierr else "–",
