@@ -97,14 +97,15 @@ static inline size_t di_pk_word_pos(di_dtype t, size_t w) {
  * shift and one mask: element j = 16h + 4w + e (half h, word w, byte e) goes to
  * bit 8e + 2w + h, so bit k = 2w + h of every byte belongs to word w, half h, and
  * rotating it to bit 4 (0x10, the value's fifth bit) puts it in that byte. */
+static inline int di_pk_q5_pos(int j) { return 8 * (j % 4) + 2 * (j % 16 / 4) + j / 16; }
 static inline uint32_t di_pk_q5_bits(uint32_t qh) {
   uint32_t r = 0;
-  for (int j = 0; j < 32; j++) r |= ((qh >> j) & 1u) << (8 * (j % 4) + 2 * (j % 16 / 4) + j / 16);
+  for (int j = 0; j < 32; j++) r |= ((qh >> j) & 1u) << di_pk_q5_pos(j);
   return r;
 }
 static inline uint32_t di_pk_q5_unbits(uint32_t r) {
   uint32_t qh = 0;
-  for (int j = 0; j < 32; j++) qh |= ((r >> (8 * (j % 4) + 2 * (j % 16 / 4) + j / 16)) & 1u) << j;
+  for (int j = 0; j < 32; j++) qh |= ((r >> di_pk_q5_pos(j)) & 1u) << j;
   return qh;
 }
 /* Left rotation that brings bit 2w + h of each byte to bit 4. */

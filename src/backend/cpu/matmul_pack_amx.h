@@ -91,18 +91,21 @@ AI void amx_stage(di_dtype t, const uint8_t *q0, const uint8_t *q1, int8_t *stag
     for (int w = 0; w < 8; w++) _mm512_store_si512(stage + 64 * w, join_words(q0 + 32 * w, q1 + 32 * w));
     return;
   }
+  if (t == DI_Q5_0) {
+    const __m512i qh = join_words(q0, q1), k16 = _mm512_set1_epi8(16);
+    for (int w = 0; w < 4; w++) {
+      __m512i lo, hi;
+      q5_pair_word(q0, q1, qh, w, &lo, &hi);
+      _mm512_store_si512(stage + 64 * w, _mm512_sub_epi8(lo, k16));
+      _mm512_store_si512(stage + 64 * (4 + w), _mm512_sub_epi8(hi, k16));
+    }
+    return;
+  }
   const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
-  const bool q5 = t == DI_Q5_0; /* its nibble words follow the (permuted) high-bit word */
-  const __m512i qh = q5 ? join_words(q0, q1) : _mm512_setzero_si512();
   for (int w = 0; w < 4; w++) {
-    __m512i v = join_words(q0 + 32 * (w + q5), q1 + 32 * (w + q5));
+    __m512i v = join_words(q0 + 32 * w, q1 + 32 * w);
     __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
     if (t == DI_Q4_0) lo = _mm512_sub_epi8(lo, eight), hi = _mm512_sub_epi8(hi, eight);
-    if (q5) { /* fifth bits in, then minus 16 */
-      lo = _mm512_or_si512(lo, q5_fifth(qh, _mm512_set1_epi32(di_pk_q5_rot(w, 0))));
-      hi = _mm512_or_si512(hi, q5_fifth(qh, _mm512_set1_epi32(di_pk_q5_rot(w, 1))));
-      lo = _mm512_sub_epi8(lo, _mm512_add_epi8(eight, eight)), hi = _mm512_sub_epi8(hi, _mm512_add_epi8(eight, eight));
-    }
     _mm512_store_si512(stage + 64 * w, lo);
     _mm512_store_si512(stage + 64 * (4 + w), hi);
   }

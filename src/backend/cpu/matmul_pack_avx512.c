@@ -71,7 +71,12 @@ AI __m512i q5_fifth(__m512i qh, __m512i rot) {
   return _mm512_and_si512(_mm512_rolv_epi32(qh, rot), _mm512_set1_epi8(0x10));
 }
 
-/* One 32-element block of 8 columns (Q4_0/Q4_1/Q8_0) into the MT float chains. */
+/* Rotation counts for a pair_perm'd word pair: lanes 2c hold word w, 2c+1 word w+1. */
+AI __m512i q5_rot2(int w, int h) {
+  return _mm512_set1_epi64((int64_t)((uint64_t)(uint32_t)di_pk_q5_rot(w + 1, h) << 32 | (uint32_t)di_pk_q5_rot(w, h)));
+}
+
+/* One 32-element block of 8 columns (Q4_0/Q4_1/Q5_0/Q8_0) into the MT float chains. */
 AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const *a, pk_acc *acc) {
   const uint8_t *q = gp + DI_PK_G * di_pk_head_bytes(t);
   __m512i isum[PK_MT_CAP];
@@ -88,14 +93,8 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
     const __m512i qh = dup_cols(_mm256_loadu_si256((const __m256i *)q));
     UNROLL for (int w = 0; w < 4; w += 2) {
       __m512i v = pair_perm(load64(q + 32 * (1 + w)));
-      __m512i rl = _mm512_setr_epi32(di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0), di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0),
-                                     di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0), di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0),
-                                     di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0), di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0),
-                                     di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0), di_pk_q5_rot(w, 0), di_pk_q5_rot(w + 1, 0));
-      __m512i rh = _mm512_sub_epi32(rl, _mm512_set1_epi32(1)); /* half 1: one bit higher */
-      rh = _mm512_and_si512(rh, _mm512_set1_epi32(31));
-      __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), q5_fifth(qh, rl));
-      __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), q5_fifth(qh, rh));
+      __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), q5_fifth(qh, q5_rot2(w, 0)));
+      __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), q5_fifth(qh, q5_rot2(w, 1)));
       UNROLL for (int i = 0; i < MT; i++) {
         isum[i] = _mm512_dpbusd_epi32(isum[i], lo, bcast8(a[i]->qs + 4 * w));
         isum[i] = _mm512_dpbusd_epi32(isum[i], hi, bcast8(a[i]->qs + 16 + 4 * w));
@@ -214,6 +213,14 @@ AI __m512i bcast4(const int8_t *p) {
   return _mm512_set1_epi32(v);
 }
 
+/* Q5_0's nibble word w of groups g (low half) and g+1 (high half) with their
+ * fifth bits: quants 0..31 (the pair kernel's and the AMX staging's). */
+AI void q5_pair_word(const uint8_t *q0, const uint8_t *q1, __m512i qh, int w, __m512i *lo, __m512i *hi) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), v = join_words(q0 + 32 * (1 + w), q1 + 32 * (1 + w));
+  *lo = _mm512_or_si512(_mm512_and_si512(v, m4), q5_fifth(qh, _mm512_set1_epi32(di_pk_q5_rot(w, 0))));
+  *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), q5_fifth(qh, _mm512_set1_epi32(di_pk_q5_rot(w, 1))));
+}
+
 /* q32_finish, 16 lanes (groups g, g+1) at a time, for MT rows (also the AMX path's 16). */
 AI void q32_finish16(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, const di_act_q8 *const *a,
                      const __m512i *isum, __m512 *acc) {
@@ -243,12 +250,10 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
       UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_dpbusd_epi32(isum[i], wq, bcast4(a[i]->qs + 4 * w));
     }
   } else if (t == DI_Q5_0) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), qh = join_words(q0, q1);
+    const __m512i qh = join_words(q0, q1);
     UNROLL for (int w = 0; w < 4; w++) {
-      __m512i v = join_words(q0 + 32 * (1 + w), q1 + 32 * (1 + w));
-      __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), q5_fifth(qh, _mm512_set1_epi32(di_pk_q5_rot(w, 0))));
-      __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
-                                   q5_fifth(qh, _mm512_set1_epi32(di_pk_q5_rot(w, 1))));
+      __m512i lo, hi;
+      q5_pair_word(q0, q1, qh, w, &lo, &hi);
       UNROLL for (int i = 0; i < MT; i++) {
         isum[i] = _mm512_dpbusd_epi32(isum[i], lo, bcast4(a[i]->qs + 4 * w));
         isum[i] = _mm512_dpbusd_epi32(isum[i], hi, bcast4(a[i]->qs + 16 + 4 * w));
