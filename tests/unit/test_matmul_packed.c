@@ -17,7 +17,7 @@ static float rndf(void) {
   return (float)((double)g_rng / 4294967296.0 * 2.0 - 1.0);
 }
 
-#define MMAX 17
+#define MMAX 35
 
 /* test_matmul_packed_avx512emu.c includes this file with PACKED_TEST_KERNEL, a
  * kernel selector (di_cpu_mmp_fn (di_dtype)) that is then called directly, in
@@ -82,7 +82,8 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best)
 #endif
   for (int level = DI_ISA_SCALAR; level <= (int)best; level += (int)best > DI_ISA_SCALAR ? (int)best : 1) {
     CHECK(di_cpu_isa_set((di_cpu_isa_level)level));
-    for (int64_t M = 1; M <= MMAX; M++) {
+    /* 1..17, then 32, 33, 35: two AMX row chunks and a tail */
+    for (int64_t M = 1; M <= MMAX; M = M < 17 ? M + 1 : M == 17 ? 32 : M + 1 + (M > 32)) {
       /* the rows of a batch of M start anywhere in the activations */
       int64_t first = (M * 5) % (MMAX - M + 1);
       memset(y, 0xff, (size_t)(MMAX * N) * 4);
