@@ -323,6 +323,15 @@ static const kernel_table *kernels(void) {
   return &g_tabs[di_cpu_isa()];
 }
 
+bool di_cpu_amx_active(void) {
+#ifdef DI_CPU_X86
+  const di_cpu_features *f = di_cpu_features_get();
+  return di_cpu_isa() == DI_ISA_AVX512 && f->avx512vnni && di_cpu_amx_granted();
+#else
+  return false;
+#endif
+}
+
 void di_cpu_act_prepare(di_dtype wtype, const float *X, int64_t M, int64_t K, void *xq) {
   di_cpu_act_kind kind = act_kind(wtype);
   di_cpu_actq_fn fn = kernels()->actq[kind];

@@ -58,6 +58,8 @@ bool di_cpu_pack(di_dtype t, void *W, int64_t N, int64_t K);
  * gives them (embedding lookup in tied token_embd/output weights). */
 void di_cpu_packed_row(di_dtype t, const void *W, int64_t N, int64_t K, int64_t n, void *dst);
 void di_cpu_packed_dequant_row(di_dtype t, const void *W, int64_t N, int64_t K, int64_t n, float *dst);
+/* True when the packed int8 matmuls run 16-row chunks on AMX tiles. */
+bool di_cpu_amx_active(void);
 /* As di_cpu_matmul, W packed with N rows. */
 void di_cpu_matmul_packed(di_dtype wtype, const void *W, int64_t N, const void *xq, int64_t M, int64_t K, float *Y,
                           int64_t ldy, int64_t n0, int64_t n1);

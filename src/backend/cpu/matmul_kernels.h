@@ -30,6 +30,8 @@ di_cpu_mmp_fn di_cpu_mmp_avx2(di_dtype t);
 di_cpu_mm_fn di_cpu_mm_avx512(di_dtype t);
 /* Packed layout with AVX-512 F/BW/VL + VNNI (matmul_pack_avx512.c). */
 di_cpu_mmp_fn di_cpu_mmp_avx512(di_dtype t);
+/* Whether those kernels take the AMX tile path (CPU has AMX-INT8, Linux grants it, DI_CPU_AMX is not 0). */
+bool di_cpu_amx_granted(void);
 di_cpu_actq_fn di_cpu_actq_avx2(di_cpu_act_kind kind);
 /* NEON: float kernels plus the int8 kernels in their dotprod (SDOT) or ARMv8.0 build. */
 di_cpu_mm_fn di_cpu_mm_neon(di_dtype t, bool dotprod);

@@ -58,6 +58,11 @@ static void amx_init(void) {
   g_amx = di_cpu_features_get()->amx_int8 && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 }
 
+bool di_cpu_amx_granted(void) {
+  pthread_once(&g_amx_once, amx_init);
+  return g_amx;
+}
+
 typedef struct {
   uint8_t palette, start_row, reserved[14];
   uint16_t colsb[16];
