@@ -51,9 +51,42 @@
 
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
 static bool g_amx;
+/* Each thread's staging buffer, kept between calls and grown as needed (freed
+ * at thread exit): a fresh multi-megabyte allocation per call came back from
+ * mmap as zero pages every time, and clearing them cost ~10% of a prefill. */
+static pthread_key_t g_amx_key;
+static bool g_amx_key_ok;
+typedef struct {
+  int8_t *p;
+  size_t cap;
+} amx_buf;
+static void amx_buf_free(void *v) {
+  amx_buf *b = v;
+  free(b->p);
+  free(b);
+}
+static int8_t *amx_scratch(size_t bytes) {
+  if (!g_amx_key_ok) return NULL;
+  amx_buf *b = pthread_getspecific(g_amx_key);
+  if (!b) {
+    if (!(b = calloc(1, sizeof *b))) return NULL;
+    if (pthread_setspecific(g_amx_key, b)) {
+      free(b);
+      return NULL;
+    }
+  }
+  if (b->cap < bytes) {
+    free(b->p);
+    b->cap = (bytes + 4095) / 4096 * 4096;
+    if (!(b->p = aligned_alloc(64, b->cap))) b->cap = 0;
+  }
+  return b->p;
+}
+
 static void amx_init(void) {
   const char *e = getenv("DI_CPU_AMX");
   if (e && !strcmp(e, "0")) return;
+  g_amx_key_ok = pthread_key_create(&g_amx_key, amx_buf_free) == 0;
   /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18) */
   g_amx = di_cpu_features_get()->amx_int8 && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 }
@@ -139,20 +172,6 @@ AI void amx_finish(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, const flo
   }
 }
 
-/* 16 rows' nb blocks, block-major: the d and s (ds[16 b + i] is row i's)
- * and the quants as block b's A tile (xs + 512 b, stride 32), so the tile
- * loads and the finish stream contiguous memory instead of 16 rows a row
- * stride apart. */
-static void amx_rows(const uint8_t *x, size_t xrow, int64_t nb, float *ds, float *ss, int8_t *xs) {
-  for (int i = 0; i < 16; i++) {
-    const di_act_q8 *a = (const di_act_q8 *)(x + (size_t)i * xrow);
-    for (int64_t b = 0; b < nb; b++) {
-      ds[16 * b + i] = a[b].d, ss[16 * b + i] = a[b].s;
-      memcpy(xs + 512 * b + 32 * i, a[b].qs, 32);
-    }
-  }
-}
-
 /* The tile steps: one per block (Q4_0/Q4_1/Q8_0) or per 32-element sub-block
  * (Q4_K, 8 per super-block) or per 16-element group (Q6_K, 16); the A tile of
  * step k is its activation bytes. */
@@ -162,6 +181,28 @@ AI const uint8_t *amx_a(di_dtype t, const uint8_t *x, int64_t k) {
   if (t == DI_Q6_K) return x + (size_t)(k / 16) * sizeof(di_act_q8k) + offsetof(di_act_q8k, qs) + 16 * (k % 16);
   if (t == DI_Q4_K) return x + (size_t)(k / 8) * sizeof(di_act_q8k) + offsetof(di_act_q8k, qs) + 32 * (k % 8);
   return x + (size_t)k * sizeof(di_act_q8) + offsetof(di_act_q8, qs);
+}
+
+/* Activation bytes per row of a step's A tile. */
+AI size_t amx_a_bytes(di_dtype t) { return t == DI_Q6_K ? 16 : 32; }
+
+/* A 16-row chunk, made once per call: every step's A tile contiguous (step k
+ * at xs + 16 k amx_a_bytes, row stride amx_a_bytes) and, for Q4_0/Q4_1/Q5_0/
+ * Q8_0, the rows' d and s block-major (ds[16 b + i] is row i's), so the tile
+ * loads and the finish stream contiguous memory instead of 16 rows a row
+ * stride apart. */
+AI void amx_rows(di_dtype t, const uint8_t *x, size_t xrow, int64_t nb, float *ds, float *ss, int8_t *xs) {
+  const int64_t n = nb * amx_steps(t);
+  const size_t ab = amx_a_bytes(t);
+  for (int i = 0; i < 16; i++) {
+    const uint8_t *xi = x + (size_t)i * xrow;
+    for (int64_t k = 0; k < n; k++) memcpy(xs + (size_t)(16 * k + i) * ab, amx_a(t, xi, k), ab);
+    if (!di_pk_kquant(t))
+      for (int64_t b = 0; b < nb; b++) {
+        const di_act_q8 *a = (const di_act_q8 *)xi + b;
+        ds[16 * b + i] = a->d, ss[16 * b + i] = a->s;
+      }
+  }
 }
 
 /* 16 rows' float chains (m: Q4_K's mins chain) and Q4_K's super-block state:
@@ -243,8 +284,7 @@ AI void amx_consume(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb
 #define AMX_MUL(TC, TA, TB, k)                                     \
   do {                                                             \
     _tile_zero(TC);                                                \
-    if (xs) _tile_loadd(TA, xs + 512 * (k), 32);                   \
-    else _tile_loadd(TA, amx_a(t, x, k), (long)xrow);              \
+    _tile_loadd(TA, xs + (size_t)(k) * 16 * amx_a_bytes(t), (long)amx_a_bytes(t)); \
     _tile_loadd(TB, st + (size_t)(k) * amx_step_bytes(t), 64);    \
     _tile_dpbssd(TC, TA, TB);                                      \
   } while (0)
@@ -288,9 +328,10 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
   if (ppp < 1) ppp = 1;
   if (ppp > pairs) ppp = pairs;
   const bool q32 = !di_pk_kquant(t);
-  /* Q4_0/Q4_1/Q5_0/Q8_0: every 16-row chunk's amx_rows, made once per call */
-  const size_t chunk_bytes = q32 ? (size_t)nb * (512 + 2 * 16 * sizeof(float)) : 0;
-  int8_t *stage = g_amx && M16 && pairs ? aligned_alloc(64, (size_t)ppp * pair_bytes + (size_t)(M16 / 16) * chunk_bytes) : NULL;
+  /* every 16-row chunk's amx_rows, made once per call */
+  const size_t xs_bytes = (size_t)nb * amx_steps(t) * 16 * amx_a_bytes(t);
+  const size_t chunk_bytes = xs_bytes + (q32 ? (size_t)nb * 2 * 16 * sizeof(float) : 0);
+  int8_t *stage = g_amx && M16 && pairs ? amx_scratch((size_t)ppp * pair_bytes + (size_t)(M16 / 16) * chunk_bytes) : NULL;
   if (!stage) {
     pk_mm(t, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1);
     return;
@@ -303,12 +344,11 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
   for (int k = 4; k < 6; k++) cfg.rows[k] = 16, cfg.colsb[k] = (uint16_t)(4 * quads); /* A: 16 rows x the step's activation bytes */
   for (int k = 6; k < 8; k++) cfg.rows[k] = (uint8_t)quads, cfg.colsb[k] = 64;        /* B: K-quads x 16 columns */
   int8_t *rows = stage + (size_t)ppp * pair_bytes;
-  if (q32)
-    for (int64_t m = 0; m < M16; m += 16) {
-      int8_t *r = rows + (size_t)(m / 16) * chunk_bytes;
-      amx_rows((const uint8_t *)X + m * xrow, xrow, nb, (float *)(r + (size_t)nb * 512),
-               (float *)(r + (size_t)nb * 512) + nb * 16, r);
-    }
+  for (int64_t m = 0; m < M16; m += 16) {
+    int8_t *r = rows + (size_t)(m / 16) * chunk_bytes;
+    float *ds = (float *)(r + xs_bytes);
+    amx_rows(t, (const uint8_t *)X + m * xrow, xrow, nb, ds, ds + (q32 ? nb * 16 : 0), r);
+  }
   _tile_loadconfig(&cfg);
   for (int64_t p0 = 0; p0 < pairs; p0 += ppp) {
     int64_t p1 = pairs - p0 < ppp ? pairs : p0 + ppp;
@@ -321,16 +361,15 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
     }
     for (int64_t m = 0; m < M16; m += 16) {
       const int8_t *xs = rows + (size_t)(m / 16) * chunk_bytes;
-      const float *ds = (const float *)(xs + (size_t)nb * 512), *ss = ds + nb * 16;
+      const float *ds = (const float *)(xs + xs_bytes), *ss = ds + (q32 ? nb * 16 : 0);
       for (int64_t p = p0; p < p1; p++) {
         const uint8_t *w0 = w + (size_t)(ga + 2 * p) * DI_PK_G * wrow;
         amx_tile16(t, w0, w0 + DI_PK_G * wrow, gbb, stage + (size_t)(p - p0) * pair_bytes, x + m * xrow, xrow,
-                   ds, ss, q32 ? xs : NULL, nb, Y + m * ldy + (ga + 2 * p) * DI_PK_G, ldy);
+                   ds, ss, xs, nb, Y + m * ldy + (ga + 2 * p) * DI_PK_G, ldy);
       }
     }
   }
   _tile_release();
-  free(stage);
   const int64_t c0 = ga * DI_PK_G, c1 = (ga + 2 * pairs) * DI_PK_G;
   if (n0 < c0) pk_mm(t, W, wrow, N, X, xrow, M16, K, Y, ldy, n0, c0);
   if (c1 < n1) pk_mm(t, W, wrow, N, X, xrow, M16, K, Y, ldy, c1, n1);
