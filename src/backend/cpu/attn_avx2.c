@@ -50,27 +50,47 @@ AI void tile(const float *q, const uint8_t *const *krow, const uint8_t *const *v
   }
   if (softcap > 0)
     for (int j = 0; j < n; j++) s[j] = softcap * tanhf(s[j] / softcap);
+  /* The max is exact in any order (a max of 0 may differ in its sign, which
+   * no exp(s - m) below or in the merge can see); 8 lanes, not a serial
+   * vmaxss chain, which cost a quarter of the tile. */
+  __m256 vm = _mm256_set1_ps(-INFINITY);
+  int j = 0;
+  for (; j + 8 <= n; j += 8) vm = _mm256_max_ps(vm, _mm256_load_ps(s + j));
+  _Alignas(32) float ml[8];
+  _mm256_store_ps(ml, vm);
   float mx = -INFINITY;
-  for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+  for (int i = 0; i < 8; i++) mx = ml[i] > mx ? ml[i] : mx;
+  for (; j < n; j++) mx = s[j] > mx ? s[j] : mx;
   const __m256 vmx = _mm256_set1_ps(mx);
   for (int j0 = 0; j0 < n; j0 += 8) /* s[n..] past the tile are finite leftovers, never read below */
     _mm256_store_ps(s + j0, di_softmax_exp_avx2(_mm256_sub_ps(_mm256_load_ps(s + j0), vmx)));
+  /* l = s[0] + s[1] + ... in order (the scalar and NEON tiles' order), added
+   * inside the first V pass, where its latency hides behind the FMAs. */
   float l = 0;
-  for (int j = 0; j < n; j++) l += s[j];
   int d0 = 0;
   for (; d0 + 64 <= hd; d0 += 64) {
     __m256 acc[8];
     UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
-    for (int j = 0; j < n; j++) {
-      __m256 p = _mm256_set1_ps(s[j]);
-      const uint8_t *v = vrow[j] + (size_t)d0 * es;
-      UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(p, load_kv(v + (size_t)r * 8 * es, t), acc[r]);
-    }
+    if (d0 == 0)
+      for (int jj = 0; jj < n; jj++) {
+        __m256 p = _mm256_set1_ps(s[jj]);
+        l += s[jj];
+        const uint8_t *v = vrow[jj];
+        UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(p, load_kv(v + (size_t)r * 8 * es, t), acc[r]);
+      }
+    else
+      for (int jj = 0; jj < n; jj++) {
+        __m256 p = _mm256_set1_ps(s[jj]);
+        const uint8_t *v = vrow[jj] + (size_t)d0 * es;
+        UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm256_fmadd_ps(p, load_kv(v + (size_t)r * 8 * es, t), acc[r]);
+      }
     UNROLL for (int r = 0; r < 8; r++) _mm256_storeu_ps(out->acc + d0 + r * 8, acc[r]);
   }
+  if (hd < 64)
+    for (int jj = 0; jj < n; jj++) l += s[jj];
   for (; d0 < hd; d0 += 8) { /* head_dim % 64 != 0: the last dimensions 8 at a time */
     __m256 acc = _mm256_setzero_ps();
-    for (int j = 0; j < n; j++) acc = _mm256_fmadd_ps(_mm256_set1_ps(s[j]), load_kv(vrow[j] + (size_t)d0 * es, t), acc);
+    for (int jj = 0; jj < n; jj++) acc = _mm256_fmadd_ps(_mm256_set1_ps(s[jj]), load_kv(vrow[jj] + (size_t)d0 * es, t), acc);
     _mm256_storeu_ps(out->acc + d0, acc);
   }
   out->m = mx;
