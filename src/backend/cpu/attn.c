@@ -103,7 +103,10 @@ void di_cpu_attn_tile_group(const di_kv_pool *kv, int layer, const int32_t *bloc
   if (nq > 1 && di_cpu_isa() >= DI_ISA_AVX2 && head_dim % 8 == 0) {
     const uint8_t *kr[DI_ATTN_TILE], *vr[DI_ATTN_TILE];
     kv_rows(kv, layer, blocks, kvh, head_dim, lo, hi, kr, vr);
-    di_cpu_attn_tile_group_avx2(q, nq, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
+    if (di_cpu_isa() >= DI_ISA_AVX512)
+      di_cpu_attn_tile_group_avx512(q, nq, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
+    else
+      di_cpu_attn_tile_group_avx2(q, nq, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
     return;
   }
 #endif

@@ -48,6 +48,12 @@ void di_cpu_attn_tile_group_avx2(const float *const *q, int nq, const uint8_t *c
                                  const uint8_t *const *vrow, int n, int hd, di_kv_type t, float scale, float softcap,
                                  di_attn_partial *const *out);
 
+/* The same for AVX-512 (attn_avx512.c): query pairs side by side, each
+ * query's result the bits of its AVX2 tile. */
+void di_cpu_attn_tile_group_avx512(const float *const *q, int nq, const uint8_t *const *krow,
+                                   const uint8_t *const *vrow, int n, int hd, di_kv_type t, float scale,
+                                   float softcap, di_attn_partial *const *out);
+
 /* softmax_exp.h over an array, 8 (AVX2) or 4 (NEON) lanes at a time (tests
  * compare them with the scalar di_softmax_exp bit for bit). */
 void di_cpu_softmax_exp_avx2(const float *x, float *y, int n);

@@ -6,31 +6,7 @@
  * dimensions at a time. The sums are formed in the same order as before the
  * specialisation and as the NEON tile, so the results are the same bits; the
  * softmax weights come from softmax_exp.h (same bits as its scalar version). */
-#include <immintrin.h>
-#include <math.h>
-
-#include "backend/cpu/attn.h"
-#include "backend/cpu/softmax_exp.h"
-
-#define AI static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
-
-AI __m256 load_kv(const uint8_t *p, di_kv_type t) {
-  if (t == DI_KV_F32) return _mm256_loadu_ps((const float *)p);
-  __m128i h = _mm_loadu_si128((const __m128i *)p);
-  if (t == DI_KV_F16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-/* Sums each of 8 vectors into one lane of the result (lane i = sum of v[i]). */
-AI __m256 hsum8(const __m256 v[8]) {
-  __m256 a = _mm256_hadd_ps(v[0], v[1]), b = _mm256_hadd_ps(v[2], v[3]);
-  __m256 c = _mm256_hadd_ps(v[4], v[5]), d = _mm256_hadd_ps(v[6], v[7]);
-  __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
-  /* ab lanes: [s0 s1 s2 s3 | s0' s1' s2' s3'] (low/high halves), same for cd */
-  __m256 lo = _mm256_permute2f128_ps(ab, cd, 0x20), hi = _mm256_permute2f128_ps(ab, cd, 0x31);
-  return _mm256_add_ps(lo, hi);
-}
+#include "backend/cpu/attn_x86.h"
 
 AI void tile(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
              const di_kv_type t, float scale, float softcap, di_attn_partial *out) {
@@ -48,22 +24,7 @@ AI void tile(const float *q, const uint8_t *const *krow, const uint8_t *const *v
     }
     _mm256_store_ps(s + j0, _mm256_mul_ps(hsum8(acc), vscale));
   }
-  if (softcap > 0)
-    for (int j = 0; j < n; j++) s[j] = softcap * tanhf(s[j] / softcap);
-  /* The max is exact in any order (a max of 0 may differ in its sign, which
-   * no exp(s - m) below or in the merge can see); 8 lanes, not a serial
-   * vmaxss chain, which cost a quarter of the tile. */
-  __m256 vm = _mm256_set1_ps(-INFINITY);
-  int j = 0;
-  for (; j + 8 <= n; j += 8) vm = _mm256_max_ps(vm, _mm256_load_ps(s + j));
-  _Alignas(32) float ml[8];
-  _mm256_store_ps(ml, vm);
-  float mx = -INFINITY;
-  for (int i = 0; i < 8; i++) mx = ml[i] > mx ? ml[i] : mx;
-  for (; j < n; j++) mx = s[j] > mx ? s[j] : mx;
-  const __m256 vmx = _mm256_set1_ps(mx);
-  for (int j0 = 0; j0 < n; j0 += 8) /* s[n..] past the tile are finite leftovers, never read below */
-    _mm256_store_ps(s + j0, di_softmax_exp_avx2(_mm256_sub_ps(_mm256_load_ps(s + j0), vmx)));
+  const float mx = tile_softmax(s, n, softcap);
   /* l = s[0] + s[1] + ... in order (the scalar and NEON tiles' order), added
    * inside the first V pass, where its latency hides behind the FMAs. */
   float l = 0;

@@ -1,0 +1,81 @@
+/* The x86 attention tiles agree bit for bit: the AVX-512 query-pair tile and
+ * the AVX2 group tile against each query's own AVX2 tile, for every KV type,
+ * tile length, head size (multiples of 16 and not) and query count, with and
+ * without soft-capping. (The scalar tile sums in another order; the model
+ * tests bound its difference.) */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/attn.h"
+#include "backend/cpu/isa.h"
+#include "check.h"
+#include "util/fp16.h"
+
+#if defined(DI_CPU_X86)
+static uint32_t g_rng = 12345;
+static float rndf(void) {
+  g_rng ^= g_rng << 13, g_rng ^= g_rng >> 17, g_rng ^= g_rng << 5;
+  return (float)((double)g_rng / 4294967296.0 * 2.0 - 1.0);
+}
+
+static void put(uint8_t *p, di_kv_type t, float x) {
+  if (t == DI_KV_F32) memcpy(p, &x, 4);
+  else {
+    uint16_t h = t == DI_KV_F16 ? di_f32_to_f16(x) : di_f32_to_bf16(x);
+    memcpy(p, &h, 2);
+  }
+}
+
+#define NQ 5
+static void check_case(di_kv_type t, int n, int hd, int nq, float softcap, bool avx512) {
+  const size_t es = t == DI_KV_F32 ? 4 : 2;
+  uint8_t *k = malloc((size_t)n * hd * es), *v = malloc((size_t)n * hd * es);
+  const uint8_t *kr[DI_ATTN_TILE], *vr[DI_ATTN_TILE];
+  for (int j = 0; j < n; j++) {
+    for (int d = 0; d < hd; d++) put(k + ((size_t)j * hd + d) * es, t, 2 * rndf()), put(v + ((size_t)j * hd + d) * es, t, rndf());
+    kr[j] = k + (size_t)j * hd * es, vr[j] = v + (size_t)j * hd * es;
+  }
+  float qs[NQ][DI_ATTN_GROUP_MAX_HD];
+  const float *q[NQ];
+  di_attn_partial *one[NQ], *grp[NQ], *wide[NQ];
+  for (int i = 0; i < nq; i++) {
+    for (int d = 0; d < hd; d++) qs[i][d] = rndf();
+    q[i] = qs[i];
+    one[i] = calloc(1, di_attn_partial_bytes(hd)), grp[i] = calloc(1, di_attn_partial_bytes(hd));
+    wide[i] = calloc(1, di_attn_partial_bytes(hd));
+    di_cpu_attn_tile_avx2(q[i], kr, vr, n, hd, t, 0.125f, softcap, one[i]);
+  }
+  di_cpu_attn_tile_group_avx2(q, nq, kr, vr, n, hd, t, 0.125f, softcap, grp);
+  if (avx512) di_cpu_attn_tile_group_avx512(q, nq, kr, vr, n, hd, t, 0.125f, softcap, wide);
+  const size_t bytes = di_attn_partial_bytes(hd);
+  for (int i = 0; i < nq; i++) {
+    CHECKF(!memcmp(one[i], grp[i], bytes), "AVX2 group: kv %d n %d hd %d nq %d q %d", (int)t, n, hd, nq, i);
+    if (avx512) CHECKF(!memcmp(one[i], wide[i], bytes), "AVX-512: kv %d n %d hd %d nq %d q %d cap %g", (int)t, n, hd, nq, i, softcap);
+    free(one[i]), free(grp[i]), free(wide[i]);
+  }
+  free(k), free(v);
+}
+
+int main(void) {
+  const bool avx512 = di_cpu_isa() >= DI_ISA_AVX512;
+  if (di_cpu_isa() < DI_ISA_AVX2) {
+    puts("test_attn_tiles: no AVX2 here, skipped");
+    return 77;
+  }
+  const di_kv_type types[] = {DI_KV_F16, DI_KV_F32, DI_KV_BF16};
+  const int ns[] = {1, 7, 8, 33, 64}, hds[] = {64, 80, 128, 256};
+  for (int ti = 0; ti < 3; ti++)
+    for (int ni = 0; ni < 5; ni++)
+      for (int hi = 0; hi < 4; hi++)
+        for (int nq = 1; nq <= NQ; nq++) check_case(types[ti], ns[ni], hds[hi], nq, nq == 3 ? 30.0f : 0.0f, avx512);
+  printf("test_attn_tiles: AVX2 group%s tiles bit-identical to the AVX2 tile\n", avx512 ? " and AVX-512" : "");
+  return di_test_finish("test_attn_tiles");
+}
+#else
+int main(void) {
+  puts("test_attn_tiles: x86 only, skipped");
+  return 77;
+}
+#endif
