@@ -27,6 +27,9 @@
 di_cpu_mm_fn FL512_ENTRY(di_dtype t);
 
 #define NP_MAX 4 /* column pairs per tile */
+/* rows per tile: 6 x 4 pairs = 24 accumulators, so each weight conversion
+ * (2 uops per 16 values) feeds 6 FMAs instead of 4 */
+#define FL_MT 6
 
 AI __m256 half_of(__m512 v, int h) {
   return h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)) : _mm512_castps512_ps256(v);
@@ -51,7 +54,7 @@ AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
                 int64_t nb, int64_t K, float *Y, int64_t ldy) {
   const int64_t es = t == DI_F32 ? 4 : 2;
   const int NP = (NT + 1) / 2;
-  __m512 acc[MT_MAX][NP_MAX];
+  __m512 acc[FL_MT][NP_MAX];
   UNROLL for (int i = 0; i < MT; i++) UNROLL for (int p = 0; p < NP; p++) acc[i][p] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     __m512 wv[NP_MAX];
@@ -69,7 +72,7 @@ AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
   UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++)
     Y[i * ldy + j] = fl_finish(t, half_of(acc[i][j / 2], j & 1), w + j * wrow, (const float *)(x + i * xrow), nb, K);
 }
-DEFINE_DRIVER(fl, 4, 8)
+DEFINE_DRIVER_MT(fl, 4, 8, FL_MT)
 
 DEFINE_WRAP(mm_f32, fl, DI_F32)
 DEFINE_WRAP(mm_f16, fl, DI_F16)

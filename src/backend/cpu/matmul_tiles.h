@@ -46,7 +46,13 @@ AI size_t pk_ahead(size_t gbb) { return gbb >= 1024 ? gbb : gbb * (1 + 2048 / gb
     for (; n < n1; n++) PFX##_tile(t, MT, 1, w + n * wrow, wrow, x, xrow, nb, K, Y + n, ldy);     \
   }
 
-#define DEFINE_DRIVER(PFX, NT_GEMV, NT_GEMM)                                                     \
+/* Row tiles of up to MT_MAX rows; DEFINE_DRIVER_MT takes up to MTM (<= 8)
+ * rows where a family has the registers for it. */
+#define DEFINE_DRIVER(PFX, NT_GEMV, NT_GEMM) DEFINE_DRIVER_MT(PFX, NT_GEMV, NT_GEMM, MT_MAX)
+/* (a case past MTM never runs; it names a 1-row tile so no MT > MTM is built) */
+#define DRIVER_CASE(PFX, MTM, R, NT_GEMM)                                                       \
+  case R: PFX##_cols(t, MTM >= R ? R : 1, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;
+#define DEFINE_DRIVER_MT(PFX, NT_GEMV, NT_GEMM, MTM)                                             \
   DEFINE_COLS(PFX)                                                                               \
   AI void PFX##_mm(di_dtype t, const void *W, size_t wrow, const void *X, size_t xrow,           \
                    int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {         \
@@ -60,14 +66,18 @@ AI size_t pk_ahead(size_t gbb) { return gbb >= 1024 ? gbb : gbb * (1 + 2048 / gb
     if (panel < NT_GEMM) panel = NT_GEMM;                                                        \
     for (int64_t p0 = n0; p0 < n1; p0 += panel) {                                                \
       int64_t p1 = n1 - p0 < panel ? n1 : p0 + panel;                                            \
-      for (int64_t m = 0; m < M; m += MT_MAX) {                                                  \
-        int64_t mt = M - m < MT_MAX ? M - m : MT_MAX;                                            \
+      for (int64_t m = 0; m < M; m += MTM) {                                                     \
+        int64_t mt = M - m < MTM ? M - m : MTM;                                                  \
         const uint8_t *xm = x + m * xrow;                                                        \
         float *ym = Y + m * ldy;                                                                 \
         switch (mt) {                                                                            \
-        case 4: PFX##_cols(t, 4, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;     \
-        case 3: PFX##_cols(t, 3, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;     \
-        case 2: PFX##_cols(t, 2, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;     \
+          DRIVER_CASE(PFX, MTM, 8, NT_GEMM)                                                      \
+          DRIVER_CASE(PFX, MTM, 7, NT_GEMM)                                                      \
+          DRIVER_CASE(PFX, MTM, 6, NT_GEMM)                                                      \
+          DRIVER_CASE(PFX, MTM, 5, NT_GEMM)                                                      \
+          DRIVER_CASE(PFX, MTM, 4, NT_GEMM)                                                      \
+          DRIVER_CASE(PFX, MTM, 3, NT_GEMM)                                                      \
+          DRIVER_CASE(PFX, MTM, 2, NT_GEMM)                                                      \
         default: PFX##_cols(t, 1, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;    \
         }                                                                                        \
       }                                                                                          \
