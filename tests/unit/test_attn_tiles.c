@@ -38,8 +38,8 @@ static void check_case(di_kv_type t, int n, int hd, int nq, float softcap, bool 
     kr[j] = k + (size_t)j * hd * es, vr[j] = v + (size_t)j * hd * es;
   }
   float qs[NQ][DI_ATTN_GROUP_MAX_HD];
-  const float *q[NQ];
-  di_attn_partial *one[NQ], *grp[NQ], *wide[NQ];
+  const float *q[NQ] = {0};
+  di_attn_partial *one[NQ] = {0}, *grp[NQ] = {0}, *wide[NQ] = {0};
   for (int i = 0; i < nq; i++) {
     for (int d = 0; d < hd; d++) qs[i][d] = rndf();
     q[i] = qs[i];
