@@ -79,17 +79,10 @@ void di_cpu_attn_tile_group_avx2(const float *const *q, int nq, const uint8_t *c
     return;
   }
   _Alignas(32) float kbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD], vbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD];
-  const uint8_t *kp[DI_ATTN_TILE], *vp[DI_ATTN_TILE];
-  for (int j = 0; j < n; j++) {
-    float *kd = kbuf + (size_t)j * hd, *vd = vbuf + (size_t)j * hd;
-    for (int d = 0; d < hd; d += 8) {
-      _mm256_store_ps(kd + d, load_kv(krow[j] + (size_t)d * 2, t));
-      _mm256_store_ps(vd + d, load_kv(vrow[j] + (size_t)d * 2, t));
-    }
-    kp[j] = (const uint8_t *)kd;
-    vp[j] = (const uint8_t *)vd;
-  }
-  for (int i = 0; i < nq; i++) tile(q[i], kp, vp, n, hd, DI_KV_F32, scale, softcap, out[i]);
+  const float *kp[DI_ATTN_TILE], *vp[DI_ATTN_TILE];
+  tile_to_f32(krow, vrow, n, hd, t, kbuf, vbuf, kp, vp);
+  for (int i = 0; i < nq; i++)
+    tile(q[i], (const uint8_t *const *)kp, (const uint8_t *const *)vp, n, hd, DI_KV_F32, scale, softcap, out[i]);
 }
 
 void di_cpu_softmax_exp_avx2(const float *x, float *y, int n) {

@@ -91,21 +91,9 @@ void di_cpu_attn_tile_group_avx512(const float *const *q, int nq, const uint8_t 
     di_cpu_attn_tile_group_avx2(q, nq, krow, vrow, n, hd, t, scale, softcap, out);
     return;
   }
-  /* K and V as f32 once for all the queries (exact conversions) */
   _Alignas(64) float kbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD], vbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD];
   const float *kp[DI_ATTN_TILE], *vp[DI_ATTN_TILE];
-  for (int j = 0; j < n; j++) {
-    if (t == DI_KV_F32) {
-      kp[j] = (const float *)krow[j], vp[j] = (const float *)vrow[j];
-      continue;
-    }
-    float *kd = kbuf + (size_t)j * hd, *vd = vbuf + (size_t)j * hd;
-    for (int d = 0; d < hd; d += 8) {
-      _mm256_store_ps(kd + d, load_kv(krow[j] + (size_t)d * 2, t));
-      _mm256_store_ps(vd + d, load_kv(vrow[j] + (size_t)d * 2, t));
-    }
-    kp[j] = kd, vp[j] = vd;
-  }
+  tile_to_f32(krow, vrow, n, hd, t, kbuf, vbuf, kp, vp);
   int i = 0;
   for (; i + 2 <= nq; i += 2) tile2(q[i], q[i + 1], kp, vp, n, hd, scale, softcap, out[i], out[i + 1]);
   if (i < nq)

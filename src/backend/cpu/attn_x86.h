@@ -30,6 +30,25 @@ AI __m256 hsum8(const __m256 v[8]) {
   return _mm256_add_ps(lo, hi);
 }
 
+/* A tile's K and V rows as f32 (exact conversions) for several queries:
+ * kp[j]/vp[j] point at row j in kbuf/vbuf ([n][hd]), or at the cache rows
+ * themselves when they are f32 already. */
+AI void tile_to_f32(const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd, di_kv_type t,
+                    float *kbuf, float *vbuf, const float **kp, const float **vp) {
+  for (int j = 0; j < n; j++) {
+    if (t == DI_KV_F32) {
+      kp[j] = (const float *)krow[j], vp[j] = (const float *)vrow[j];
+      continue;
+    }
+    float *kd = kbuf + (size_t)j * hd, *vd = vbuf + (size_t)j * hd;
+    for (int d = 0; d < hd; d += 8) {
+      _mm256_storeu_ps(kd + d, load_kv(krow[j] + (size_t)d * 2, t));
+      _mm256_storeu_ps(vd + d, load_kv(vrow[j] + (size_t)d * 2, t));
+    }
+    kp[j] = kd, vp[j] = vd;
+  }
+}
+
 /* Scores s[0..n) (s padded to a multiple of 8) -> softcapped, then exp(s - max)
  * in place; returns the max. */
 AI float tile_softmax(float *s, int n, float softcap) {
