@@ -154,22 +154,14 @@ AI void amx_stage(di_dtype t, const uint8_t *q0, const uint8_t *q1, int8_t *stag
   }
 }
 
-/* q32_finish16 for the 16 rows of a tile (the same float operations in the
- * same order, so the same bits), with the rows' activation scales d and s of
- * block b read from ds/ss (amx_rows) instead of from 16 activation rows
- * a row stride apart. */
+/* q32_finish16 for the 16 rows of a tile, their scales d and s of block b
+ * read side by side from ds/ss (amx_rows). */
 #define AMX_UNROLL _Pragma("GCC unroll 16")
 AI void amx_finish(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, const float *ds, const float *ss,
                    const int32_t *c, __m512 *acc) {
-  const __m512 dw = join_ph(gp0, gp1);
-  AMX_UNROLL for (int i = 0; i < 16; i++) {
-    __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(ds[i]));
-    acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(cvt16(_mm512_load_si512(c + 16 * i)), dd));
-  }
-  if (t == DI_Q4_1) {
-    const __m512 mw = join_ph(gp0 + 16, gp1 + 16);
-    AMX_UNROLL for (int i = 0; i < 16; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(mw, _mm512_set1_ps(ss[i])));
-  }
+  __m512i isum[16];
+  AMX_UNROLL for (int i = 0; i < 16; i++) isum[i] = _mm512_load_si512(c + 16 * i);
+  q32_finish16(t, 16, gp0, gp1, ds, ss, 1, isum, acc);
 }
 
 /* The tile steps: one per block (Q4_0/Q4_1/Q8_0) or per 32-element sub-block

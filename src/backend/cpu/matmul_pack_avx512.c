@@ -221,21 +221,27 @@ AI void q5_pair_word(const uint8_t *q0, const uint8_t *q1, __m512i qh, int w, __
   *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), q5_fifth(qh, _mm512_set1_epi32(di_pk_q5_rot(w, 1))));
 }
 
-/* q32_finish, 16 lanes (groups g, g+1) at a time, for MT rows (also the AMX path's 16). */
-AI void q32_finish16(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, const di_act_q8 *const *a,
-                     const __m512i *isum, __m512 *acc) {
+/* q32_finish, 16 lanes (groups g, g+1) at a time, for MT rows: row i's
+ * activation scales are d[i * stride], s[i * stride] (stride in floats; the
+ * pair kernel's rows a row apart, the AMX path's 16 rows side by side), its
+ * integer sums isum(i). */
+AI void q32_finish16(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, const float *d, const float *s,
+                     size_t stride, const __m512i *isum, __m512 *acc) {
   __m512 dw = join_ph(gp0, gp1);
-  UNROLL for (int i = 0; i < MT; i++) {
-    __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(a[i]->d));
+  _Pragma("GCC unroll 16") for (int i = 0; i < MT; i++) {
+    __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d[i * stride]));
     acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(cvt16(isum[i]), dd));
   }
   if (t == DI_Q4_1) {
     __m512 mw = join_ph(gp0 + 16, gp1 + 16);
-    UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(mw, _mm512_set1_ps(a[i]->s)));
+    _Pragma("GCC unroll 16") for (int i = 0; i < MT; i++)
+      acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(mw, _mm512_set1_ps(s[i * stride])));
   }
 }
 
-AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, const di_act_q8 *const *a, __m512 *acc) {
+/* (xrow: the activation rows' stride in bytes, for q32_finish16) */
+AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, const di_act_q8 *const *a, size_t xrow,
+                   __m512 *acc) {
   const size_t head = DI_PK_G * di_pk_head_bytes(t);
   const uint8_t *q0 = gp0 + head, *q1 = gp1 + head;
   /* The bias term starts each sum (integer adds: the order is free), so it
@@ -270,7 +276,7 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
       }
     }
   }
-  q32_finish16(t, MT, gp0, gp1, a, isum, acc);
+  q32_finish16(t, MT, gp0, gp1, &a[0]->d, &a[0]->s, xrow / sizeof(float), isum, acc);
 }
 
 /* Outputs [8g, 8g+16) x MT rows (groups g and g+1, both full), stored where they fall inside [n0, n1). */
@@ -287,7 +293,7 @@ AI void pk_group2(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t g, 
         __builtin_prefetch(gp0 + pk_ahead(gbb) + o, 0, 3), __builtin_prefetch(gp1 + pk_ahead(gbb) + o, 0, 3);
     const di_act_q8 *a[PK_MT_CAP];
     UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8 *)(x + i * xrow) + b;
-    q32_block2(t, MT, gp0, gp1, a, acc);
+    q32_block2(t, MT, gp0, gp1, a, xrow, acc);
   }
   int64_t c0 = g * DI_PK_G, lo = n0 > c0 ? n0 : c0, hi = n1 < c0 + 2 * DI_PK_G ? n1 : c0 + 2 * DI_PK_G;
   UNROLL for (int i = 0; i < MT; i++) {
