@@ -58,6 +58,24 @@ static void check_case(di_kv_type t, int n, int hd, int nq, float softcap, bool 
   free(k), free(v);
 }
 
+/* The AVX2 merge against the scalar one (forced through di_cpu_isa_set). */
+static void check_merge(int n, int hd) {
+  di_attn_partial *p[16] = {0};
+  for (int i = 0; i < n; i++) {
+    p[i] = calloc(1, di_attn_partial_bytes(hd));
+    p[i]->m = 4 * rndf(), p[i]->l = 1 + 8 * fabsf(rndf());
+    for (int d = 0; d < hd; d++) p[i]->acc[d] = 3 * rndf();
+  }
+  float simd[DI_ATTN_GROUP_MAX_HD] = {0}, ref[DI_ATTN_GROUP_MAX_HD] = {0};
+  di_cpu_attn_merge((const di_attn_partial *const *)p, n, hd, simd);
+  di_cpu_isa_level lv = di_cpu_isa();
+  di_cpu_isa_set(DI_ISA_SCALAR);
+  di_cpu_attn_merge((const di_attn_partial *const *)p, n, hd, ref);
+  di_cpu_isa_set(lv);
+  CHECKF(!memcmp(simd, ref, (size_t)hd * sizeof(float)), "merge: n %d hd %d", n, hd);
+  for (int i = 0; i < n; i++) free(p[i]);
+}
+
 int main(void) {
   const bool avx512 = di_cpu_isa() >= DI_ISA_AVX512;
   if (di_cpu_isa() < DI_ISA_AVX2) {
@@ -70,7 +88,9 @@ int main(void) {
     for (int ni = 0; ni < 5; ni++)
       for (int hi = 0; hi < 4; hi++)
         for (int nq = 1; nq <= NQ; nq++) check_case(types[ti], ns[ni], hds[hi], nq, nq == 3 ? 30.0f : 0.0f, avx512);
-  printf("test_attn_tiles: AVX2 group%s tiles bit-identical to the AVX2 tile\n", avx512 ? " and AVX-512" : "");
+  for (int n = 1; n <= 16; n += 5)
+    for (int hi = 0; hi < 4; hi++) check_merge(n, hds[hi]);
+  printf("test_attn_tiles: merge bit-identical to the scalar merge; AVX2 group%s tiles bit-identical to the AVX2 tile\n", avx512 ? " and AVX-512" : "");
   return di_test_finish("test_attn_tiles");
 }
 #else

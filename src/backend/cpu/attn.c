@@ -115,6 +115,12 @@ void di_cpu_attn_tile_group(const di_kv_pool *kv, int layer, const int32_t *bloc
 }
 
 void di_cpu_attn_merge(const di_attn_partial *const *parts, int n, int head_dim, float *out) {
+#if defined(DI_CPU_X86)
+  if (di_cpu_isa() >= DI_ISA_AVX2 && head_dim % 8 == 0) {
+    di_cpu_attn_merge_avx2(parts, n, head_dim, out);
+    return;
+  }
+#endif
   float mx = -INFINITY;
   for (int i = 0; i < n; i++)
     if (parts[i]->m > mx) mx = parts[i]->m;

@@ -28,6 +28,7 @@ void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, in
                       int lo, int hi, float scale, float softcap, di_attn_partial *out);
 /* Merges n partials (in order) into out[head_dim]. */
 void di_cpu_attn_merge(const di_attn_partial *const *parts, int n, int head_dim, float *out);
+void di_cpu_attn_merge_avx2(const di_attn_partial *const *parts, int n, int head_dim, float *out);
 
 /* The whole tile in SIMD (head_dim a multiple of 8): krow/vrow point at each
  * position's head slice. AVX2 exists in x86-64 builds, NEON in aarch64 builds;

@@ -85,6 +85,26 @@ void di_cpu_attn_tile_group_avx2(const float *const *q, int nq, const uint8_t *c
     tile(q[i], (const uint8_t *const *)kp, (const uint8_t *const *)vp, n, hd, DI_KV_F32, scale, softcap, out[i]);
 }
 
+/* di_cpu_attn_merge 8 dimensions at a time (hd a multiple of 8): the same
+ * multiplies and adds per dimension, unfused, in the same order, so the same
+ * bits; the scalar loop kept out[] in memory across the partials. */
+void di_cpu_attn_merge_avx2(const di_attn_partial *const *parts, int n, int hd, float *out) {
+  float mx = -INFINITY;
+  for (int i = 0; i < n; i++)
+    if (parts[i]->m > mx) mx = parts[i]->m;
+  float w[DI_ATTN_MAX_TILES], l = 0;
+  for (int i = 0; i < n; i++) {
+    w[i] = di_softmax_exp(parts[i]->m - mx);
+    l += parts[i]->l * w[i];
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / l);
+  for (int d = 0; d < hd; d += 8) {
+    __m256 o = _mm256_setzero_ps();
+    for (int i = 0; i < n; i++) o = _mm256_add_ps(o, _mm256_mul_ps(_mm256_loadu_ps(parts[i]->acc + d), _mm256_set1_ps(w[i])));
+    _mm256_storeu_ps(out + d, _mm256_mul_ps(o, inv));
+  }
+}
+
 void di_cpu_softmax_exp_avx2(const float *x, float *y, int n) {
   int i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, di_softmax_exp_avx2(_mm256_loadu_ps(x + i)));
