@@ -10,9 +10,12 @@
  * with its fifth bits, minus 16). Those
  * are the integers pk_group2 forms, and the float finish below is q32_block2's,
  * instruction for instruction, so Y keeps its bits (test_matmul_packed). Q4_K
- * takes one tile step per 32-element sub-block (its nibbles are 0..15 as
- * they are) and adds sum * 6-bit scale into the super-block's int32 sums, the
- * integers q4k_block forms; then q4k_finish's float operations, 16 lanes wide.
+ * takes one tile step per two 32-element sub-blocks against its nibbles staged
+ * twice, times each column's 6-bit scale & 7 and times scale >> 3 (both fit
+ * int8), summed over the super-block in two C tiles: L + 8 H are the integers
+ * q4k_block forms (sum_s scale_s * dot_s), then q4k_finish's float
+ * operations, 16 lanes wide. (Before, a step per sub-block and 16 vpmulld by
+ * its scale: 1.1B Q4_K_M pp512 134 -> 169 tok/s on one core.)
  * Q6_K takes a step per 16-element group (quants staged minus 32, so the sum
  * needs no offset term) times its int8 scale, then q6k_finish's operations.
  *
@@ -48,6 +51,7 @@
 #define AMX_PANEL_BYTES (256 * 1024)
 #define AMX_BLOCK_BYTES 512 /* one block's B tile: 8 K-quads x 16 columns x 4 bytes */
 #define AMX_Q6K_STEP_BYTES 256 /* Q6_K: a 16-element group, 4 K-quads */
+#define AMX_Q4K_TILE_BYTES 1024 /* Q4_K: two sub-blocks, 16 K-quads */
 
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
 static bool g_amx;
@@ -96,6 +100,8 @@ bool di_cpu_amx_granted(void) {
   return g_amx;
 }
 
+AI __m512i join_i(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
+
 typedef struct {
   uint8_t palette, start_row, reserved[14];
   uint16_t colsb[16];
@@ -105,7 +111,55 @@ typedef struct {
 /* One block's B tile: the two groups' words side by side, Q4 nibbles widened
  * to bytes (low nibbles are K-quads 0-3, high ones 4-7; Q4_0 minus 8; Q5_0 its
  * fifth bits or-ed in, minus 16). */
-AI void amx_stage(di_dtype t, const uint8_t *q0, const uint8_t *q1, int8_t *stage) {
+/* Byte r of each dword (a column's 4 scale bytes) copied to all 4 of its bytes. */
+AI __m512i amx_rep_ctl(int r) {
+  const int v = (r | r << 8 | r << 16 | r << 24);
+  const int c = 0x04040404;
+  return _mm512_setr_epi32(v, v + c, v + 2 * c, v + 3 * c, v, v + c, v + 2 * c, v + 3 * c, v, v + c, v + 2 * c,
+                           v + 3 * c, v, v + c, v + 2 * c, v + 3 * c);
+}
+/* q * s per byte for q in 0..15 and s in 0..7 given as the masks of its bits
+ * (<= 105: an int8). */
+AI __m512i amx_mul3(__m512i q, const __mmask64 *k) {
+  const __m512i q2 = _mm512_add_epi8(q, q), q4 = _mm512_add_epi8(q2, q2);
+  __m512i r = _mm512_maskz_mov_epi8(k[0], q);
+  r = _mm512_mask_add_epi8(r, k[1], r, q2);
+  return _mm512_mask_add_epi8(r, k[2], r, q4);
+}
+
+/* The staged B tiles of one block of a group pair (group blocks gp0, gp1). */
+AI void amx_stage(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, size_t head, int8_t *stage) {
+  if (t == DI_Q4_K) {
+    /* 4 steps of two sub-blocks: tile rows 0-7 are sub-block 2p's K-quads (the
+     * low nibbles of chunk p), rows 8-15 sub-block 2p+1's (the high ones),
+     * staged twice: times the column's 6-bit scale & 7, and times scale >> 3 */
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(7);
+    const q4k_sc d0 = q4k_decode(gp0), d1 = q4k_decode(gp1);
+    const uint8_t *q0 = gp0 + head + 96, *q1 = gp1 + head + 96; /* past the 3 scale words */
+    for (int p = 0; p < 4; p++) {
+      __mmask64 k[2][2][3]; /* [sub-block 2p + h][scale & 7, scale >> 3][bit] */
+      for (int h = 0; h < 2; h++) {
+        const int r = 2 * p + h;
+        __m512i sc = _mm512_shuffle_epi8(join_i(d0.sc[r / 4], d1.sc[r / 4]), amx_rep_ctl(r % 4));
+        __m512i lo = _mm512_and_si512(sc, m3), hi = _mm512_and_si512(_mm512_srli_epi16(sc, 3), m3);
+        for (int bit = 0; bit < 3; bit++) {
+          k[h][0][bit] = _mm512_test_epi8_mask(lo, _mm512_set1_epi8((char)(1 << bit)));
+          k[h][1][bit] = _mm512_test_epi8_mask(hi, _mm512_set1_epi8((char)(1 << bit)));
+        }
+      }
+      int8_t *sp = stage + (size_t)p * 2 * AMX_Q4K_TILE_BYTES;
+      for (int w = 0; w < 8; w++) {
+        __m512i v = join_words(q0 + 256 * p + 32 * w, q1 + 256 * p + 32 * w);
+        __m512i qa = _mm512_and_si512(v, m4), qb = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        _mm512_store_si512(sp + 64 * w, amx_mul3(qa, k[0][0]));
+        _mm512_store_si512(sp + 64 * (8 + w), amx_mul3(qb, k[1][0]));
+        _mm512_store_si512(sp + AMX_Q4K_TILE_BYTES + 64 * w, amx_mul3(qa, k[0][1]));
+        _mm512_store_si512(sp + AMX_Q4K_TILE_BYTES + 64 * (8 + w), amx_mul3(qb, k[1][1]));
+      }
+    }
+    return;
+  }
+  const uint8_t *q0 = gp0 + head, *q1 = gp1 + head;
   if (t == DI_Q6_K) { /* 16 group tiles of 4 K-quads: word w of chunk r of half h is quad w % 4 of group 8h + 2r + w / 4 */
     const __m512i k32 = _mm512_set1_epi8(32);
     for (int h = 0; h < 2; h++)
@@ -116,18 +170,6 @@ AI void amx_stage(di_dtype t, const uint8_t *q0, const uint8_t *q1, int8_t *stag
           __m512i v = _mm512_sub_epi8(q6k_quants(l, hb, r), k32);
           _mm512_store_si512(stage + AMX_Q6K_STEP_BYTES * (8 * h + 2 * r + w / 4) + 64 * (w % 4), v);
         }
-    return;
-  }
-  if (t == DI_Q4_K) { /* 8 sub-block tiles: chunk p's low nibbles are sub-block 2p, high ones 2p+1 */
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    q0 += 96, q1 += 96; /* past the 3 scale words */
-    for (int p = 0; p < 4; p++)
-      for (int w = 0; w < 8; w++) {
-        __m512i v = join_words(q0 + 256 * p + 32 * w, q1 + 256 * p + 32 * w);
-        _mm512_store_si512(stage + AMX_BLOCK_BYTES * (2 * p) + 64 * w, _mm512_and_si512(v, m4));
-        _mm512_store_si512(stage + AMX_BLOCK_BYTES * (2 * p + 1) + 64 * w,
-                           _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-      }
     return;
   }
   if (t == DI_Q8_0) {
@@ -167,16 +209,21 @@ AI void amx_finish(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, const flo
 /* The tile steps: one per block (Q4_0/Q4_1/Q8_0) or per 32-element sub-block
  * (Q4_K, 8 per super-block) or per 16-element group (Q6_K, 16); the A tile of
  * step k is its activation bytes. */
-AI int amx_steps(di_dtype t) { return t == DI_Q6_K ? 16 : t == DI_Q4_K ? 8 : 1; }
-AI size_t amx_step_bytes(di_dtype t) { return t == DI_Q6_K ? AMX_Q6K_STEP_BYTES : AMX_BLOCK_BYTES; }
+AI int amx_steps(di_dtype t) { return t == DI_Q6_K ? 16 : t == DI_Q4_K ? 4 : 1; }
+/* Staged bytes per step (Q4_K: its two B tiles). */
+AI size_t amx_step_bytes(di_dtype t) {
+  return t == DI_Q6_K ? AMX_Q6K_STEP_BYTES : t == DI_Q4_K ? 2 * AMX_Q4K_TILE_BYTES : AMX_BLOCK_BYTES;
+}
+/* K-quads per step. */
+AI int amx_quads(di_dtype t) { return t == DI_Q6_K ? 4 : t == DI_Q4_K ? 16 : 8; }
 AI const uint8_t *amx_a(di_dtype t, const uint8_t *x, int64_t k) {
   if (t == DI_Q6_K) return x + (size_t)(k / 16) * sizeof(di_act_q8k) + offsetof(di_act_q8k, qs) + 16 * (k % 16);
-  if (t == DI_Q4_K) return x + (size_t)(k / 8) * sizeof(di_act_q8k) + offsetof(di_act_q8k, qs) + 32 * (k % 8);
+  if (t == DI_Q4_K) return x + (size_t)(k / 4) * sizeof(di_act_q8k) + offsetof(di_act_q8k, qs) + 64 * (k % 4);
   return x + (size_t)k * sizeof(di_act_q8) + offsetof(di_act_q8, qs);
 }
 
 /* Activation bytes per row of a step's A tile. */
-AI size_t amx_a_bytes(di_dtype t) { return t == DI_Q6_K ? 16 : 32; }
+AI size_t amx_a_bytes(di_dtype t) { return (size_t)amx_quads(t) * 4; }
 
 /* A 16-row chunk, made once per call: every step's A tile contiguous (step k
  * at xs + 16 k amx_a_bytes, row stride amx_a_bytes) and, for Q4_0/Q4_1/Q5_0/
@@ -202,10 +249,9 @@ AI void amx_rows(di_dtype t, const uint8_t *x, size_t xrow, int64_t nb, float *d
  * (int16 pairs, as q4k_finish feeds madd). */
 typedef struct {
   __m512 s[16], m[16];
-  __m512i isum[16], sc[8], mn[4];
+  __m512i isum[16], mn[4];
 } amx_acc;
 
-AI __m512i join_i(__m256i a, __m256i b) { return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1); }
 
 /* q4k_finish, 16 lanes (the two groups) at a time: same integers, same float operations. */
 AI void amx_q4k_finish(const uint8_t *gp0, const uint8_t *gp1, const uint8_t *x, size_t xrow, int64_t b,
@@ -233,43 +279,23 @@ AI void amx_consume(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb
     amx_finish(t, w0 + (size_t)k * gbb, w1 + (size_t)k * gbb, ds + 16 * k, ss + 16 * k, c, A->s);
     return;
   }
-  if (t == DI_Q6_K) { /* isum = sum_g sc_g * dot_g(q - 32), then q6k_finish's float operations */
-    const int64_t b = k / 16;
-    const int g = (int)(k % 16);
-    const uint8_t *gp0 = w0 + (size_t)b * gbb, *gp1 = w1 + (size_t)b * gbb;
-    if (g == 0)
-      for (int i = 0; i < 16; i++) A->isum[i] = _mm512_setzero_si512();
-    __m512i sw = join_words(gp0 + 16 + 32 * di_pk_q6k_sc(g / 4), gp1 + 16 + 32 * di_pk_q6k_sc(g / 4));
-    __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(sw, 24 - 8 * (g % 4)), 24);
-    for (int i = 0; i < 16; i++)
-      A->isum[i] = _mm512_add_epi32(A->isum[i], _mm512_mullo_epi32(sc, _mm512_load_si512(c + 16 * i)));
-    if (g == 15) {
-      __m512 dw = join_ph(gp0, gp1);
-      for (int i = 0; i < 16; i++) {
-        const di_act_q8k *a = (const di_act_q8k *)(x + (size_t)i * xrow) + b;
-        A->s[i] = _mm512_add_ps(A->s[i], _mm512_mul_ps(cvt16(A->isum[i]), _mm512_mul_ps(dw, _mm512_set1_ps(a->d))));
-      }
-    }
-    return;
-  }
-  const int64_t b = k / 8;
-  const int s = (int)(k % 8);
+  /* Q6_K (Q4_K runs amx_tile16_q4k): isum = sum_g sc_g * dot_g(q - 32), then q6k_finish's float operations */
+  const int64_t b = k / 16;
+  const int g = (int)(k % 16);
   const uint8_t *gp0 = w0 + (size_t)b * gbb, *gp1 = w1 + (size_t)b * gbb;
-  if (s == 0) { /* the pair's 6-bit scales and mins of this super-block */
-    const q4k_sc d0 = q4k_decode(gp0), d1 = q4k_decode(gp1);
-    for (int r = 0; r < 8; r++)
-      A->sc[r] = _mm512_and_si512(_mm512_srli_epi32(join_i(d0.sc[r / 4], d1.sc[r / 4]), 8 * (r % 4)),
-                                  _mm512_set1_epi32(0xff));
-    for (int j = 0; j < 4; j++) {
-      __m256i ctl = sc_ctl(2 * (j % 2), 2 * (j % 2) + 1, false);
-      A->mn[j] = join_i(_mm256_shuffle_epi8(d0.mn[j / 2], ctl), _mm256_shuffle_epi8(d1.mn[j / 2], ctl));
-    }
+  if (g == 0)
     for (int i = 0; i < 16; i++) A->isum[i] = _mm512_setzero_si512();
-  }
-  /* sub-block sums (|dot| <= 32 * 15 * 127) times 6-bit scales: exact in int32 */
+  __m512i sw = join_words(gp0 + 16 + 32 * di_pk_q6k_sc(g / 4), gp1 + 16 + 32 * di_pk_q6k_sc(g / 4));
+  __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(sw, 24 - 8 * (g % 4)), 24);
   for (int i = 0; i < 16; i++)
-    A->isum[i] = _mm512_add_epi32(A->isum[i], _mm512_mullo_epi32(A->sc[s], _mm512_load_si512(c + 16 * i)));
-  if (s == 7) amx_q4k_finish(gp0, gp1, x, xrow, b, A);
+    A->isum[i] = _mm512_add_epi32(A->isum[i], _mm512_mullo_epi32(sc, _mm512_load_si512(c + 16 * i)));
+  if (g == 15) {
+    __m512 dw = join_ph(gp0, gp1);
+    for (int i = 0; i < 16; i++) {
+      const di_act_q8k *a = (const di_act_q8k *)(x + (size_t)i * xrow) + b;
+      A->s[i] = _mm512_add_ps(A->s[i], _mm512_mul_ps(cvt16(A->isum[i]), _mm512_mul_ps(dw, _mm512_set1_ps(a->d))));
+    }
+  }
 }
 
 /* Step k's sums into C tile TC (A tile TA, B tile TB); tile numbers are immediates. */
@@ -309,6 +335,63 @@ AI void amx_tile16(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb,
 }
 #undef AMX_MUL
 
+/* Q4_K, per super-block: C tiles L and H sum its 4 steps' products with
+ * q * (scale & 7) and q * (scale >> 3) (amx_stage), so L + 8 H is q4k_block's
+ * sum_s scale_s * dot_s, the same integers, and no per-sub-block multiply is
+ * left to the vector unit (16 vpmulld per sub-block had bound this path). */
+#define AMX_Q4K_MUL(TL, TH, b)                                                                 \
+  do {                                                                                         \
+    _tile_zero(TL);                                                                            \
+    _tile_zero(TH);                                                                            \
+    for (int p_ = 0; p_ < 4; p_++) {                                                           \
+      const size_t k_ = (size_t)(4 * (b) + p_);                                                \
+      _tile_loadd(4, xs + k_ * 16 * 64, 64);                                                   \
+      _tile_loadd(6, st + k_ * 2 * AMX_Q4K_TILE_BYTES, 64);                                    \
+      _tile_loadd(7, st + k_ * 2 * AMX_Q4K_TILE_BYTES + AMX_Q4K_TILE_BYTES, 64);               \
+      _tile_dpbssd(TL, 4, 6);                                                                  \
+      _tile_dpbssd(TH, 4, 7);                                                                  \
+    }                                                                                          \
+  } while (0)
+
+/* Super-block b's sums (L in cl, H in ch) into the chains: q4k_finish's operations. */
+AI void amx_q4k_super(const uint8_t *gp0, const uint8_t *gp1, const uint8_t *x, size_t xrow, int64_t b,
+                      const int32_t *cl, const int32_t *ch, amx_acc *A) {
+  const q4k_sc d0 = q4k_decode(gp0), d1 = q4k_decode(gp1);
+  for (int j = 0; j < 4; j++) {
+    __m256i ctl = sc_ctl(2 * (j % 2), 2 * (j % 2) + 1, false);
+    A->mn[j] = join_i(_mm256_shuffle_epi8(d0.mn[j / 2], ctl), _mm256_shuffle_epi8(d1.mn[j / 2], ctl));
+  }
+  AMX_UNROLL for (int i = 0; i < 16; i++)
+    A->isum[i] = _mm512_add_epi32(_mm512_load_si512(cl + 16 * i), _mm512_slli_epi32(_mm512_load_si512(ch + 16 * i), 3));
+  amx_q4k_finish(gp0, gp1, x, xrow, b, A);
+}
+
+AI void amx_tile16_q4k(const uint8_t *w0, const uint8_t *w1, size_t gbb, const int8_t *st, const uint8_t *x,
+                       size_t xrow, const int8_t *xs, int64_t nb, float *Y, int64_t ldy) {
+  _Alignas(64) int32_t c[2][2][16 * 16];
+  amx_acc A;
+  AMX_UNROLL for (int i = 0; i < 16; i++) A.s[i] = A.m[i] = _mm512_setzero_ps();
+#define SUPER(b, cb) amx_q4k_super(w0 + (size_t)(b) * gbb, w1 + (size_t)(b) * gbb, x, xrow, (b), (cb)[0], (cb)[1], &A)
+  /* as amx_tile16: a super-block's sums are read back one multiply after their store */
+  AMX_Q4K_MUL(0, 1, 0);
+  for (int64_t b = 0; b < nb; b += 2) { /* C tiles 0, 1 hold super-block b on entry */
+    if (b + 1 < nb) AMX_Q4K_MUL(2, 3, b + 1);
+    _tile_stored(0, c[0][0], 64);
+    _tile_stored(1, c[0][1], 64);
+    if (b > 0) SUPER(b - 1, c[1]);
+    if (b + 2 < nb) AMX_Q4K_MUL(0, 1, b + 2);
+    if (b + 1 < nb) {
+      _tile_stored(2, c[1][0], 64);
+      _tile_stored(3, c[1][1], 64);
+    }
+    SUPER(b, c[0]);
+  }
+  if (nb % 2 == 0) SUPER(nb - 1, c[1]);
+#undef SUPER
+  AMX_UNROLL for (int i = 0; i < 16; i++) _mm512_storeu_ps(Y + i * ldy, _mm512_add_ps(A.s[i], A.m[i]));
+}
+#undef AMX_Q4K_MUL
+
 AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, size_t xrow, int64_t M,
                   int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   pthread_once(&g_amx_once, amx_init);
@@ -331,7 +414,7 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
   const uint8_t *w = W, *x = X;
   const size_t gbb = DI_PK_G * di_pk_block_bytes(t), head = DI_PK_G * di_pk_head_bytes(t);
   amx_cfg cfg = {.palette = 1};
-  const int quads = t == DI_Q6_K ? 4 : 8; /* K-quads per step */
+  const int quads = amx_quads(t);
   for (int k = 0; k < 4; k++) cfg.rows[k] = 16, cfg.colsb[k] = 64; /* C: 16 x 16 int32 */
   for (int k = 4; k < 6; k++) cfg.rows[k] = 16, cfg.colsb[k] = (uint16_t)(4 * quads); /* A: 16 rows x the step's activation bytes */
   for (int k = 6; k < 8; k++) cfg.rows[k] = (uint8_t)quads, cfg.colsb[k] = 64;        /* B: K-quads x 16 columns */
@@ -348,16 +431,17 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
       const uint8_t *w0 = w + (size_t)(ga + 2 * p) * DI_PK_G * wrow, *w1 = w0 + DI_PK_G * wrow;
       int8_t *sp = stage + (size_t)(p - p0) * pair_bytes;
       for (int64_t b = 0; b < nb; b++)
-        amx_stage(t, w0 + (size_t)b * gbb + head, w1 + (size_t)b * gbb + head,
-                  sp + (size_t)b * amx_steps(t) * amx_step_bytes(t));
+        amx_stage(t, w0 + (size_t)b * gbb, w1 + (size_t)b * gbb, head, sp + (size_t)b * amx_steps(t) * amx_step_bytes(t));
     }
     for (int64_t m = 0; m < M16; m += 16) {
       const int8_t *xs = rows + (size_t)(m / 16) * chunk_bytes;
       const float *ds = (const float *)(xs + xs_bytes), *ss = ds + (q32 ? nb * 16 : 0);
       for (int64_t p = p0; p < p1; p++) {
         const uint8_t *w0 = w + (size_t)(ga + 2 * p) * DI_PK_G * wrow;
-        amx_tile16(t, w0, w0 + DI_PK_G * wrow, gbb, stage + (size_t)(p - p0) * pair_bytes, x + m * xrow, xrow,
-                   ds, ss, xs, nb, Y + m * ldy + (ga + 2 * p) * DI_PK_G, ldy);
+        const int8_t *sp = stage + (size_t)(p - p0) * pair_bytes;
+        float *y = Y + m * ldy + (ga + 2 * p) * DI_PK_G;
+        if (t == DI_Q4_K) amx_tile16_q4k(w0, w0 + DI_PK_G * wrow, gbb, sp, x + m * xrow, xrow, xs, nb, y, ldy);
+        else amx_tile16(t, w0, w0 + DI_PK_G * wrow, gbb, sp, x + m * xrow, xrow, ds, ss, xs, nb, y, ldy);
       }
     }
   }
