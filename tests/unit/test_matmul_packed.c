@@ -17,7 +17,7 @@ static float rndf(void) {
   return (float)((double)g_rng / 4294967296.0 * 2.0 - 1.0);
 }
 
-#define MMAX 35
+#define MMAX 50
 
 /* test_matmul_packed_avx512emu.c includes this file with PACKED_TEST_KERNEL, a
  * kernel selector (di_cpu_mmp_fn (di_dtype)) that is then called directly, in
@@ -82,8 +82,11 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best)
 #endif
   for (int level = DI_ISA_SCALAR; level <= (int)best; level += (int)best > DI_ISA_SCALAR ? (int)best : 1) {
     CHECK(di_cpu_isa_set((di_cpu_isa_level)level));
-    /* 1..17, then 32, 33, 35: two AMX row chunks and a tail */
-    for (int64_t M = 1; M <= MMAX; M = M < 17 ? M + 1 : M == 17 ? 32 : M + 1 + (M > 32)) {
+    /* 1..17, then 32, 33, 35: two AMX row chunks and a tail; 48, 50: three
+     * (Q6_K's AMX path starts there) */
+    static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 32, 33, 35, 48, 50};
+    for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+      const int64_t M = Ms[mi];
       /* the rows of a batch of M start anywhere in the activations */
       int64_t first = (M * 5) % (MMAX - M + 1);
       memset(y, 0xff, (size_t)(MMAX * N) * 4);
