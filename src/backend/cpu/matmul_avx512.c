@@ -22,6 +22,7 @@
 #endif
 
 #include "backend/cpu/matmul_fl_x86.h"
+#include "backend/cpu/scratch.h"
 #include "backend/cpu/x86_512.h"
 
 di_cpu_mm_fn FL512_ENTRY(di_dtype t);
@@ -74,9 +75,89 @@ AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
 }
 DEFINE_DRIVER_MT(fl, 4, 8, FL_MT)
 
+/* Prefill GEMMs (M >= FL_CV_ROWS) on F16/BF16 weights convert each panel's
+ * whole 8-column tiles to f32 once, in the zmm layout fl_load2 builds (tile c,
+ * block b: its 4 column pairs, 16 floats each), so the row tiles' inner loop
+ * is loads and FMAs: fl_load2's insert and conversion, repeated for every 6
+ * rows, had kept port 5 ~1.7x as busy as the FMAs alone. The same exact
+ * conversions and the same FMAs in the same order: the same bits. */
+#define FL_CV_ROWS 12
+
+AI void fl_convert(di_dtype t, const uint8_t *w, size_t wrow, int64_t nb, int64_t ntiles, float *cw) {
+  for (int64_t c = 0; c < ntiles; c++)
+    for (int64_t b = 0; b < nb; b++)
+      for (int p = 0; p < 4; p++) {
+        const uint8_t *w0 = w + (size_t)(8 * c + 2 * p) * wrow + b * 8 * 2; /* 2-byte elements */
+        _mm512_store_ps(cw + ((c * nb + b) * 4 + p) * 16, fl_load2(t, w0, w0 + wrow));
+      }
+}
+
+/* fl_tile's MT x 8 tile on a converted tile cw (w: its original rows, for the
+ * K % 8 tail in fl_finish). */
+AI void fl_tile_cv(di_dtype t, int MT, const float *cw, const uint8_t *w, size_t wrow, const uint8_t *x,
+                   size_t xrow, int64_t nb, int64_t K, float *Y, int64_t ldy) {
+  __m512 acc[FL_MT][NP_MAX];
+  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int p = 0; p < NP_MAX; p++) acc[i][p] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b++) {
+    __m512 wv[NP_MAX];
+    UNROLL for (int p = 0; p < NP_MAX; p++) wv[p] = _mm512_load_ps(cw + (b * NP_MAX + p) * 16);
+    UNROLL for (int i = 0; i < MT; i++) {
+      __m256 x8 = _mm256_loadu_ps((const float *)(x + i * xrow) + b * 8);
+      __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x8)));
+      UNROLL for (int p = 0; p < NP_MAX; p++) acc[i][p] = _mm512_fmadd_ps(wv[p], xv, acc[i][p]);
+    }
+  }
+  UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < 2 * NP_MAX; j++)
+    Y[i * ldy + j] = fl_finish(t, half_of(acc[i][j / 2], j & 1), w + j * wrow, (const float *)(x + i * xrow), nb, K);
+}
+
+#define CV_CASE(R)                                                                                             \
+  case R:                                                                                                      \
+    for (int64_t c = 0; c < ntiles; c++)                                                                       \
+      fl_tile_cv(t, R, cw + c * nb * 64, w + (size_t)(p0 + 8 * c) * wrow, wrow, xm, xrow, nb, K, ym + p0 + 8 * c, ldy); \
+    break;
+
+static void fl_mm_cv(di_dtype t, const void *W, size_t wrow, const void *X, size_t xrow, int64_t M, int64_t K,
+                     float *Y, int64_t ldy, int64_t n0, int64_t n1) {
+  const int64_t nb = K / fl_QK;
+  int64_t panel = (int64_t)(PANEL_BYTES / (wrow ? wrow : 1)) / 8 * 8;
+  if (panel < 8) panel = 8;
+  float *cw = M >= FL_CV_ROWS && nb ? di_cpu_scratch(DI_SCRATCH_FL, (size_t)(panel * nb * 8) * sizeof(float)) : NULL;
+  if (!cw) {
+    fl_mm(t, W, wrow, X, xrow, M, K, Y, ldy, n0, n1);
+    return;
+  }
+  const uint8_t *w = W, *x = X;
+  for (int64_t p0 = n0; p0 < n1; p0 += panel) {
+    const int64_t p1 = n1 - p0 < panel ? n1 : p0 + panel, ntiles = (p1 - p0) / 8, c1 = p0 + 8 * ntiles;
+    fl_convert(t, w + (size_t)p0 * wrow, wrow, nb, ntiles, cw);
+    for (int64_t m = 0; m < M; m += FL_MT) {
+      const int64_t mt = M - m < FL_MT ? M - m : FL_MT;
+      const uint8_t *xm = x + m * xrow;
+      float *ym = Y + m * ldy;
+      switch (mt) {
+        CV_CASE(6)
+        CV_CASE(5)
+        CV_CASE(4)
+        CV_CASE(3)
+        CV_CASE(2)
+        CV_CASE(1)
+      }
+      if (c1 < p1) fl_mm(t, W, wrow, xm, xrow, mt, K, ym, ldy, c1, p1); /* columns past the whole tiles */
+    }
+  }
+}
+#undef CV_CASE
+
 DEFINE_WRAP(mm_f32, fl, DI_F32)
-DEFINE_WRAP(mm_f16, fl, DI_F16)
-DEFINE_WRAP(mm_bf16, fl, DI_BF16)
+static void mm_f16(const void *W, size_t wrow, const void *x, size_t xrow, int64_t M, int64_t K, float *Y,
+                   int64_t ldy, int64_t n0, int64_t n1) {
+  fl_mm_cv(DI_F16, W, wrow, x, xrow, M, K, Y, ldy, n0, n1);
+}
+static void mm_bf16(const void *W, size_t wrow, const void *x, size_t xrow, int64_t M, int64_t K, float *Y,
+                    int64_t ldy, int64_t n0, int64_t n1) {
+  fl_mm_cv(DI_BF16, W, wrow, x, xrow, M, K, Y, ldy, n0, n1);
+}
 
 di_cpu_mm_fn FL512_ENTRY(di_dtype t) {
   switch (t) {

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/scratch.h"
 
 /* Staged B tiles per panel (per thread): stays in L2 while the row chunks pass. */
 #define AMX_PANEL_BYTES (256 * 1024)
@@ -57,42 +58,9 @@
 
 static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
 static bool g_amx;
-/* Each thread's staging buffer, kept between calls and grown as needed (freed
- * at thread exit): a fresh multi-megabyte allocation per call came back from
- * mmap as zero pages every time, and clearing them cost ~10% of a prefill. */
-static pthread_key_t g_amx_key;
-static bool g_amx_key_ok;
-typedef struct {
-  int8_t *p;
-  size_t cap;
-} amx_buf;
-static void amx_buf_free(void *v) {
-  amx_buf *b = v;
-  free(b->p);
-  free(b);
-}
-static int8_t *amx_scratch(size_t bytes) {
-  if (!g_amx_key_ok) return NULL;
-  amx_buf *b = pthread_getspecific(g_amx_key);
-  if (!b) {
-    if (!(b = calloc(1, sizeof *b))) return NULL;
-    if (pthread_setspecific(g_amx_key, b)) {
-      free(b);
-      return NULL;
-    }
-  }
-  if (b->cap < bytes) {
-    free(b->p);
-    b->cap = (bytes + 4095) / 4096 * 4096;
-    if (!(b->p = aligned_alloc(64, b->cap))) b->cap = 0;
-  }
-  return b->p;
-}
-
 static void amx_init(void) {
   const char *e = getenv("DI_CPU_AMX");
   if (e && !strcmp(e, "0")) return;
-  g_amx_key_ok = pthread_key_create(&g_amx_key, amx_buf_free) == 0;
   /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18) */
   g_amx = di_cpu_features_get()->amx_int8 && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 }
@@ -476,7 +444,8 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
    * outweighs the tile work and the VNNI kernel is faster (M = 16: 211 vs 150
    * GOP/s; M = 64: 350 vs ~280 for VNNI or the old per-group AMX steps). */
   const bool few = t == DI_Q6_K && M16 < 48;
-  int8_t *stage = g_amx && M16 && pairs && !few ? amx_scratch((size_t)ppp * pair_bytes + (size_t)(M16 / 16) * chunk_bytes) : NULL;
+  const size_t stage_bytes = (size_t)ppp * pair_bytes + (size_t)(M16 / 16) * chunk_bytes;
+  int8_t *stage = g_amx && M16 && pairs && !few ? (int8_t *)di_cpu_scratch(DI_SCRATCH_AMX, stage_bytes) : NULL;
   if (!stage) {
     pk_mm(t, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1);
     return;
