@@ -82,8 +82,8 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best)
 #endif
   for (int level = DI_ISA_SCALAR; level <= (int)best; level += (int)best > DI_ISA_SCALAR ? (int)best : 1) {
     CHECK(di_cpu_isa_set((di_cpu_isa_level)level));
-    /* 1..17, then 32, 33, 35: two AMX row chunks and a tail; 48, 50: three
-     * (Q6_K's AMX path starts there) */
+    /* 1..17, then 32, 33, 35: two AMX row chunks (where Q6_K's AMX path
+     * starts) and a tail; 48, 50: three */
     static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 32, 33, 35, 48, 50};
     for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
       const int64_t M = Ms[mi];

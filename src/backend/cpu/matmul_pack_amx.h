@@ -16,7 +16,7 @@
  * q4k_block forms (sum_s scale_s * dot_s), then q4k_finish's float
  * operations, 16 lanes wide. (Before, a step per sub-block and 16 vpmulld by
  * its scale: 1.1B Q4_K_M pp512 134 -> 169 tok/s on one core.)
- * Q6_K (from 48 rows) takes one step per four 16-element groups, its quants
+ * Q6_K (from 32 rows) takes one step per four 16-element groups, its quants
  * minus 32 staged four times, times the balanced base-5 digits (-2..2) of
  * each column's int8 group scales, in four C tiles: C0 + 5 (C1 + 5 (C2 + 5 C3))
  * are q6k_block's integers, then q6k_finish's operations. (Before, a K = 16
@@ -440,10 +440,11 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
   /* every 16-row chunk's amx_rows, made once per call */
   const size_t xs_bytes = (size_t)nb * amx_steps(t) * 16 * amx_a_bytes(t);
   const size_t chunk_bytes = xs_bytes + (q32 ? (size_t)nb * 2 * 16 * sizeof(float) : 0);
-  /* Q6_K stages four digit tiles per step: below 3 row chunks that staging
-   * outweighs the tile work and the VNNI kernel is faster (M = 16: 211 vs 150
-   * GOP/s; M = 64: 350 vs ~280 for VNNI or the old per-group AMX steps). */
-  const bool few = t == DI_Q6_K && M16 < 48;
+  /* Q6_K stages four digit tiles per step: for one row chunk that staging
+   * outweighs the tile work and the VNNI kernel is faster (M = 16: VNNI 205,
+   * AMX 150 GOP/s; M = 32: AMX 246, VNNI 202; M = 64: AMX 350, the old
+   * per-group AMX steps 281). */
+  const bool few = t == DI_Q6_K && M16 < 32;
   const size_t stage_bytes = (size_t)ppp * pair_bytes + (size_t)(M16 / 16) * chunk_bytes;
   int8_t *stage = g_amx && M16 && pairs && !few ? (int8_t *)di_cpu_scratch(DI_SCRATCH_AMX, stage_bytes) : NULL;
   if (!stage) {
