@@ -84,29 +84,6 @@ static void tile2(const float *qa, const float *qb, const float *const *k, const
   ob->l = lb;
 }
 
-/* tile_to_f32 16 elements at a time (hd a multiple of 16): half the
- * instructions of the 8-wide loop, which had been ~40% of a 3-query tile. */
-static void tile_to_f32_16(const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd, di_kv_type t,
-                           float *kbuf, float *vbuf, const float **kp, const float **vp) {
-  for (int j = 0; j < n; j++) {
-    float *kd = kbuf + (size_t)j * hd, *vd = vbuf + (size_t)j * hd;
-    const uint8_t *ks = krow[j], *vs = vrow[j];
-    if (t == DI_KV_F16)
-      for (int d = 0; d < hd; d += 16) {
-        _mm512_store_ps(kd + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ks + 2 * d))));
-        _mm512_store_ps(vd + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vs + 2 * d))));
-      }
-    else
-      for (int d = 0; d < hd; d += 16) {
-        __m512i k = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(ks + 2 * d)));
-        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(vs + 2 * d)));
-        _mm512_store_ps(kd + d, _mm512_castsi512_ps(_mm512_slli_epi32(k, 16)));
-        _mm512_store_ps(vd + d, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
-      }
-    kp[j] = kd, vp[j] = vd;
-  }
-}
-
 void di_cpu_attn_tile_group_avx512(const float *const *q, int nq, const uint8_t *const *krow,
                                    const uint8_t *const *vrow, int n, int hd, di_kv_type t, float scale,
                                    float softcap, di_attn_partial *const *out) {
@@ -116,10 +93,7 @@ void di_cpu_attn_tile_group_avx512(const float *const *q, int nq, const uint8_t 
   }
   _Alignas(64) float kbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD], vbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD];
   const float *kp[DI_ATTN_TILE], *vp[DI_ATTN_TILE];
-  if (t == DI_KV_F32)
-    tile_to_f32(krow, vrow, n, hd, t, kbuf, vbuf, kp, vp);
-  else
-    tile_to_f32_16(krow, vrow, n, hd, t, kbuf, vbuf, kp, vp);
+  tile_to_f32(krow, vrow, n, hd, t, kbuf, vbuf, kp, vp);
   int i = 0;
   for (; i + 2 <= nq; i += 2) tile2(q[i], q[i + 1], kp, vp, n, hd, scale, softcap, out[i], out[i + 1]);
   if (i < nq)
