@@ -20,13 +20,35 @@ AI __m512 join8f(__m256 lo, __m256 hi) {
 AI __m256 lo8f(__m512 v) { return _mm512_castps512_ps256(v); }
 AI __m256 hi8f(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 
+/* The scores of 8 rows for two queries from their lane partials (acc[r]:
+ * query a's 8 partials of row r in lanes 0-7, query b's in 8-15), as
+ * [a r0..r7 | b r0..r7]. Each score is hsum8's tree, ((p0 + p1) + (p2 + p3)) +
+ * ((p4 + p5) + (p6 + p7)), so the same bits; but the tree runs on all 16
+ * (row, query) pairs at once with in-lane shuffles: 15 shuffles where two
+ * hsum8s and the half extracts took 36, on the port the second FMA unit shares. */
+AI __m512 tree8x2(const __m512 acc[8]) {
+  __m512 l1[4], l2[2];
+  /* per 128-bit lane (4 partials of one query): [r p01, r p23, r+1 p01, r+1 p23] */
+  UNROLL for (int p = 0; p < 4; p++)
+    l1[p] = _mm512_add_ps(_mm512_shuffle_ps(acc[2 * p], acc[2 * p + 1], 0x88),
+                          _mm512_shuffle_ps(acc[2 * p], acc[2 * p + 1], 0xdd));
+  /* per lane: 4 rows' sums of that lane's 4 partials */
+  UNROLL for (int p = 0; p < 2; p++)
+    l2[p] = _mm512_add_ps(_mm512_shuffle_ps(l1[2 * p], l1[2 * p + 1], 0x88),
+                          _mm512_shuffle_ps(l1[2 * p], l1[2 * p + 1], 0xdd));
+  /* lanes of l2[p]: a p0-3, a p4-7, b p0-3, b p4-7 (rows 4p..4p+3) */
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(l2[0], l2[1], 0x88), _mm512_shuffle_f32x4(l2[0], l2[1], 0xdd));
+  /* s: [a r0-3 | b r0-3 | a r4-7 | b r4-7] */
+  return _mm512_shuffle_f32x4(s, s, 0xd8);
+}
+
 /* Queries qa, qb over f32 K/V rows k[j], v[j] (hd a multiple of 16). */
 static void tile2(const float *qa, const float *qb, const float *const *k, const float *const *v, int n, int hd,
                   float scale, float softcap, di_attn_partial *oa, di_attn_partial *ob) {
   _Alignas(64) float sa[DI_ATTN_TILE + 8], sb[DI_ATTN_TILE + 8];
   __m512 qq[DI_ATTN_GROUP_MAX_HD / 8];
   for (int c = 0; c < hd / 8; c++) qq[c] = join8f(_mm256_loadu_ps(qa + 8 * c), _mm256_loadu_ps(qb + 8 * c));
-  const __m256 vscale = _mm256_set1_ps(scale);
+  const __m512 vscale = _mm512_set1_ps(scale);
   for (int j0 = 0; j0 < n; j0 += 8) {
     const float *kp[8];
     UNROLL for (int r = 0; r < 8; r++) kp[r] = k[j0 + r < n ? j0 + r : j0];
@@ -34,10 +56,9 @@ static void tile2(const float *qa, const float *qb, const float *const *k, const
     UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
     for (int c = 0; c < hd / 8; c++)
       UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(qq[c], bcast8f(kp[r] + 8 * c), acc[r]);
-    __m256 lo[8], hi[8];
-    UNROLL for (int r = 0; r < 8; r++) lo[r] = lo8f(acc[r]), hi[r] = hi8f(acc[r]);
-    _mm256_store_ps(sa + j0, _mm256_mul_ps(hsum8(lo), vscale));
-    _mm256_store_ps(sb + j0, _mm256_mul_ps(hsum8(hi), vscale));
+    const __m512 s = _mm512_mul_ps(tree8x2(acc), vscale);
+    _mm256_store_ps(sa + j0, lo8f(s));
+    _mm256_store_ps(sb + j0, hi8f(s));
   }
   oa->m = tile_softmax(sa, n, softcap);
   ob->m = tile_softmax(sb, n, softcap);
