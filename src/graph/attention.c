@@ -7,11 +7,14 @@
  * that share a whole tile form one unit, so di_cpu_attn_tile_group converts the
  * tile's K/V once for all their query heads (before, once per token: for MHA
  * models with an f16 cache the K and V passes were bound by that conversion).
- * Every query still gets the bits of its own single tile, so grouping is
- * invisible in the results. */
+ * The tokens whose last tile (not whole) is the same one form a ragged unit:
+ * one group call over the rows up to the unit's last position, each query
+ * stopping at its own. Every query still gets the bits of its own single
+ * tile, so grouping is invisible in the results. */
 #include "graph/attention.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -21,6 +24,7 @@
  * as token t's tile index k; cost = c * positions in the tile, for splitting. */
 typedef struct attn_unit {
   int t, k, c;
+  bool ragged; /* the tokens' own last tile: token t + i stops at its position */
   int64_t cost_before, cost; /* cost_before: sum of the costs of the units before this one */
 } attn_unit;
 
@@ -88,6 +92,20 @@ static bool tile_whole(const di_hparams *hp, bool swa, int pos, int k) {
   return j1 - j0 + 1 == DI_ATTN_TILE;
 }
 
+/* Tile k of a token at pos starts at the tile's first position (not cut by a
+ * sliding window's start). */
+static bool tile_starts(const di_hparams *hp, bool swa, int pos, int k) {
+  int j0, j1;
+  tile_range(hp, swa, pos, k, &j0, &j1);
+  return j0 % DI_ATTN_TILE == 0;
+}
+
+/* Positions [j0, j1] of a unit's tile: a ragged unit's reach its last token. */
+static void unit_range(const di_hparams *hp, bool swa, const di_batch *b, const attn_unit *u, int *j0, int *j1) {
+  int tile = first_tile(hp, swa, b->pos[u->t]) + u->k, last = u->t + (u->ragged ? u->c - 1 : 0);
+  tile_range(hp, swa, b->pos[last], tile - first_tile(hp, swa, b->pos[last]), j0, j1);
+}
+
 static di_attn_partial *partial_at(const di_attn_sched *s, int head_dim, size_t item) {
   return (di_attn_partial *)(s->partials + item * di_attn_partial_bytes(head_dim));
 }
@@ -131,22 +149,26 @@ static di_code plan(di_attn_sched *s, const di_hparams *hp, const di_batch *b, b
       size_t pair = s->item_off[t] / (size_t)H + (size_t)k;
       bool whole = tile_whole(hp, swa, pos, k);
       int pk = first + k - pfirst; /* the same tile among the previous token's */
-      if (whole && follows && pk >= 0 && pk < pn && tile_whole(hp, swa, pos - 1, pk)) {
+      /* the last tile, not whole: the tile's start is the same for the token
+       * before when it has this tile last too (then also not whole) */
+      bool diag = !whole && k == n - 1 && tile_starts(hp, swa, pos, k);
+      if (follows && pk >= 0 && pk < pn &&
+          ((whole && tile_whole(hp, swa, pos - 1, pk)) || (diag && pk == pn - 1 && tile_starts(hp, swa, pos - 1, pk)))) {
         /* the unit holding the previous token ends with it, so it may grow by one */
         uint32_t u = s->unit_of[s->item_off[t - 1] / (size_t)H + (size_t)pk];
-        if (s->units[u].c < cap) {
+        if (s->units[u].c < cap && s->units[u].ragged == diag) {
           s->units[u].c++;
           s->unit_of[pair] = u;
           continue;
         }
       }
-      s->units[s->n_units] = (attn_unit){t, k, 1, 0, 0};
+      s->units[s->n_units] = (attn_unit){t, k, 1, diag, 0, 0};
       s->unit_of[pair] = (uint32_t)s->n_units++;
     }
   }
   for (size_t u = 0; u < s->n_units; u++) {
     int j0, j1;
-    tile_range(hp, swa, b->pos[s->units[u].t], s->units[u].k, &j0, &j1);
+    unit_range(hp, swa, b, &s->units[u], &j0, &j1);
     s->units[u].cost_before = s->total_cost;
     s->units[u].cost = (int64_t)s->units[u].c * (j1 - j0 + 1);
     s->total_cost += s->units[u].cost;
@@ -166,10 +188,12 @@ static void tiles_run(void *p, int ith, int nth) {
   int64_t total = s->total_cost * HKV, lo_c = total * ith / nth, hi_c = total * (ith + 1) / nth;
   const float *qs[DI_ATTN_MAX_Q];
   di_attn_partial *out[DI_ATTN_MAX_Q];
+  int qhi[DI_ATTN_MAX_Q];
   for (size_t ui = 0; ui < s->n_units; ui++) {
     const attn_unit *u = &s->units[ui];
     int t = u->t, j0, j1, tile = first_tile(hp, a->swa, b->pos[t]) + u->k;
-    tile_range(hp, a->swa, b->pos[t], u->k, &j0, &j1);
+    /* a ragged unit's rows reach its last token's position */
+    unit_range(hp, a->swa, b, u, &j0, &j1);
     const int32_t *blocks = di_batch_seq_table(&b->seqs[b->seq[t]], a->kv_table);
     for (int kvh = 0; kvh < HKV; kvh++) {
       int64_t start = u->cost_before * HKV + (int64_t)kvh * u->cost;
@@ -181,14 +205,18 @@ static void tiles_run(void *p, int ith, int nth) {
         for (int g = 0; g < group; g++) {
           int h = kvh * group + g;
           qs[n] = a->q + ((size_t)tt * H + h) * hd;
+          qhi[n] = b->pos[tt];
           out[n++] = partial_at(s, hd, base + (size_t)h);
           if (n == DI_ATTN_MAX_Q) {
-            di_cpu_attn_tile_group(a->kv, a->kv_layer, blocks, kvh, hd, qs, n, j0, j1, scale, hp->attn_softcap, out);
+            di_cpu_attn_tile_group(a->kv, a->kv_layer, blocks, kvh, hd, qs, n, j0, u->ragged ? qhi[n - 1] : j1,
+                                   u->ragged ? qhi : NULL, scale, hp->attn_softcap, out);
             n = 0;
           }
         }
       }
-      if (n) di_cpu_attn_tile_group(a->kv, a->kv_layer, blocks, kvh, hd, qs, n, j0, j1, scale, hp->attn_softcap, out);
+      if (n)
+        di_cpu_attn_tile_group(a->kv, a->kv_layer, blocks, kvh, hd, qs, n, j0, u->ragged ? qhi[n - 1] : j1,
+                               u->ragged ? qhi : NULL, scale, hp->attn_softcap, out);
     }
   }
 }

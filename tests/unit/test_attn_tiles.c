@@ -1,7 +1,8 @@
-/* The x86 attention tiles agree bit for bit: the AVX-512 query-pair tile and
- * the AVX2 group tile against each query's own AVX2 tile, for every KV type,
- * tile length, head size (multiples of 16 and not) and query count, with and
- * without soft-capping. (The scalar tile sums in another order; the model
+/* The x86 attention tiles agree bit for bit: the AVX-512 group tile and the
+ * AVX2 group tile against each query's own AVX2 tile, for every KV type,
+ * tile length, head size (multiples of 16 and not), query count (1 to 33:
+ * partial and several 16-query passes) and per-query lengths (all the tile,
+ * or ragged as on a prefill's diagonal tile), with and without soft-capping. (The scalar tile sums in another order; the model
  * tests bound its difference.) */
 #include <math.h>
 #include <stdint.h>
@@ -28,8 +29,8 @@ static void put(uint8_t *p, di_kv_type t, float x) {
   }
 }
 
-#define NQ 5
-static void check_case(di_kv_type t, int n, int hd, int nq, float softcap, bool avx512) {
+#define NQ 33
+static void check_case(di_kv_type t, int n, int hd, int nq, bool ragged, float softcap, bool avx512) {
   const size_t es = t == DI_KV_F32 ? 4 : 2;
   uint8_t *k = malloc((size_t)n * hd * es), *v = malloc((size_t)n * hd * es);
   const uint8_t *kr[DI_ATTN_TILE], *vr[DI_ATTN_TILE];
@@ -37,22 +38,26 @@ static void check_case(di_kv_type t, int n, int hd, int nq, float softcap, bool 
     for (int d = 0; d < hd; d++) put(k + ((size_t)j * hd + d) * es, t, 2 * rndf()), put(v + ((size_t)j * hd + d) * es, t, rndf());
     kr[j] = k + (size_t)j * hd * es, vr[j] = v + (size_t)j * hd * es;
   }
-  float qs[NQ][DI_ATTN_GROUP_MAX_HD];
+  static float qs[NQ][DI_ATTN_GROUP_MAX_HD];
   const float *q[NQ] = {0};
+  int qn[NQ];
+  for (int i = 0; i < nq; i++) qn[i] = ragged ? 1 + (int)((unsigned)(i * 7 + n) % (unsigned)n) : n;
+  if (ragged) qn[nq / 2] = n; /* the group's rows reach the longest query */
   di_attn_partial *one[NQ] = {0}, *grp[NQ] = {0}, *wide[NQ] = {0};
   for (int i = 0; i < nq; i++) {
     for (int d = 0; d < hd; d++) qs[i][d] = rndf();
     q[i] = qs[i];
     one[i] = calloc(1, di_attn_partial_bytes(hd)), grp[i] = calloc(1, di_attn_partial_bytes(hd));
     wide[i] = calloc(1, di_attn_partial_bytes(hd));
-    di_cpu_attn_tile_avx2(q[i], kr, vr, n, hd, t, 0.125f, softcap, one[i]);
+    di_cpu_attn_tile_avx2(q[i], kr, vr, qn[i], hd, t, 0.125f, softcap, one[i]);
   }
-  di_cpu_attn_tile_group_avx2(q, nq, kr, vr, n, hd, t, 0.125f, softcap, grp);
-  if (avx512) di_cpu_attn_tile_group_avx512(q, nq, kr, vr, n, hd, t, 0.125f, softcap, wide);
+  di_cpu_attn_tile_group_avx2(q, nq, kr, vr, n, ragged ? qn : NULL, hd, t, 0.125f, softcap, grp);
+  if (avx512) di_cpu_attn_tile_group_avx512(q, nq, kr, vr, n, ragged ? qn : NULL, hd, t, 0.125f, softcap, wide);
   const size_t bytes = di_attn_partial_bytes(hd);
   for (int i = 0; i < nq; i++) {
-    CHECKF(!memcmp(one[i], grp[i], bytes), "AVX2 group: kv %d n %d hd %d nq %d q %d", (int)t, n, hd, nq, i);
-    if (avx512) CHECKF(!memcmp(one[i], wide[i], bytes), "AVX-512: kv %d n %d hd %d nq %d q %d cap %g", (int)t, n, hd, nq, i, softcap);
+    CHECKF(!memcmp(one[i], grp[i], bytes), "AVX2 group: kv %d n %d hd %d nq %d ragged %d q %d", (int)t, n, hd, nq, ragged, i);
+    if (avx512) CHECKF(!memcmp(one[i], wide[i], bytes), "AVX-512: kv %d n %d hd %d nq %d ragged %d q %d cap %g", (int)t, n, hd, nq, ragged, i,
+                              softcap);
     free(one[i]), free(grp[i]), free(wide[i]);
   }
   free(k), free(v);
@@ -87,7 +92,8 @@ int main(void) {
   for (int ti = 0; ti < 3; ti++)
     for (int ni = 0; ni < 5; ni++)
       for (int hi = 0; hi < 4; hi++)
-        for (int nq = 1; nq <= NQ; nq++) check_case(types[ti], ns[ni], hds[hi], nq, nq == 3 ? 30.0f : 0.0f, avx512);
+        for (int nq = 1; nq <= NQ; nq += nq < 9 ? 1 : 8)
+          for (int rg = 0; rg < 2; rg++) check_case(types[ti], ns[ni], hds[hi], nq, rg, nq == 3 ? 30.0f : 0.0f, avx512);
   for (int n = 1; n <= 16; n += 5)
     for (int hi = 0; hi < 4; hi++) check_merge(n, hds[hi]);
   printf("test_attn_tiles: merge bit-identical to the scalar merge; AVX2 group%s tiles bit-identical to the AVX2 tile\n", avx512 ? " and AVX-512" : "");

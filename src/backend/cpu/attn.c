@@ -97,21 +97,25 @@ void di_cpu_attn_tile(const di_kv_pool *kv, int layer, const int32_t *blocks, in
 }
 
 void di_cpu_attn_tile_group(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim,
-                            const float *const *q, int nq, int lo, int hi, float scale, float softcap,
+                            const float *const *q, int nq, int lo, int hi, const int *qhi, float scale, float softcap,
                             di_attn_partial *const *out) {
 #if defined(DI_CPU_X86)
   if (nq > 1 && di_cpu_isa() >= DI_ISA_AVX2 && head_dim % 8 == 0) {
     const uint8_t *kr[DI_ATTN_TILE], *vr[DI_ATTN_TILE];
     kv_rows(kv, layer, blocks, kvh, head_dim, lo, hi, kr, vr);
+    int qn[DI_ATTN_MAX_Q];
+    for (int i = 0; qhi && i < nq; i++) qn[i] = qhi[i] - lo + 1;
     if (di_cpu_isa() >= DI_ISA_AVX512)
-      di_cpu_attn_tile_group_avx512(q, nq, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
+      di_cpu_attn_tile_group_avx512(q, nq, kr, vr, hi - lo + 1, qhi ? qn : NULL, head_dim, kv->type, scale, softcap,
+                                    out);
     else
-      di_cpu_attn_tile_group_avx2(q, nq, kr, vr, hi - lo + 1, head_dim, kv->type, scale, softcap, out);
+      di_cpu_attn_tile_group_avx2(q, nq, kr, vr, hi - lo + 1, qhi ? qn : NULL, head_dim, kv->type, scale, softcap,
+                                  out);
     return;
   }
 #endif
   for (int i = 0; i < nq; i++)
-    di_cpu_attn_tile(kv, layer, blocks, kvh, head_dim, q[i], lo, hi, scale, softcap, out[i]);
+    di_cpu_attn_tile(kv, layer, blocks, kvh, head_dim, q[i], lo, qhi ? qhi[i] : hi, scale, softcap, out[i]);
 }
 
 void di_cpu_attn_merge(const di_attn_partial *const *parts, int n, int head_dim, float *out) {

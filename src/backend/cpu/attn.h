@@ -38,22 +38,25 @@ typedef void (*di_attn_tile_simd_fn)(const float *q, const uint8_t *const *krow,
 void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
                            di_kv_type t, float scale, float softcap, di_attn_partial *out);
 /* The tile for nq queries that read the same K/V rows (the query heads of one
- * KV head under GQA, of one or several tokens): query i at q[i], result in
- * out[i], each the bits of its own single-query tile. */
+ * KV head under GQA, of one or several tokens): query i at q[i] over
+ * positions [lo, qhi[i]] (qhi NULL: [lo, hi] for all; else hi = the largest
+ * qhi[i]), result in out[i], each the bits of its own single-query tile. */
 #define DI_ATTN_GROUP_MAX_HD 256
 #define DI_ATTN_MAX_Q 64
 void di_cpu_attn_tile_group(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim,
-                            const float *const *q, int nq, int lo, int hi, float scale, float softcap,
+                            const float *const *q, int nq, int lo, int hi, const int *qhi, float scale, float softcap,
                             di_attn_partial *const *out);
+/* The same over row pointers: query i over the first qn[i] of the n rows (qn
+ * NULL: all n). */
 void di_cpu_attn_tile_group_avx2(const float *const *q, int nq, const uint8_t *const *krow,
-                                 const uint8_t *const *vrow, int n, int hd, di_kv_type t, float scale, float softcap,
-                                 di_attn_partial *const *out);
+                                 const uint8_t *const *vrow, int n, const int *qn, int hd, di_kv_type t, float scale,
+                                 float softcap, di_attn_partial *const *out);
 
-/* The same for AVX-512 (attn_avx512.c): query pairs side by side, each
+/* The same for AVX-512 (attn_avx512.c): up to 16 queries per pass, each
  * query's result the bits of its AVX2 tile. */
 void di_cpu_attn_tile_group_avx512(const float *const *q, int nq, const uint8_t *const *krow,
-                                   const uint8_t *const *vrow, int n, int hd, di_kv_type t, float scale,
-                                   float softcap, di_attn_partial *const *out);
+                                   const uint8_t *const *vrow, int n, const int *qn, int hd, di_kv_type t,
+                                   float scale, float softcap, di_attn_partial *const *out);
 
 /* softmax_exp.h over an array, 8 (AVX2) or 4 (NEON) lanes at a time (tests
  * compare them with the scalar di_softmax_exp bit for bit). */

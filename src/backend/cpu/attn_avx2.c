@@ -67,22 +67,24 @@ void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uin
   }
 }
 
-/* nq queries on the same K/V rows: the tile's K and V are converted to f32
- * once into scratch, then each query runs the F32 tile on them. Conversion is
- * exact and the F32 tile adds in the same order, so every query's result has
- * the bits of its own di_cpu_attn_tile_avx2 call. */
+/* nq queries on the same K/V rows, query i over the first qn[i] of the n rows
+ * (qn NULL: all n): the tile's K and V are converted to f32 once into
+ * scratch, then each query runs the F32 tile on them. Conversion is exact and
+ * the F32 tile adds in the same order, so every query's result has the bits
+ * of its own di_cpu_attn_tile_avx2 call. */
 void di_cpu_attn_tile_group_avx2(const float *const *q, int nq, const uint8_t *const *krow,
-                                 const uint8_t *const *vrow, int n, int hd, di_kv_type t, float scale, float softcap,
-                                 di_attn_partial *const *out) {
+                                 const uint8_t *const *vrow, int n, const int *qn, int hd, di_kv_type t, float scale,
+                                 float softcap, di_attn_partial *const *out) {
   if (t == DI_KV_F32 || nq == 1 || hd > DI_ATTN_GROUP_MAX_HD) {
-    for (int i = 0; i < nq; i++) di_cpu_attn_tile_avx2(q[i], krow, vrow, n, hd, t, scale, softcap, out[i]);
+    for (int i = 0; i < nq; i++) di_cpu_attn_tile_avx2(q[i], krow, vrow, qn ? qn[i] : n, hd, t, scale, softcap, out[i]);
     return;
   }
   _Alignas(32) float kbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD], vbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD];
   const float *kp[DI_ATTN_TILE], *vp[DI_ATTN_TILE];
   tile_to_f32(krow, vrow, n, hd, t, kbuf, vbuf, kp, vp);
   for (int i = 0; i < nq; i++)
-    tile(q[i], (const uint8_t *const *)kp, (const uint8_t *const *)vp, n, hd, DI_KV_F32, scale, softcap, out[i]);
+    tile(q[i], (const uint8_t *const *)kp, (const uint8_t *const *)vp, qn ? qn[i] : n, hd, DI_KV_F32, scale, softcap,
+         out[i]);
 }
 
 /* di_cpu_attn_merge 8 dimensions at a time (hd a multiple of 8): the same

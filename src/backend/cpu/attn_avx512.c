@@ -1,123 +1,257 @@
-/* The AVX-512 attention tile for two queries on the same K/V rows (GQA heads
- * of one KV head; compiled with -mavx512f, called where the ISA level is
- * AVX-512). It is the AVX2 tile's arithmetic with the two queries side by
- * side in one zmm, so each query's result has the bits of its own AVX2 tile:
- *  - scores: lanes 0-7 hold query a's 8-lane partial dot products with K row
- *    r, lanes 8-15 query b's, each lane summing the same products in the same
- *    order as the AVX2 tile's ymm (the K row's 8 values are broadcast to both
- *    halves); each half then goes through the same hsum8;
- *  - the softmax weights through the same tile_softmax;
+/* The AVX-512 attention tile for 2 to 16 queries on the same K/V rows (the
+ * query heads of one KV head, of one or several tokens; compiled with
+ * -mavx512f, called where the ISA level is AVX-512). Every query's result has
+ * the bits of its own AVX2 tile (attn_avx2.c):
+ *  - scores: query pairs side by side in one zmm (lanes 0-7 query p, 8-15
+ *    query p + P), each lane summing the same products in the same order as
+ *    the AVX2 tile's ymm lane (the K row's 8 values broadcast to both halves);
+ *    the 8 partials of each (row, query) are then added in hsum8's tree;
+ *  - the scores are laid out with the queries across the lanes (one zmm per
+ *    K row), so the softmax (max, exp, and the weight sum l in position
+ *    order) runs 16 queries per instruction, with no serial scalar chain;
  *  - V: 16 dimensions per zmm, every dimension summed over the positions in
- *    order, as the AVX2 tile does 8 at a time.
- * Half the FMAs of two AVX2 tiles, and 8 independent chains per pass. */
+ *    order, as the AVX2 tile does 8 at a time, for 4 queries at once.
+ * A query may stop before the tile's last row (qn[i] < n: the tokens of a
+ * prefill on the tile holding their own position); rows past its end get
+ * weight 0 in l and are skipped in V, as its own tile never sees them. */
+#include <stdbool.h>
+
 #include "backend/cpu/attn_x86.h"
+
+#define QMAX 16 /* queries per pass: 8 pairs */
 
 /* The 8 floats at p broadcast to both halves (one load, no shuffle). */
 AI __m512 bcast8f(const float *p) { return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd((const double *)p))); }
 AI __m512 join8f(__m256 lo, __m256 hi) {
   return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
 }
-AI __m256 lo8f(__m512 v) { return _mm512_castps512_ps256(v); }
-AI __m256 hi8f(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 
-/* The scores of 8 rows for two queries from their lane partials (acc[r]:
- * query a's 8 partials of row r in lanes 0-7, query b's in 8-15), as
- * [a r0..r7 | b r0..r7]. Each score is hsum8's tree, ((p0 + p1) + (p2 + p3)) +
- * ((p4 + p5) + (p6 + p7)), so the same bits; but the tree runs on all 16
- * (row, query) pairs at once with in-lane shuffles: 15 shuffles where two
- * hsum8s and the half extracts took 36, on the port the second FMA unit shares. */
+/* The scores of one row for 8 query pairs from their lane partials (acc[p]:
+ * pair p's 8 partials of query p in lanes 0-7, of query p + 8's in 8-15), as
+ * [p0..p7 | p0+8..p7+8]. Each score is hsum8's tree, ((x0 + x1) + (x2 + x3)) +
+ * ((x4 + x5) + (x6 + x7)), so the same bits, but for all 16 at once with
+ * in-lane shuffles (15, where two hsum8s and their extracts took 36). */
 AI __m512 tree8x2(const __m512 acc[8]) {
   __m512 l1[4], l2[2];
-  /* per 128-bit lane (4 partials of one query): [r p01, r p23, r+1 p01, r+1 p23] */
+  /* per 128-bit lane (4 partials of one query): [p x01, p x23, p+1 x01, p+1 x23] */
   UNROLL for (int p = 0; p < 4; p++)
     l1[p] = _mm512_add_ps(_mm512_shuffle_ps(acc[2 * p], acc[2 * p + 1], 0x88),
                           _mm512_shuffle_ps(acc[2 * p], acc[2 * p + 1], 0xdd));
-  /* per lane: 4 rows' sums of that lane's 4 partials */
+  /* per lane: 4 pairs' sums of that lane's 4 partials */
   UNROLL for (int p = 0; p < 2; p++)
     l2[p] = _mm512_add_ps(_mm512_shuffle_ps(l1[2 * p], l1[2 * p + 1], 0x88),
                           _mm512_shuffle_ps(l1[2 * p], l1[2 * p + 1], 0xdd));
-  /* lanes of l2[p]: a p0-3, a p4-7, b p0-3, b p4-7 (rows 4p..4p+3) */
+  /* lanes of l2[p]: a x0-3, a x4-7, b x0-3, b x4-7 (pairs 4p..4p+3) */
   const __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(l2[0], l2[1], 0x88), _mm512_shuffle_f32x4(l2[0], l2[1], 0xdd));
-  /* s: [a r0-3 | b r0-3 | a r4-7 | b r4-7] */
+  /* s: [a 0-3 | b 0-3 | a 4-7 | b 4-7] */
   return _mm512_shuffle_f32x4(s, s, 0xd8);
 }
 
-/* Queries qa, qb over f32 K/V rows k[j], v[j] (hd a multiple of 16). */
-static void tile2(const float *qa, const float *qb, const float *const *k, const float *const *v, int n, int hd,
-                  float scale, float softcap, di_attn_partial *oa, di_attn_partial *ob) {
-  _Alignas(64) float sa[DI_ATTN_TILE + 8], sb[DI_ATTN_TILE + 8];
-  __m512 qq[DI_ATTN_GROUP_MAX_HD / 8];
-  for (int c = 0; c < hd / 8; c++) qq[c] = join8f(_mm256_loadu_ps(qa + 8 * c), _mm256_loadu_ps(qb + 8 * c));
-  const __m512 vscale = _mm512_set1_ps(scale);
-  for (int j0 = 0; j0 < n; j0 += 8) {
-    const float *kp[8];
-    UNROLL for (int r = 0; r < 8; r++) kp[r] = k[j0 + r < n ? j0 + r : j0];
-    __m512 acc[8];
-    UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
-    for (int c = 0; c < hd / 8; c++)
-      UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(qq[c], bcast8f(kp[r] + 8 * c), acc[r]);
-    const __m512 s = _mm512_mul_ps(tree8x2(acc), vscale);
-    _mm256_store_ps(sa + j0, lo8f(s));
-    _mm256_store_ps(sb + j0, hi8f(s));
-  }
-  oa->m = tile_softmax(sa, n, softcap);
-  ob->m = tile_softmax(sb, n, softcap);
-  float la = 0, lb = 0; /* in position order, as the AVX2 tile, inside the first V pass */
-  for (int d0 = 0; d0 < hd; d0 += 64) {
-    const int nb = hd - d0 >= 64 ? 4 : (hd - d0) / 16;
-    __m512 aa[4], ab[4];
-    UNROLL for (int r = 0; r < 4; r++) aa[r] = ab[r] = _mm512_setzero_ps();
-    if (nb == 4 && d0 == 0)
-      for (int j = 0; j < n; j++) {
-        const __m512 pa = _mm512_set1_ps(sa[j]), pb = _mm512_set1_ps(sb[j]);
-        la += sa[j], lb += sb[j];
-        UNROLL for (int r = 0; r < 4; r++) {
-          const __m512 x = _mm512_loadu_ps(v[j] + 16 * r);
-          aa[r] = _mm512_fmadd_ps(pa, x, aa[r]);
-          ab[r] = _mm512_fmadd_ps(pb, x, ab[r]);
-        }
-      }
-    else if (nb == 4)
-      for (int j = 0; j < n; j++) {
-        const __m512 pa = _mm512_set1_ps(sa[j]), pb = _mm512_set1_ps(sb[j]);
-        UNROLL for (int r = 0; r < 4; r++) {
-          const __m512 x = _mm512_loadu_ps(v[j] + d0 + 16 * r);
-          aa[r] = _mm512_fmadd_ps(pa, x, aa[r]);
-          ab[r] = _mm512_fmadd_ps(pb, x, ab[r]);
-        }
-      }
-    else
-      for (int j = 0; j < n; j++) {
-        const __m512 pa = _mm512_set1_ps(sa[j]), pb = _mm512_set1_ps(sb[j]);
-        if (d0 == 0) la += sa[j], lb += sb[j];
-        for (int r = 0; r < nb; r++) {
-          const __m512 x = _mm512_loadu_ps(v[j] + d0 + 16 * r);
-          aa[r] = _mm512_fmadd_ps(pa, x, aa[r]);
-          ab[r] = _mm512_fmadd_ps(pb, x, ab[r]);
-        }
-      }
-    for (int r = 0; r < nb; r++) {
-      _mm512_storeu_ps(oa->acc + d0 + 16 * r, aa[r]);
-      _mm512_storeu_ps(ob->acc + d0 + 16 * r, ab[r]);
+/* exp as di_softmax_exp_avx2, 16 lanes: the same operations lane by lane. */
+AI __m512 exp16(__m512 x) {
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(DI_SEXP_LO), _CMP_GE_OQ);
+  x = _mm512_min_ps(x, _mm512_set1_ps(DI_SEXP_HI));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(DI_SEXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-DI_SEXP_LN2_HI), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-DI_SEXP_LN2_LO), r);
+  __m512 p = _mm512_set1_ps(DI_SEXP_C5);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C0));
+  __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(keep, y, _mm512_castsi512_ps(e));
+}
+
+/* V for nv queries (1..4) over rows [j0, j1), dimensions [d0, d0 + 16 nb):
+ * query i's weight of row j at wp[i][j * ws]; with l, also each query's sum
+ * of the weights in row order (serial chains that hide behind the FMAs). */
+AI void v_rows(int nv, int nb, const float *const *wp, int ws, const float *const *v, int d0, int j0, int j1,
+               __m512 (*acc)[4], float *l) {
+  for (int j = j0; j < j1; j++) {
+    __m512 x[4] = {0};
+    UNROLL for (int r = 0; r < nb; r++) x[r] = _mm512_loadu_ps(v[j] + d0 + 16 * r);
+    UNROLL for (int i = 0; i < nv; i++) {
+      const float wj = wp[i][(size_t)j * ws];
+      if (l) l[i] += wj;
+      const __m512 p = _mm512_set1_ps(wj);
+      UNROLL for (int r = 0; r < nb; r++) acc[i][r] = _mm512_fmadd_ps(p, x[r], acc[i][r]);
     }
   }
-  oa->l = la;
-  ob->l = lb;
+}
+
+/* The V pass of nv queries (1..4) with weights wp[i][j * ws] over rows [0,
+ * qn[i]): rows past a query's length are skipped (not added as 0 * v, which
+ * could turn an acc of -0 into +0). With sum_l, out[i]->l = the weights' sum
+ * in row order, as the AVX2 tile adds it. */
+static void v_pass(int nv, const float *const *wp, int ws, const int *qn, const float *const *v, int hd,
+                   bool sum_l, di_attn_partial *const *out) {
+  int jmin = qn[0];
+  for (int i = 1; i < nv; i++) jmin = qn[i] < jmin ? qn[i] : jmin;
+  float l[4] = {0, 0, 0, 0};
+  for (int d0 = 0; d0 < hd; d0 += 64) {
+    const int nb = hd - d0 >= 64 ? 4 : (hd - d0) / 16;
+    float *ls = sum_l && d0 == 0 ? l : NULL;
+    __m512 acc[4][4];
+    UNROLL for (int i = 0; i < 4; i++)
+      UNROLL for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
+    switch (nb == 4 ? nv : 0) { /* constant counts keep acc in registers */
+    case 4: ls ? v_rows(4, 4, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(4, 4, wp, ws, v, d0, 0, jmin, acc, NULL); break;
+    case 3: ls ? v_rows(3, 4, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(3, 4, wp, ws, v, d0, 0, jmin, acc, NULL); break;
+    case 2: ls ? v_rows(2, 4, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(2, 4, wp, ws, v, d0, 0, jmin, acc, NULL); break;
+    case 1: ls ? v_rows(1, 4, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(1, 4, wp, ws, v, d0, 0, jmin, acc, NULL); break;
+    default: v_rows(nv, nb, wp, ws, v, d0, 0, jmin, acc, ls); break;
+    }
+    for (int i = 0; i < nv; i++) {
+      v_rows(1, nb, wp + i, ws, v, d0, jmin, qn[i], acc + i, ls ? ls + i : NULL);
+      for (int r = 0; r < nb; r++) _mm512_storeu_ps(out[i]->acc + d0 + 16 * r, acc[i][r]);
+    }
+  }
+  if (sum_l)
+    for (int i = 0; i < nv; i++) out[i]->l = l[i];
+}
+
+/* The scores of rows [0, n) for pairs [0, P) into w (row j at w + 16 j), two rows
+ * at a time (a third row would need 24 accumulators). */
+AI void scores(int P, const __m512 (*qp)[8], const float *const *k, int n, int C, float scale, float *w) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int j = 0; j < n; j += 2) {
+    const float *k0 = k[j], *k1 = k[j + 1 < n ? j + 1 : j];
+    __m512 a0[8], a1[8];
+    UNROLL for (int p = 0; p < 8; p++) a0[p] = a1[p] = _mm512_setzero_ps();
+    for (int c = 0; c < C; c++) {
+      const __m512 b0 = bcast8f(k0 + 8 * c), b1 = bcast8f(k1 + 8 * c);
+      UNROLL for (int p = 0; p < P; p++) {
+        a0[p] = _mm512_fmadd_ps(qp[c][p], b0, a0[p]);
+        a1[p] = _mm512_fmadd_ps(qp[c][p], b1, a1[p]);
+      }
+    }
+    _mm512_store_ps(w + (size_t)j * QMAX, _mm512_mul_ps(tree8x2(a0), vscale));
+    if (j + 1 < n) _mm512_store_ps(w + (size_t)(j + 1) * QMAX, _mm512_mul_ps(tree8x2(a1), vscale));
+  }
+}
+
+/* Queries q[0..nq) (2 <= nq <= 16), query i over rows [0, qn[i]) of the f32
+ * K/V rows k[j], v[j] (n = the largest qn; hd a multiple of 16). */
+static void tile16(const float *const *q, int nq, const int *qn, const float *const *k, const float *const *v, int n,
+                   int hd, float scale, float softcap, di_attn_partial *const *out) {
+  const int P = (nq + 1) / 2, C = hd / 8;
+  int lane[QMAX]; /* query i's lane: pair p holds queries p and p + P */
+  for (int i = 0; i < nq; i++) lane[i] = i < P ? i : 8 + i - P;
+  _Alignas(64) __m512 qp[DI_ATTN_GROUP_MAX_HD / 8][8]; /* [c][pair]: constant offsets in the loop */
+  for (int c = 0; c < C; c++)
+    for (int p = 0; p < 8; p++) {
+      const __m256 a = p < P ? _mm256_loadu_ps(q[p] + 8 * c) : _mm256_setzero_ps();
+      const __m256 b = p < P && p + P < nq ? _mm256_loadu_ps(q[p + P] + 8 * c) : _mm256_setzero_ps();
+      qp[c][p] = join8f(a, b);
+    }
+  /* scores, then weights, of row j for the query in lane L at w[j * 16 + L] */
+  _Alignas(64) float w[DI_ATTN_TILE * QMAX];
+  switch (P) { /* a constant count keeps the accumulators in registers */
+  case 1: scores(1, qp, k, n, C, scale, w); break;
+  case 2: scores(2, qp, k, n, C, scale, w); break;
+  case 3: scores(3, qp, k, n, C, scale, w); break;
+  case 4: scores(4, qp, k, n, C, scale, w); break;
+  case 5: scores(5, qp, k, n, C, scale, w); break;
+  case 6: scores(6, qp, k, n, C, scale, w); break;
+  case 7: scores(7, qp, k, n, C, scale, w); break;
+  default: scores(8, qp, k, n, C, scale, w); break;
+  }
+  if (softcap > 0)
+    for (int j = 0; j < n; j++)
+      for (int L = 0; L < QMAX; L++) w[j * QMAX + L] = softcap * tanhf(w[j * QMAX + L] / softcap);
+  /* Lane L takes part in row j while j < its query's length. */
+  _Alignas(64) int32_t len[QMAX] = {0};
+  for (int i = 0; i < nq; i++) len[lane[i]] = qn[i];
+  const __m512i vlen = _mm512_load_si512(len);
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int j = 0; j < n; j++) {
+    const __mmask16 in = _mm512_cmpgt_epi32_mask(vlen, _mm512_set1_epi32(j));
+    mx = _mm512_mask_max_ps(mx, in, mx, _mm512_load_ps(w + (size_t)j * QMAX));
+  }
+  __m512 l = _mm512_setzero_ps();
+  for (int j = 0; j < n; j++) { /* l in position order, as the AVX2 tile */
+    const __mmask16 in = _mm512_cmpgt_epi32_mask(vlen, _mm512_set1_epi32(j));
+    const __m512 e = _mm512_maskz_mov_ps(in, exp16(_mm512_sub_ps(_mm512_load_ps(w + (size_t)j * QMAX), mx)));
+    l = _mm512_add_ps(l, e);
+    _mm512_store_ps(w + (size_t)j * QMAX, e);
+  }
+  _Alignas(64) float mxs[QMAX], ls[QMAX];
+  _mm512_store_ps(mxs, mx);
+  _mm512_store_ps(ls, l);
+  /* V, 4 queries and 64 dimensions at a time */
+  for (int i0 = 0; i0 < nq; i0 += 4) {
+    const int nv = nq - i0 < 4 ? nq - i0 : 4;
+    const float *wp[4];
+    for (int i = 0; i < nv; i++) {
+      wp[i] = w + lane[i0 + i];
+      out[i0 + i]->m = mxs[lane[i0 + i]], out[i0 + i]->l = ls[lane[i0 + i]];
+    }
+    v_pass(nv, wp, QMAX, qn + i0, v, hd, false, out + i0);
+  }
+}
+
+/* Queries q[0..nq) (nq even, 2 <= nq < 8), query i over rows [0, qn[i]) of the f32
+ * K/V rows (n = the largest qn; hd a multiple of 16), for groups too small to
+ * fill tile16's lanes: a pair's 8 rows per score tree, each query's softmax
+ * on its own row of scores, then V 4 queries at a time. */
+static void tile_few(const float *const *q, int nq, const int *qn, const float *const *k, const float *const *v, int n,
+                     int hd, float scale, float softcap, di_attn_partial *const *out) {
+  _Alignas(64) float sc[8][DI_ATTN_TILE + 8];
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int i = 0; i < nq; i += 2) {
+    __m512 qq[DI_ATTN_GROUP_MAX_HD / 8];
+    for (int c = 0; c < hd / 8; c++) qq[c] = join8f(_mm256_loadu_ps(q[i] + 8 * c), _mm256_loadu_ps(q[i + 1] + 8 * c));
+    for (int j0 = 0; j0 < n; j0 += 8) {
+      const float *kp[8];
+      UNROLL for (int r = 0; r < 8; r++) kp[r] = k[j0 + r < n ? j0 + r : j0];
+      __m512 acc[8];
+      UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
+      for (int c = 0; c < hd / 8; c++)
+        UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(qq[c], bcast8f(kp[r] + 8 * c), acc[r]);
+      const __m512 s = _mm512_mul_ps(tree8x2(acc), vscale); /* [a rows | b rows] */
+      _mm256_store_ps(sc[i] + j0, _mm512_castps512_ps256(s));
+      _mm256_store_ps(sc[i + 1] + j0, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+    }
+  }
+  for (int i = 0; i < nq; i++) out[i]->m = tile_softmax(sc[i], qn[i], softcap);
+  for (int i0 = 0; i0 < nq; i0 += 4) {
+    const int nv = nq - i0 < 4 ? nq - i0 : 4;
+    const float *wp[4];
+    for (int i = 0; i < nv; i++) wp[i] = sc[i0 + i];
+    v_pass(nv, wp, 1, qn + i0, v, hd, true, out + i0);
+  }
 }
 
 void di_cpu_attn_tile_group_avx512(const float *const *q, int nq, const uint8_t *const *krow,
-                                   const uint8_t *const *vrow, int n, int hd, di_kv_type t, float scale,
-                                   float softcap, di_attn_partial *const *out) {
+                                   const uint8_t *const *vrow, int n, const int *qn, int hd, di_kv_type t,
+                                   float scale, float softcap, di_attn_partial *const *out) {
   if (nq < 2 || hd % 16 != 0 || hd > DI_ATTN_GROUP_MAX_HD) {
-    di_cpu_attn_tile_group_avx2(q, nq, krow, vrow, n, hd, t, scale, softcap, out);
+    di_cpu_attn_tile_group_avx2(q, nq, krow, vrow, n, qn, hd, t, scale, softcap, out);
     return;
   }
   _Alignas(64) float kbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD], vbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD];
   const float *kp[DI_ATTN_TILE], *vp[DI_ATTN_TILE];
   tile_to_f32(krow, vrow, n, hd, t, kbuf, vbuf, kp, vp);
-  int i = 0;
-  for (; i + 2 <= nq; i += 2) tile2(q[i], q[i + 1], kp, vp, n, hd, scale, softcap, out[i], out[i + 1]);
-  if (i < nq)
-    di_cpu_attn_tile_avx2(q[i], (const uint8_t *const *)kp, (const uint8_t *const *)vp, n, hd, DI_KV_F32, scale,
-                          softcap, out[i]);
+  int lens[DI_ATTN_MAX_Q];
+  for (int i = 0; i < nq; i++) lens[i] = qn ? qn[i] : n;
+  for (int i = 0, m; i < nq; i += m) {
+    m = nq - i < QMAX ? nq - i : QMAX;
+    int mn = 0;
+    for (int x = 0; x < m; x++) mn = lens[i + x] > mn ? lens[i + x] : mn;
+    if (m == 1)
+      di_cpu_attn_tile_avx2(q[i], (const uint8_t *const *)kp, (const uint8_t *const *)vp, lens[i], hd, DI_KV_F32,
+                            scale, softcap, out[i]);
+    else if (m < 8) { /* tile16's fixed costs per row are lower only from 8 queries */
+      const int e = m & ~1;
+      int me = 0;
+      for (int x = 0; x < e; x++) me = lens[i + x] > me ? lens[i + x] : me;
+      tile_few(q + i, e, lens + i, kp, vp, me, hd, scale, softcap, out + i);
+      if (e < m)
+        di_cpu_attn_tile_avx2(q[i + e], (const uint8_t *const *)kp, (const uint8_t *const *)vp, lens[i + e], hd,
+                              DI_KV_F32, scale, softcap, out[i + e]);
+    } else tile16(q + i, m, lens + i, kp, vp, mn, hd, scale, softcap, out + i);
+  }
 }
