@@ -372,6 +372,36 @@ static void test_neon_dotprod(void) {
 }
 #endif
 
+/* The activation quantizers of every ISA level give the scalar one's bytes:
+ * rows of several lengths (16-block groups whole and partial), with an all-zero
+ * block, tiny values (subnormal fp16 d) and large ones (d near fp16's top). */
+static void test_act_quant_levels(di_cpu_isa_level best) {
+  static const int64_t ks[] = {32, 96, 512, 544, 768, 2048, 5632};
+  static const di_dtype types[] = {DI_Q8_0, DI_Q4_K};
+  for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+    for (size_t ti = 0; ti < 2; ti++) {
+      const int64_t K = ks[ki], M = 3;
+      if (is_k(types[ti]) && K % 256) continue;
+      float *X = malloc((size_t)(M * K) * 4);
+      for (int64_t i = 0; i < M * K; i++) {
+        const int64_t blk = (i % K) / 32;
+        const float scale = blk % 5 == 1 ? 0.0f : blk % 5 == 2 ? 1e-6f : blk % 5 == 3 ? 8.0e6f : 1.0f;
+        X[i] = rndf() * scale;
+      }
+      CHECK(di_cpu_isa_set(DI_ISA_SCALAR));
+      void *ref = prepare(types[ti], X, M, K);
+      for (int lv = DI_ISA_SCALAR + 1; lv <= (int)best; lv++) {
+        if (!di_cpu_isa_set((di_cpu_isa_level)lv)) continue;
+        void *got = prepare(types[ti], X, M, K);
+        CHECKF(!memcmp(ref, got, di_cpu_act_bytes(types[ti], M, K)), "activation quantizer %s K %ld: level %s differs",
+               di_dtype_name(types[ti]), (long)K, di_cpu_isa_name((di_cpu_isa_level)lv));
+        free(got);
+      }
+      CHECK(di_cpu_isa_set(best));
+      free(ref), free(X);
+    }
+}
+
 int main(void) {
   di_cpu_isa_level best = di_cpu_isa();
   printf("cpu isa: %s%s\n", di_cpu_isa_name(best),
@@ -386,6 +416,7 @@ int main(void) {
   test_matmul_reference();
   test_row_invariance();
   test_scalar_vs_simd(best);
+  test_act_quant_levels(best);
 #ifdef DI_CPU_ARM64
   test_neon_dotprod();
 #endif

@@ -282,7 +282,6 @@ static void fill_table(kernel_table *t, di_cpu_mm_fn (*mm)(di_dtype, bool), bool
 #ifdef DI_CPU_X86
 static di_cpu_mm_fn mm_avx2(di_dtype t, bool unused) { return di_cpu_mm_avx2(t); }
 static di_cpu_mm_fn mm_avx512(di_dtype t, bool unused) { return di_cpu_mm_avx512(t); }
-static di_cpu_actq_fn actq_none(di_cpu_act_kind kind) { return NULL; }
 #endif
 
 static void build_tables(void) {
@@ -298,7 +297,8 @@ static void build_tables(void) {
      * packed int8 ones (with VNNI), which have AVX-512 builds giving the same bits. */
     if (level >= DI_ISA_AVX2 && f->avx2 && f->fma && f->f16c) {
       fill_table(t, mm_avx2, false, di_cpu_actq_avx2);
-      if (level >= DI_ISA_AVX512 && f->avx512f) fill_table(t, mm_avx512, false, actq_none);
+      if (level >= DI_ISA_AVX512 && f->avx512f && f->avx512bw && f->f16c)
+        fill_table(t, mm_avx512, false, di_cpu_actq_avx512);
       bool vnni = level >= DI_ISA_AVX512 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
       for (int i = 0; i < DI_DTYPE_COUNT; i++) {
         if (!di_cpu_dtype_supported((di_dtype)i)) continue;

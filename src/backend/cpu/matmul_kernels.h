@@ -33,6 +33,7 @@ di_cpu_mmp_fn di_cpu_mmp_avx512(di_dtype t);
 /* Whether those kernels take the AMX tile path (CPU has AMX-INT8, Linux grants it, DI_CPU_AMX is not 0). */
 bool di_cpu_amx_granted(void);
 di_cpu_actq_fn di_cpu_actq_avx2(di_cpu_act_kind kind);
+di_cpu_actq_fn di_cpu_actq_avx512(di_cpu_act_kind kind); /* Q8 only (actq_avx512.c) */
 /* NEON: float kernels plus the int8 kernels in their dotprod (SDOT) or ARMv8.0 build. */
 di_cpu_mm_fn di_cpu_mm_neon(di_dtype t, bool dotprod);
 di_cpu_mm_fn di_cpu_mm_neon_i8(di_dtype t);
