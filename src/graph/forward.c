@@ -245,6 +245,7 @@ typedef struct stage_ctx {
   kv_loc loc;
   const float *rope;
   void (*fn)(struct stage_ctx *c, int t);
+  void (*rows)(struct stage_ctx *c, int t0, int t1); /* par_rows: a thread's tokens at once */
 } stage_ctx;
 
 static void stage_run(void *p, int ith, int nth) {
@@ -259,11 +260,28 @@ static void par_tokens(stage_ctx *c, void (*fn)(stage_ctx *, int)) {
   else di_threadpool_run(c->f->tp, stage_run, c);
 }
 
-static void st_attn_norm(stage_ctx *c, int t) {
-  const di_hparams *hp = &c->f->m->hp;
-  size_t o = (size_t)t * hp->n_embd;
-  di_cpu_rms_norm(c->f->x + o, c->L->attn_norm.data, c->f->xn + o, hp->n_embd, hp->rms_eps);
+/* The same for kernels that take several rows at once: each thread a
+ * contiguous range of tokens. */
+static void rows_run(void *p, int ith, int nth) {
+  stage_ctx *c = p;
+  const int n = c->b->n_tokens;
+  c->rows(c, (int)((int64_t)n * ith / nth), (int)((int64_t)n * (ith + 1) / nth));
 }
+
+static void par_rows(stage_ctx *c, void (*rows)(stage_ctx *, int, int)) {
+  c->rows = rows;
+  if (c->b->n_tokens < 4) rows_run(c, 0, 1);
+  else di_threadpool_run(c->f->tp, rows_run, c);
+}
+
+/* the input norm of tokens [t0, t1) */
+static void norm_rows(stage_ctx *c, const di_tensor *w, int t0, int t1) {
+  const di_hparams *hp = &c->f->m->hp;
+  const size_t D = (size_t)hp->n_embd, o = (size_t)t0 * D;
+  di_cpu_rms_norm_rows(c->f->x + o, D, w->data, c->f->xn + o, D, t1 - t0, hp->n_embd, hp->rms_eps);
+}
+
+static void st_attn_norm(stage_ctx *c, int t0, int t1) { norm_rows(c, &c->L->attn_norm, t0, t1); }
 
 /* bias, QK-norm, RoPE, and K/V into the token's cache slot */
 static void st_qk(stage_ctx *c, int t) {
@@ -304,11 +322,9 @@ static void residual(stage_ctx *c, int t, const di_tensor *post) {
   di_cpu_add(c->f->x + o, y, hp->n_embd);
 }
 
-static void st_attn_out(stage_ctx *c, int t) {
-  const di_hparams *hp = &c->f->m->hp;
-  residual(c, t, &c->L->attn_post_norm);
-  size_t o = (size_t)t * hp->n_embd;
-  di_cpu_rms_norm(c->f->x + o, c->L->ffn_norm.data, c->f->xn + o, hp->n_embd, hp->rms_eps);
+static void st_attn_out(stage_ctx *c, int t0, int t1) {
+  for (int t = t0; t < t1; t++) residual(c, t, &c->L->attn_post_norm);
+  norm_rows(c, &c->L->ffn_norm, t0, t1);
 }
 
 static void st_glu(stage_ctx *c, int t) {
@@ -424,17 +440,17 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
     const di_layer_weights *L = &m->layers[il];
     bool swa = di_hparams_layer_is_swa(hp, il);
     kv_loc loc = layer_kv(kv, b, il, swa, n_kind[swa]++);
-    stage_ctx sc = {f, kv, b, L, loc, swa ? f->rope_l : f->rope_g, NULL};
+    stage_ctx sc = {f, kv, b, L, loc, swa ? f->rope_l : f->rope_g, NULL, NULL};
 
     /* attention block */
-    par_tokens(&sc, st_attn_norm);
+    par_rows(&sc, st_attn_norm);
     const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};
     float *qkv_y[] = {f->q, f->k, f->v};
     matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
     par_tokens(&sc, st_qk);
     if ((rc = di_attn_run(f->attn, f->tp, hp, kv, b, loc.table, loc.layer, swa, f->q, f->att, st))) return rc;
     matmul(f, &L->wo, f->att, T, f->tmp);
-    par_tokens(&sc, st_attn_out); /* residual, then the FFN's input norm */
+    par_rows(&sc, st_attn_out); /* residual, then the FFN's input norm */
 
     /* feed-forward block */
     const di_tensor *gu_w[] = {&L->w_gate, &L->w_up};

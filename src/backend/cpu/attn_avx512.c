@@ -47,24 +47,6 @@ AI __m512 tree8x2(const __m512 acc[8]) {
   return _mm512_shuffle_f32x4(s, s, 0xd8);
 }
 
-/* exp as di_softmax_exp_avx2, 16 lanes: the same operations lane by lane. */
-AI __m512 exp16(__m512 x) {
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(DI_SEXP_LO), _CMP_GE_OQ);
-  x = _mm512_min_ps(x, _mm512_set1_ps(DI_SEXP_HI));
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(DI_SEXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-DI_SEXP_LN2_HI), x);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-DI_SEXP_LN2_LO), r);
-  __m512 p = _mm512_set1_ps(DI_SEXP_C5);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C4));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C3));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C2));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C1));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C0));
-  __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mul_ps(keep, y, _mm512_castsi512_ps(e));
-}
-
 /* V for nv queries (1..4) over rows [j0, j1), dimensions [d0, d0 + 16 nb):
  * query i's weight of row j at wp[i][j * ws]; with l, also each query's sum
  * of the weights in row order (serial chains that hide behind the FMAs). */
@@ -174,7 +156,7 @@ static void tile16(const float *const *q, int nq, const int *qn, const float *co
   __m512 l = _mm512_setzero_ps();
   for (int j = 0; j < n; j++) { /* l in position order, as the AVX2 tile */
     const __mmask16 in = _mm512_cmpgt_epi32_mask(vlen, _mm512_set1_epi32(j));
-    const __m512 e = _mm512_maskz_mov_ps(in, exp16(_mm512_sub_ps(_mm512_load_ps(w + (size_t)j * QMAX), mx)));
+    const __m512 e = _mm512_maskz_mov_ps(in, di_softmax_exp_avx512(_mm512_sub_ps(_mm512_load_ps(w + (size_t)j * QMAX), mx)));
     l = _mm512_add_ps(l, e);
     _mm512_store_ps(w + (size_t)j * QMAX, e);
   }

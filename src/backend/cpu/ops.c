@@ -13,6 +13,15 @@ void di_cpu_rms_norm(const float *x, const float *w, float *y, int n, float eps)
   for (int i = 0; i < n; i++) y[i] = x[i] * s * w[i];
 }
 
+void di_cpu_rms_norm_rows(const float *x, size_t ldx, const float *w, float *y, size_t ldy, int rows, int n, float eps) {
+  int r = 0;
+#if defined(DI_CPU_X86)
+  if (di_cpu_isa() >= DI_ISA_AVX512 && n % 16 == 0)
+    for (; r + 16 <= rows; r += 16) di_cpu_rms_norm16_avx512(x + r * ldx, ldx, w, y + r * ldy, ldy, n, eps);
+#endif
+  for (; r < rows; r++) di_cpu_rms_norm(x + r * ldx, w, y + r * ldy, n, eps);
+}
+
 /* Per-dimension inverse frequency, with the context-extension schemes. */
 static double inv_freq(int i, int rope_dim, float base, const di_hparams *hp, bool scaled, const float *ff,
                        double *mscale) {
@@ -73,6 +82,10 @@ void di_cpu_rope(float *h, const float *cs, int rope_dim, di_rope_type type) {
 void di_cpu_glu(float *g, const float *u, int n, di_act act) {
   const bool gelu = act == DI_ACT_GELU_TANH;
 #if defined(DI_CPU_X86)
+  if (di_cpu_isa() >= DI_ISA_AVX512) {
+    di_cpu_glu_avx512(g, u, n, gelu);
+    return;
+  }
   if (di_cpu_isa() >= DI_ISA_AVX2) {
     di_cpu_glu_avx2(g, u, n, gelu);
     return;

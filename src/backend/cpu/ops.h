@@ -3,6 +3,7 @@
 #ifndef DI_BACKEND_CPU_OPS_H
 #define DI_BACKEND_CPU_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/cpu/softmax_exp.h"
@@ -11,6 +12,10 @@
 
 /* y = x / rms(x) * w over n elements (y may alias x). */
 void di_cpu_rms_norm(const float *x, const float *w, float *y, int n, float eps);
+/* The same on rows rows (x and y ldx / ldy floats apart), each row the bits of
+ * di_cpu_rms_norm; AVX-512 does 16 rows at a time. */
+void di_cpu_rms_norm_rows(const float *x, size_t ldx, const float *w, float *y, size_t ldy, int rows, int n, float eps);
+void di_cpu_rms_norm16_avx512(const float *x, size_t ldx, const float *w, float *y, size_t ldy, int n, float eps);
 /* Rotates pairs of one head in place; cs holds (cos, sin) per pair. */
 void di_cpu_rope(float *head, const float *cs, int rope_dim, di_rope_type type);
 /* Fills cs[rope_dim] with (cos, sin) for position pos. */
@@ -35,6 +40,7 @@ static inline float di_cpu_gelu_mul1(float g, float u) {
 }
 /* g[i] = SiLU(g[i]) * u[i], or GELU when gelu: the scalar operations lane by lane. */
 void di_cpu_glu_avx2(float *g, const float *u, int n, bool gelu);
+void di_cpu_glu_avx512(float *g, const float *u, int n, bool gelu);
 void di_cpu_glu_neon(float *g, const float *u, int n, bool gelu);
 void di_cpu_add(float *x, const float *y, int n);
 void di_cpu_softcap(float *x, int n, float cap);

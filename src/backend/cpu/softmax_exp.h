@@ -65,6 +65,26 @@ static inline __m256 di_softmax_exp_avx2(__m256 x) {
 }
 #endif
 
+#if defined(__AVX512F__)
+/* The same, 16 lanes. */
+static inline __m512 di_softmax_exp_avx512(__m512 x) {
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(DI_SEXP_LO), _CMP_GE_OQ);
+  x = _mm512_min_ps(x, _mm512_set1_ps(DI_SEXP_HI));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(DI_SEXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-DI_SEXP_LN2_HI), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-DI_SEXP_LN2_LO), r);
+  __m512 p = _mm512_set1_ps(DI_SEXP_C5);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(DI_SEXP_C0));
+  __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(keep, y, _mm512_castsi512_ps(e));
+}
+#endif
+
 #if defined(__aarch64__)
 #include <arm_neon.h>
 static inline float32x4_t di_softmax_exp_neon(float32x4_t x) {

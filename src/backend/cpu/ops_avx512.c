@@ -1,0 +1,73 @@
+/* AVX-512 versions of per-token ops (compiled with -mavx512f): the scalar
+ * operations of ops.c lane by lane, so the same bits. */
+#include <immintrin.h>
+
+#include "backend/cpu/ops.h"
+
+/* v[e] lane r <- v[r] lane e (a 16 x 16 transpose in 64 shuffles). */
+static inline __attribute__((always_inline)) void transpose16(__m512 v[16]) {
+  __m512 t[16], u[16], h[16];
+  for (int k = 0; k < 8; k++) {
+    t[2 * k] = _mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]);
+  }
+  /* u[4k + m], 128-bit lane j: rows 4k..4k+3 of element 4j + m */
+  for (int k = 0; k < 4; k++) {
+    const __m512d a = _mm512_castps_pd(t[4 * k]), b = _mm512_castps_pd(t[4 * k + 2]);
+    const __m512d c = _mm512_castps_pd(t[4 * k + 1]), d = _mm512_castps_pd(t[4 * k + 3]);
+    u[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+    u[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    u[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+    u[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+  }
+  /* h[m] / h[4 + m]: lanes 0-1 / 2-3 of u[m], u[4 + m]; h[8 + m] / h[12 + m] the same of u[8 + m], u[12 + m] */
+  for (int m = 0; m < 4; m++) {
+    h[m] = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x44);
+    h[4 + m] = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xee);
+    h[8 + m] = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x44);
+    h[12 + m] = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xee);
+  }
+  for (int m = 0; m < 4; m++) {
+    v[m] = _mm512_shuffle_f32x4(h[m], h[8 + m], 0x88);          /* element m */
+    v[4 + m] = _mm512_shuffle_f32x4(h[m], h[8 + m], 0xdd);      /* element 4 + m */
+    v[8 + m] = _mm512_shuffle_f32x4(h[4 + m], h[12 + m], 0x88); /* element 8 + m */
+    v[12 + m] = _mm512_shuffle_f32x4(h[4 + m], h[12 + m], 0xdd);
+  }
+}
+
+/* di_cpu_rms_norm on 16 rows (n a multiple of 16): each row's sum of squares
+ * in its own element order, one lane per row, from 16 x 16 transposed blocks
+ * (the scalar loop is one serial add chain per row). */
+void di_cpu_rms_norm16_avx512(const float *x, size_t ldx, const float *w, float *y, size_t ldy, int n, float eps) {
+  __m512 acc = _mm512_setzero_ps();
+  for (int i = 0; i < n; i += 16) {
+    __m512 v[16];
+    for (int r = 0; r < 16; r++) v[r] = _mm512_loadu_ps(x + r * ldx + i);
+    transpose16(v);
+    for (int e = 0; e < 16; e++) acc = _mm512_add_ps(acc, _mm512_mul_ps(v[e], v[e]));
+  }
+  const __m512 s = _mm512_div_ps(_mm512_set1_ps(1.0f),
+                                 _mm512_sqrt_ps(_mm512_add_ps(_mm512_div_ps(acc, _mm512_set1_ps((float)n)),
+                                                              _mm512_set1_ps(eps))));
+  _Alignas(64) float sr[16];
+  _mm512_store_ps(sr, s);
+  for (int r = 0; r < 16; r++) {
+    const __m512 sv = _mm512_set1_ps(sr[r]);
+    for (int i = 0; i < n; i += 16)
+      _mm512_storeu_ps(y + r * ldy + i,
+                       _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + r * ldx + i), sv), _mm512_loadu_ps(w + i)));
+  }
+}
+
+void di_cpu_glu_avx512(float *g, const float *u, int n, bool gelu) {
+  const __m512 one = _mm512_set1_ps(1.0f), neg = _mm512_set1_ps(-0.0f);
+  const __m512 k = _mm512_set1_ps(DI_GELU_K), a = _mm512_set1_ps(DI_GELU_A);
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 x = _mm512_loadu_ps(g + i), z = x;
+    if (gelu) z = _mm512_mul_ps(k, _mm512_fmadd_ps(_mm512_mul_ps(a, _mm512_mul_ps(x, x)), x, x));
+    __m512 e = di_softmax_exp_avx512(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(z), _mm512_castps_si512(neg))));
+    _mm512_storeu_ps(g + i, _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_loadu_ps(u + i)));
+  }
+  if (i < n) di_cpu_glu_avx2(g + i, u + i, n - i, gelu);
+}
