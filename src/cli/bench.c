@@ -152,12 +152,15 @@ int di_cmd_bench(int argc, char **argv) {
     double bytes_tok = wbytes + kv_tok * ((double)depth + (double)ng / 2);
     double bw = no_bw ? 0 : di_cpu_read_bandwidth((size_t)1 << 30, nthreads, 5);
     double share = bw > 0 ? tg_med * bytes_tok / (bw * 1e9) : 0;
-    /* Prefill's matmul work: 2 ops per weight per token (the embedding table
-     * only where it is also the classifier); attention is left out. Its limit is
-     * the int8 peak for quantized weights (int8 activations), f32 otherwise. */
-    double mm_params = (double)g.model->n_params;
-    if (g.model->output.data != g.model->tok_embd.data)
-      mm_params -= (double)g.model->tok_embd.ne[0] * (double)g.model->tok_embd.ne[1];
+    /* Prefill's matmul work: 2 ops per layer weight per token, plus the
+     * classifier once (a prompt needs the logits of its last token only; the
+     * embedding table is a lookup); attention is left out. Its limit is the
+     * int8 peak for quantized weights (int8 activations), f32 otherwise. */
+    const bool tied = g.model->output.data == g.model->tok_embd.data;
+    const double emb = (double)g.model->tok_embd.ne[0] * (double)g.model->tok_embd.ne[1];
+    const double cls = tied ? emb : (double)g.model->output.ne[0] * (double)g.model->output.ne[1];
+    const double per_tok = (double)g.model->n_params - emb - (tied ? 0 : cls);
+    double mm_params = np > 0 ? per_tok + cls / (double)np : 0;
     di_dtype wt = g.model->layers[0].w_up.type;
     bool float_w = wt == DI_F32 || wt == DI_F16 || wt == DI_BF16;
     di_cpu_peak pk = no_bw || !np ? (di_cpu_peak){0} : di_cpu_peak_measure(nthreads);
