@@ -70,6 +70,12 @@ void di_cpu_rope_cache(float *cs, int pos, int rope_dim, float base, const di_hp
 }
 
 void di_cpu_rope(float *h, const float *cs, int rope_dim, di_rope_type type) {
+#if defined(DI_CPU_X86)
+  if (rope_dim % 32 == 0 && di_cpu_isa() >= DI_ISA_AVX512) {
+    di_cpu_rope_avx512(h, cs, rope_dim, type);
+    return;
+  }
+#endif
   int half = rope_dim / 2;
   for (int i = 0; i < half; i++) {
     int a = type == DI_ROPE_NEOX ? i : 2 * i, b = type == DI_ROPE_NEOX ? i + half : 2 * i + 1;
@@ -100,6 +106,12 @@ void di_cpu_glu(float *g, const float *u, int n, di_act act) {
 }
 
 void di_cpu_add(float *x, const float *y, int n) {
+#if defined(DI_CPU_X86)
+  if (di_cpu_isa() >= DI_ISA_AVX512) {
+    di_cpu_add_avx512(x, y, n);
+    return;
+  }
+#endif
   for (int i = 0; i < n; i++) x[i] += y[i];
 }
 

@@ -18,6 +18,7 @@ void di_cpu_rms_norm_rows(const float *x, size_t ldx, const float *w, float *y, 
 void di_cpu_rms_norm16_avx512(const float *x, size_t ldx, const float *w, float *y, size_t ldy, int n, float eps);
 /* Rotates pairs of one head in place; cs holds (cos, sin) per pair. */
 void di_cpu_rope(float *head, const float *cs, int rope_dim, di_rope_type type);
+void di_cpu_rope_avx512(float *head, const float *cs, int rope_dim, di_rope_type type); /* rope_dim % 32 == 0 */
 /* Fills cs[rope_dim] with (cos, sin) for position pos. */
 void di_cpu_rope_cache(float *cs, int pos, int rope_dim, float base, const di_hparams *hp, bool scaled,
                        const float *freq_factors);
@@ -43,6 +44,7 @@ void di_cpu_glu_avx2(float *g, const float *u, int n, bool gelu);
 void di_cpu_glu_avx512(float *g, const float *u, int n, bool gelu);
 void di_cpu_glu_neon(float *g, const float *u, int n, bool gelu);
 void di_cpu_add(float *x, const float *y, int n);
+void di_cpu_add_avx512(float *x, const float *y, int n);
 void di_cpu_softcap(float *x, int n, float cap);
 
 /* Stores n floats into the KV cache element type. */

@@ -71,3 +71,37 @@ void di_cpu_glu_avx512(float *g, const float *u, int n, bool gelu) {
   }
   if (i < n) di_cpu_glu_avx2(g + i, u + i, n - i, gelu);
 }
+
+/* di_cpu_rope on a head whose rope_dim is a multiple of 32: per pair, x0 c -
+ * x1 s and x0 s + x1 c as products and one add (x - y is x + (-y) exactly). */
+void di_cpu_rope_avx512(float *h, const float *cs, int rope_dim, di_rope_type type) {
+  const __m512i flip = _mm512_set1_epi64((long long)0x80000000); /* the even (first) element of each pair */
+  if (type == DI_ROPE_NEOX) {
+    /* pairs (i, i + half); cs interleaved (c_i, s_i) */
+    const int half = rope_dim / 2;
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int i = 0; i < half; i += 16) {
+      const __m512 a = _mm512_loadu_ps(cs + 2 * i), b = _mm512_loadu_ps(cs + 2 * i + 16);
+      const __m512 c = _mm512_permutex2var_ps(a, ev, b), s = _mm512_permutex2var_ps(a, od, b);
+      const __m512 x0 = _mm512_loadu_ps(h + i), x1 = _mm512_loadu_ps(h + i + half);
+      _mm512_storeu_ps(h + i, _mm512_sub_ps(_mm512_mul_ps(x0, c), _mm512_mul_ps(x1, s)));
+      _mm512_storeu_ps(h + i + half, _mm512_add_ps(_mm512_mul_ps(x0, s), _mm512_mul_ps(x1, c)));
+    }
+    return;
+  }
+  /* pairs (2i, 2i + 1), 8 per zmm: even lanes x0 c - x1 s, odd lanes x1 c + x0 s */
+  for (int i = 0; i < rope_dim; i += 16) {
+    const __m512 x = _mm512_loadu_ps(h + i), t = _mm512_loadu_ps(cs + i);
+    const __m512 c = _mm512_moveldup_ps(t), s = _mm512_movehdup_ps(t);
+    const __m512 xs = _mm512_permute_ps(x, 0xb1); /* swap within pairs */
+    const __m512 q = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(xs, s)), flip));
+    _mm512_storeu_ps(h + i, _mm512_add_ps(_mm512_mul_ps(x, c), q));
+  }
+}
+
+void di_cpu_add_avx512(float *x, const float *y, int n) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_add_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  for (; i < n; i++) x[i] += y[i];
+}
