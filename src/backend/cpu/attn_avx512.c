@@ -22,6 +22,18 @@
 
 /* The 8 floats at p broadcast to both halves (one load, no shuffle). */
 AI __m512 bcast8f(const float *p) { return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd((const double *)p))); }
+/* Elements 8c..8c+7 of a K row of type t as f32, in both halves. */
+AI __m512 bcast8_kv(const uint8_t *row, int c, di_kv_type t) {
+  if (t == DI_KV_F32) return bcast8f((const float *)row + 8 * c);
+  return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(load_kv(row + 16 * c, t))));
+}
+/* Elements d..d+15 of a V row of type t as f32. */
+AI __m512 load16_kv(const uint8_t *row, int d, di_kv_type t) {
+  if (t == DI_KV_F32) return _mm512_loadu_ps((const float *)row + d);
+  const __m256i h = _mm256_loadu_si256((const __m256i *)(row + 2 * d));
+  if (t == DI_KV_F16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
 AI __m512 join8f(__m256 lo, __m256 hi) {
   return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
 }
@@ -47,14 +59,15 @@ AI __m512 tree8x2(const __m512 acc[8]) {
   return _mm512_shuffle_f32x4(s, s, 0xd8);
 }
 
-/* V for nv queries (1..4) over rows [j0, j1), dimensions [d0, d0 + 16 nb):
- * query i's weight of row j at wp[i][j * ws]; with l, also each query's sum
- * of the weights in row order (serial chains that hide behind the FMAs). */
-AI void v_rows(int nv, int nb, const float *const *wp, int ws, const float *const *v, int d0, int j0, int j1,
-               __m512 (*acc)[4], float *l) {
+/* V for nv queries (1..4) over rows [j0, j1), dimensions [d0, d0 + 16 nb) of
+ * rows of type t: query i's weight of row j at wp[i][j * ws]; with l, also
+ * each query's sum of the weights in row order (serial chains that hide
+ * behind the FMAs). */
+AI void v_rows(int nv, int nb, di_kv_type t, const float *const *wp, int ws, const uint8_t *const *v, int d0, int j0,
+               int j1, __m512 (*acc)[4], float *l) {
   for (int j = j0; j < j1; j++) {
     __m512 x[4] = {0};
-    UNROLL for (int r = 0; r < nb; r++) x[r] = _mm512_loadu_ps(v[j] + d0 + 16 * r);
+    UNROLL for (int r = 0; r < nb; r++) x[r] = load16_kv(v[j], d0 + 16 * r, t);
     UNROLL for (int i = 0; i < nv; i++) {
       const float wj = wp[i][(size_t)j * ws];
       if (l) l[i] += wj;
@@ -65,11 +78,11 @@ AI void v_rows(int nv, int nb, const float *const *wp, int ws, const float *cons
 }
 
 /* The V pass of nv queries (1..4) with weights wp[i][j * ws] over rows [0,
- * qn[i]): rows past a query's length are skipped (not added as 0 * v, which
- * could turn an acc of -0 into +0). With sum_l, out[i]->l = the weights' sum
- * in row order, as the AVX2 tile adds it. */
-static void v_pass(int nv, const float *const *wp, int ws, const int *qn, const float *const *v, int hd,
-                   bool sum_l, di_attn_partial *const *out) {
+ * qn[i]) of type t: rows past a query's length are skipped (not added as 0 *
+ * v, which could turn an acc of -0 into +0). With sum_l, out[i]->l = the
+ * weights' sum in row order, as the AVX2 tile adds it. */
+AI void v_pass_t(di_kv_type t, int nv, const float *const *wp, int ws, const int *qn, const uint8_t *const *v, int hd,
+                 bool sum_l, di_attn_partial *const *out) {
   int jmin = qn[0];
   for (int i = 1; i < nv; i++) jmin = qn[i] < jmin ? qn[i] : jmin;
   float l[4] = {0, 0, 0, 0};
@@ -80,19 +93,28 @@ static void v_pass(int nv, const float *const *wp, int ws, const int *qn, const 
     UNROLL for (int i = 0; i < 4; i++)
       UNROLL for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
     switch (nb == 4 ? nv : 0) { /* constant counts keep acc in registers */
-    case 4: ls ? v_rows(4, 4, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(4, 4, wp, ws, v, d0, 0, jmin, acc, NULL); break;
-    case 3: ls ? v_rows(3, 4, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(3, 4, wp, ws, v, d0, 0, jmin, acc, NULL); break;
-    case 2: ls ? v_rows(2, 4, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(2, 4, wp, ws, v, d0, 0, jmin, acc, NULL); break;
-    case 1: ls ? v_rows(1, 4, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(1, 4, wp, ws, v, d0, 0, jmin, acc, NULL); break;
-    default: v_rows(nv, nb, wp, ws, v, d0, 0, jmin, acc, ls); break;
+    case 4: ls ? v_rows(4, 4, t, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(4, 4, t, wp, ws, v, d0, 0, jmin, acc, NULL); break;
+    case 3: ls ? v_rows(3, 4, t, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(3, 4, t, wp, ws, v, d0, 0, jmin, acc, NULL); break;
+    case 2: ls ? v_rows(2, 4, t, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(2, 4, t, wp, ws, v, d0, 0, jmin, acc, NULL); break;
+    case 1: ls ? v_rows(1, 4, t, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(1, 4, t, wp, ws, v, d0, 0, jmin, acc, NULL); break;
+    default: v_rows(nv, nb, t, wp, ws, v, d0, 0, jmin, acc, ls); break;
     }
     for (int i = 0; i < nv; i++) {
-      v_rows(1, nb, wp + i, ws, v, d0, jmin, qn[i], acc + i, ls ? ls + i : NULL);
+      v_rows(1, nb, t, wp + i, ws, v, d0, jmin, qn[i], acc + i, ls ? ls + i : NULL);
       for (int r = 0; r < nb; r++) _mm512_storeu_ps(out[i]->acc + d0 + 16 * r, acc[i][r]);
     }
   }
   if (sum_l)
     for (int i = 0; i < nv; i++) out[i]->l = l[i];
+}
+
+static void v_pass(di_kv_type t, int nv, const float *const *wp, int ws, const int *qn, const uint8_t *const *v, int hd,
+                   bool sum_l, di_attn_partial *const *out) {
+  switch (t) { /* the element type a constant in each copy */
+  case DI_KV_F32: v_pass_t(DI_KV_F32, nv, wp, ws, qn, v, hd, sum_l, out); break;
+  case DI_KV_F16: v_pass_t(DI_KV_F16, nv, wp, ws, qn, v, hd, sum_l, out); break;
+  default: v_pass_t(DI_KV_BF16, nv, wp, ws, qn, v, hd, sum_l, out); break;
+  }
 }
 
 /* The scores of rows [0, n) for pairs [0, P) into w (row j at w + 16 j), two rows
@@ -171,28 +193,31 @@ static void tile16(const float *const *q, int nq, const int *qn, const float *co
       wp[i] = w + lane[i0 + i];
       out[i0 + i]->m = mxs[lane[i0 + i]], out[i0 + i]->l = ls[lane[i0 + i]];
     }
-    v_pass(nv, wp, QMAX, qn + i0, v, hd, false, out + i0);
+    v_pass(DI_KV_F32, nv, wp, QMAX, qn + i0, (const uint8_t *const *)v, hd, false, out + i0);
   }
 }
 
-/* Queries q[0..nq) (nq even, 2 <= nq < 8), query i over rows [0, qn[i]) of the f32
- * K/V rows (n = the largest qn; hd a multiple of 16), for groups too small to
- * fill tile16's lanes: a pair's 8 rows per score tree, each query's softmax
- * on its own row of scores, then V 4 queries at a time. */
-static void tile_few(const float *const *q, int nq, const int *qn, const float *const *k, const float *const *v, int n,
-                     int hd, float scale, float softcap, di_attn_partial *const *out) {
+/* Queries q[0..nq) (2 <= nq < 8), query i over rows [0, qn[i]) of
+ * the K/V rows of type t as stored (n = the largest qn; hd a multiple of 16),
+ * for groups too small to fill tile16's lanes (decode): a pair's 8 rows per
+ * score tree, each query's softmax on its own row of scores, then V 4 queries
+ * at a time. The rows are converted where they are used: staging the whole
+ * tile as f32 cost more than the work of so few queries. */
+AI void tile_few_t(di_kv_type t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
+                   const uint8_t *const *v, int n, int hd, float scale, float softcap, di_attn_partial *const *out) {
   _Alignas(64) float sc[8][DI_ATTN_TILE + 8];
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int i = 0; i < nq; i += 2) {
     __m512 qq[DI_ATTN_GROUP_MAX_HD / 8];
-    for (int c = 0; c < hd / 8; c++) qq[c] = join8f(_mm256_loadu_ps(q[i] + 8 * c), _mm256_loadu_ps(q[i + 1] + 8 * c));
+    const float *qb = q[i + 1 < nq ? i + 1 : i]; /* an odd last query pairs with itself */
+    for (int c = 0; c < hd / 8; c++) qq[c] = join8f(_mm256_loadu_ps(q[i] + 8 * c), _mm256_loadu_ps(qb + 8 * c));
     for (int j0 = 0; j0 < n; j0 += 8) {
-      const float *kp[8];
+      const uint8_t *kp[8];
       UNROLL for (int r = 0; r < 8; r++) kp[r] = k[j0 + r < n ? j0 + r : j0];
       __m512 acc[8];
       UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
       for (int c = 0; c < hd / 8; c++)
-        UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(qq[c], bcast8f(kp[r] + 8 * c), acc[r]);
+        UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm512_fmadd_ps(qq[c], bcast8_kv(kp[r], c, t), acc[r]);
       const __m512 s = _mm512_mul_ps(tree8x2(acc), vscale); /* [a rows | b rows] */
       _mm256_store_ps(sc[i] + j0, _mm512_castps512_ps256(s));
       _mm256_store_ps(sc[i + 1] + j0, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
@@ -203,8 +228,55 @@ static void tile_few(const float *const *q, int nq, const int *qn, const float *
     const int nv = nq - i0 < 4 ? nq - i0 : 4;
     const float *wp[4];
     for (int i = 0; i < nv; i++) wp[i] = sc[i0 + i];
-    v_pass(nv, wp, 1, qn + i0, v, hd, true, out + i0);
+    v_pass_t(t, nv, wp, 1, qn + i0, v, hd, true, out + i0);
   }
+}
+
+static void tile_few(di_kv_type t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
+                     const uint8_t *const *v, int n, int hd, float scale, float softcap, di_attn_partial *const *out) {
+  switch (t) {
+  case DI_KV_F32: tile_few_t(DI_KV_F32, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
+  case DI_KV_F16: tile_few_t(DI_KV_F16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
+  default: tile_few_t(DI_KV_BF16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
+  }
+}
+
+/* The tile's K and V rows as f32 (exact conversions), 16 per instruction:
+ * kp[j]/vp[j] point at row j in kbuf/vbuf ([n][hd]), or at the cache rows
+ * themselves when they are f32 already. The element type is hoisted out of
+ * the loops (for a decode group of 2-8 queries this conversion is most of
+ * the tile). */
+static void tile_to_f32_16(const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd, di_kv_type t,
+                           float *kbuf, float *vbuf, const float **kp, const float **vp) {
+  if (t == DI_KV_F32) {
+    for (int j = 0; j < n; j++) kp[j] = (const float *)krow[j], vp[j] = (const float *)vrow[j];
+    return;
+  }
+  for (int j = 0; j < n; j++) {
+    float *kd = kbuf + (size_t)j * hd, *vd = vbuf + (size_t)j * hd;
+    const __m256i *ks = (const __m256i *)krow[j], *vs = (const __m256i *)vrow[j];
+    if (t == DI_KV_F16)
+      for (int d = 0; d < hd / 16; d++) {
+        _mm512_store_ps(kd + 16 * d, _mm512_cvtph_ps(_mm256_loadu_si256(ks + d)));
+        _mm512_store_ps(vd + 16 * d, _mm512_cvtph_ps(_mm256_loadu_si256(vs + d)));
+      }
+    else
+      for (int d = 0; d < hd / 16; d++) {
+        _mm512_store_si512(kd + 16 * d, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(ks + d)), 16));
+        _mm512_store_si512(vd + 16 * d, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(vs + d)), 16));
+      }
+    kp[j] = kd, vp[j] = vd;
+  }
+}
+
+/* Queries [0, m) of a group over the rows kr/vr of type t: tile_few, or the
+ * AVX2 tile for one. */
+static void few(const float *const *q, int m, const int *lens, const uint8_t *const *kr, const uint8_t *const *vr,
+                di_kv_type t, int hd, float scale, float softcap, di_attn_partial *const *out) {
+  int mn = 0;
+  for (int x = 0; x < m; x++) mn = lens[x] > mn ? lens[x] : mn;
+  if (m > 1) tile_few(t, q, m, lens, kr, vr, mn, hd, scale, softcap, out);
+  else di_cpu_attn_tile_avx2(q[0], kr, vr, lens[0], hd, t, scale, softcap, out[0]);
 }
 
 void di_cpu_attn_tile_group_avx512(const float *const *q, int nq, const uint8_t *const *krow,
@@ -214,26 +286,22 @@ void di_cpu_attn_tile_group_avx512(const float *const *q, int nq, const uint8_t 
     di_cpu_attn_tile_group_avx2(q, nq, krow, vrow, n, qn, hd, t, scale, softcap, out);
     return;
   }
-  _Alignas(64) float kbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD], vbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD];
-  const float *kp[DI_ATTN_TILE], *vp[DI_ATTN_TILE];
-  tile_to_f32(krow, vrow, n, hd, t, kbuf, vbuf, kp, vp);
   int lens[DI_ATTN_MAX_Q];
   for (int i = 0; i < nq; i++) lens[i] = qn ? qn[i] : n;
+  if (nq <= 8) { /* a decode group: the rows as stored, converted where used */
+    few(q, nq, lens, krow, vrow, t, hd, scale, softcap, out);
+    return;
+  }
+  _Alignas(64) float kbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD], vbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD];
+  const float *kp[DI_ATTN_TILE], *vp[DI_ATTN_TILE];
+  tile_to_f32_16(krow, vrow, n, hd, t, kbuf, vbuf, kp, vp);
   for (int i = 0, m; i < nq; i += m) {
     m = nq - i < QMAX ? nq - i : QMAX;
     int mn = 0;
     for (int x = 0; x < m; x++) mn = lens[i + x] > mn ? lens[i + x] : mn;
-    if (m == 1)
-      di_cpu_attn_tile_avx2(q[i], (const uint8_t *const *)kp, (const uint8_t *const *)vp, lens[i], hd, DI_KV_F32,
-                            scale, softcap, out[i]);
-    else if (m < 8) { /* tile16's fixed costs per row are lower only from 8 queries */
-      const int e = m & ~1;
-      int me = 0;
-      for (int x = 0; x < e; x++) me = lens[i + x] > me ? lens[i + x] : me;
-      tile_few(q + i, e, lens + i, kp, vp, me, hd, scale, softcap, out + i);
-      if (e < m)
-        di_cpu_attn_tile_avx2(q[i + e], (const uint8_t *const *)kp, (const uint8_t *const *)vp, lens[i + e], hd,
-                              DI_KV_F32, scale, softcap, out[i + e]);
-    } else tile16(q + i, m, lens + i, kp, vp, mn, hd, scale, softcap, out + i);
+    if (m >= 8) tile16(q + i, m, lens + i, kp, vp, mn, hd, scale, softcap, out + i);
+    else /* tile16's fixed costs per row are lower only from 8 queries */
+      few(q + i, m, lens + i, (const uint8_t *const *)kp, (const uint8_t *const *)vp, DI_KV_F32, hd, scale, softcap,
+          out + i);
   }
 }
