@@ -1,5 +1,5 @@
 /* The SIMD per-token ops give the scalar ops' bits:
- * - di_cpu_rms_norm_rows (16 rows at a time on AVX-512) against di_cpu_rms_norm,
+ * - di_cpu_rms_norm_rows (up to 16 rows at a time on AVX-512) against di_cpu_rms_norm,
  *   for row counts that leave remainders, lengths that are and are not multiples
  *   of 16, rows that are all zero or very small / large, and in-place use;
  * - RoPE (both layouts, rotary dims that are and are not multiples of 32) and
@@ -66,7 +66,7 @@ static void check_rope_add(void) {
 
 int main(void) {
   check_rope_add();
-  static const int rows[] = {1, 15, 16, 17, 40, 64};
+  static const int rows[] = {1, 2, 3, 8, 15, 16, 17, 40, 64};
   static const int ns[] = {16, 64, 576, 768, 2048, 40, 100};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {

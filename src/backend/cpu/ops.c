@@ -16,8 +16,11 @@ void di_cpu_rms_norm(const float *x, const float *w, float *y, int n, float eps)
 void di_cpu_rms_norm_rows(const float *x, size_t ldx, const float *w, float *y, size_t ldy, int rows, int n, float eps) {
   int r = 0;
 #if defined(DI_CPU_X86)
-  if (di_cpu_isa() >= DI_ISA_AVX512 && n % 16 == 0)
-    for (; r + 16 <= rows; r += 16) di_cpu_rms_norm16_avx512(x + r * ldx, ldx, w, y + r * ldy, ldy, n, eps);
+  if (di_cpu_isa() >= DI_ISA_AVX512 && n % 16 == 0) /* one row alone: the serial loop is as fast */
+    for (int m; rows - r >= 2; r += m) {
+      m = rows - r < 16 ? rows - r : 16;
+      di_cpu_rms_norm16_avx512(x + r * ldx, ldx, w, y + r * ldy, ldy, m, n, eps);
+    }
 #endif
   for (; r < rows; r++) di_cpu_rms_norm(x + r * ldx, w, y + r * ldy, n, eps);
 }

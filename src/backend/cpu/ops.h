@@ -13,9 +13,10 @@
 /* y = x / rms(x) * w over n elements (y may alias x). */
 void di_cpu_rms_norm(const float *x, const float *w, float *y, int n, float eps);
 /* The same on rows rows (x and y ldx / ldy floats apart), each row the bits of
- * di_cpu_rms_norm; AVX-512 does 16 rows at a time. */
+ * di_cpu_rms_norm; AVX-512 does up to 16 rows at a time. */
 void di_cpu_rms_norm_rows(const float *x, size_t ldx, const float *w, float *y, size_t ldy, int rows, int n, float eps);
-void di_cpu_rms_norm16_avx512(const float *x, size_t ldx, const float *w, float *y, size_t ldy, int n, float eps);
+void di_cpu_rms_norm16_avx512(const float *x, size_t ldx, const float *w, float *y, size_t ldy, int rows, int n,
+                              float eps);
 /* Rotates pairs of one head in place; cs holds (cos, sin) per pair. */
 void di_cpu_rope(float *head, const float *cs, int rope_dim, di_rope_type type);
 void di_cpu_rope_avx512(float *head, const float *cs, int rope_dim, di_rope_type type); /* rope_dim % 32 == 0 */

@@ -35,14 +35,18 @@ static inline __attribute__((always_inline)) void transpose16(__m512 v[16]) {
   }
 }
 
-/* di_cpu_rms_norm on 16 rows (n a multiple of 16): each row's sum of squares
- * in its own element order, one lane per row, from 16 x 16 transposed blocks
- * (the scalar loop is one serial add chain per row). */
-void di_cpu_rms_norm16_avx512(const float *x, size_t ldx, const float *w, float *y, size_t ldy, int n, float eps) {
+/* di_cpu_rms_norm on rows 1..16 rows (n a multiple of 16): each row's sum of
+ * squares in its own element order, one lane per row, from 16 x 16 transposed
+ * blocks (the scalar loop is one serial add chain per row); lanes past the
+ * rows repeat the last row and are not stored. */
+void di_cpu_rms_norm16_avx512(const float *x, size_t ldx, const float *w, float *y, size_t ldy, int rows, int n,
+                              float eps) {
   __m512 acc = _mm512_setzero_ps();
+  const float *xr[16];
+  for (int r = 0; r < 16; r++) xr[r] = x + (r < rows ? r : rows - 1) * ldx;
   for (int i = 0; i < n; i += 16) {
     __m512 v[16];
-    for (int r = 0; r < 16; r++) v[r] = _mm512_loadu_ps(x + r * ldx + i);
+    for (int r = 0; r < 16; r++) v[r] = _mm512_loadu_ps(xr[r] + i);
     transpose16(v);
     for (int e = 0; e < 16; e++) acc = _mm512_add_ps(acc, _mm512_mul_ps(v[e], v[e]));
   }
@@ -51,7 +55,7 @@ void di_cpu_rms_norm16_avx512(const float *x, size_t ldx, const float *w, float 
                                                               _mm512_set1_ps(eps))));
   _Alignas(64) float sr[16];
   _mm512_store_ps(sr, s);
-  for (int r = 0; r < 16; r++) {
+  for (int r = 0; r < rows; r++) {
     const __m512 sv = _mm512_set1_ps(sr[r]);
     for (int i = 0; i < n; i += 16)
       _mm512_storeu_ps(y + r * ldy + i,
