@@ -207,16 +207,14 @@ static void tiles_run(void *p, int ith, int nth) {
           qs[n] = a->q + ((size_t)tt * H + h) * hd;
           qhi[n] = b->pos[tt];
           out[n++] = partial_at(s, hd, base + (size_t)h);
-          if (n == DI_ATTN_MAX_Q) {
+          /* a ragged group's rows end at its last query's position */
+          if (n == DI_ATTN_MAX_Q || (i == u->c - 1 && g == group - 1)) {
             di_cpu_attn_tile_group(a->kv, a->kv_layer, blocks, kvh, hd, qs, n, j0, u->ragged ? qhi[n - 1] : j1,
                                    u->ragged ? qhi : NULL, scale, hp->attn_softcap, out);
             n = 0;
           }
         }
       }
-      if (n)
-        di_cpu_attn_tile_group(a->kv, a->kv_layer, blocks, kvh, hd, qs, n, j0, u->ragged ? qhi[n - 1] : j1,
-                               u->ragged ? qhi : NULL, scale, hp->attn_softcap, out);
     }
   }
 }

@@ -93,10 +93,10 @@ AI void v_pass_t(di_kv_type t, int nv, const float *const *wp, int ws, const int
     UNROLL for (int i = 0; i < 4; i++)
       UNROLL for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
     switch (nb == 4 ? nv : 0) { /* constant counts keep acc in registers */
-    case 4: ls ? v_rows(4, 4, t, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(4, 4, t, wp, ws, v, d0, 0, jmin, acc, NULL); break;
-    case 3: ls ? v_rows(3, 4, t, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(3, 4, t, wp, ws, v, d0, 0, jmin, acc, NULL); break;
-    case 2: ls ? v_rows(2, 4, t, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(2, 4, t, wp, ws, v, d0, 0, jmin, acc, NULL); break;
-    case 1: ls ? v_rows(1, 4, t, wp, ws, v, d0, 0, jmin, acc, l) : v_rows(1, 4, t, wp, ws, v, d0, 0, jmin, acc, NULL); break;
+    case 4: v_rows(4, 4, t, wp, ws, v, d0, 0, jmin, acc, ls); break;
+    case 3: v_rows(3, 4, t, wp, ws, v, d0, 0, jmin, acc, ls); break;
+    case 2: v_rows(2, 4, t, wp, ws, v, d0, 0, jmin, acc, ls); break;
+    case 1: v_rows(1, 4, t, wp, ws, v, d0, 0, jmin, acc, ls); break;
     default: v_rows(nv, nb, t, wp, ws, v, d0, 0, jmin, acc, ls); break;
     }
     for (int i = 0; i < nv; i++) {
@@ -241,34 +241,6 @@ static void tile_few(di_kv_type t, const float *const *q, int nq, const int *qn,
   }
 }
 
-/* The tile's K and V rows as f32 (exact conversions), 16 per instruction:
- * kp[j]/vp[j] point at row j in kbuf/vbuf ([n][hd]), or at the cache rows
- * themselves when they are f32 already. The element type is hoisted out of
- * the loops (for a decode group of 2-8 queries this conversion is most of
- * the tile). */
-static void tile_to_f32_16(const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd, di_kv_type t,
-                           float *kbuf, float *vbuf, const float **kp, const float **vp) {
-  if (t == DI_KV_F32) {
-    for (int j = 0; j < n; j++) kp[j] = (const float *)krow[j], vp[j] = (const float *)vrow[j];
-    return;
-  }
-  for (int j = 0; j < n; j++) {
-    float *kd = kbuf + (size_t)j * hd, *vd = vbuf + (size_t)j * hd;
-    const __m256i *ks = (const __m256i *)krow[j], *vs = (const __m256i *)vrow[j];
-    if (t == DI_KV_F16)
-      for (int d = 0; d < hd / 16; d++) {
-        _mm512_store_ps(kd + 16 * d, _mm512_cvtph_ps(_mm256_loadu_si256(ks + d)));
-        _mm512_store_ps(vd + 16 * d, _mm512_cvtph_ps(_mm256_loadu_si256(vs + d)));
-      }
-    else
-      for (int d = 0; d < hd / 16; d++) {
-        _mm512_store_si512(kd + 16 * d, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(ks + d)), 16));
-        _mm512_store_si512(vd + 16 * d, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(vs + d)), 16));
-      }
-    kp[j] = kd, vp[j] = vd;
-  }
-}
-
 /* Queries [0, m) of a group over the rows kr/vr of type t: tile_few, or the
  * AVX2 tile for one. */
 static void few(const float *const *q, int m, const int *lens, const uint8_t *const *kr, const uint8_t *const *vr,
@@ -294,7 +266,7 @@ void di_cpu_attn_tile_group_avx512(const float *const *q, int nq, const uint8_t 
   }
   _Alignas(64) float kbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD], vbuf[DI_ATTN_TILE * DI_ATTN_GROUP_MAX_HD];
   const float *kp[DI_ATTN_TILE], *vp[DI_ATTN_TILE];
-  tile_to_f32_16(krow, vrow, n, hd, t, kbuf, vbuf, kp, vp);
+  tile_to_f32(krow, vrow, n, hd, t, kbuf, vbuf, kp, vp);
   for (int i = 0, m; i < nq; i += m) {
     m = nq - i < QMAX ? nq - i : QMAX;
     int mn = 0;

@@ -32,14 +32,11 @@ AI __m256 hsum8(const __m256 v[8]) {
 
 /* A tile's K and V rows as f32 (exact conversions) for several queries:
  * kp[j]/vp[j] point at row j in kbuf/vbuf ([n][hd]), or at the cache rows
- * themselves when they are f32 already. */
-AI void tile_to_f32(const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd, di_kv_type t,
-                    float *kbuf, float *vbuf, const float **kp, const float **vp) {
+ * themselves when they are f32 already. The element type is a constant in
+ * each loop (tile_rows_f32), not a test per 8 values. */
+AI void tile_rows_f32(const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd, const di_kv_type t,
+                      float *kbuf, float *vbuf, const float **kp, const float **vp) {
   for (int j = 0; j < n; j++) {
-    if (t == DI_KV_F32) {
-      kp[j] = (const float *)krow[j], vp[j] = (const float *)vrow[j];
-      continue;
-    }
     float *kd = kbuf + (size_t)j * hd, *vd = vbuf + (size_t)j * hd;
     for (int d = 0; d < hd; d += 8) {
       _mm256_storeu_ps(kd + d, load_kv(krow[j] + (size_t)d * 2, t));
@@ -47,6 +44,13 @@ AI void tile_to_f32(const uint8_t *const *krow, const uint8_t *const *vrow, int 
     }
     kp[j] = kd, vp[j] = vd;
   }
+}
+AI void tile_to_f32(const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd, di_kv_type t,
+                    float *kbuf, float *vbuf, const float **kp, const float **vp) {
+  if (t == DI_KV_F32)
+    for (int j = 0; j < n; j++) kp[j] = (const float *)krow[j], vp[j] = (const float *)vrow[j];
+  else if (t == DI_KV_F16) tile_rows_f32(krow, vrow, n, hd, DI_KV_F16, kbuf, vbuf, kp, vp);
+  else tile_rows_f32(krow, vrow, n, hd, DI_KV_BF16, kbuf, vbuf, kp, vp);
 }
 
 /* Scores s[0..n) (s padded to a multiple of 8) -> softcapped, then exp(s - max)
