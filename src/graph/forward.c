@@ -248,30 +248,28 @@ typedef struct stage_ctx {
   void (*rows)(struct stage_ctx *c, int t0, int t1); /* par_rows: a thread's tokens at once */
 } stage_ctx;
 
-static void stage_run(void *p, int ith, int nth) {
-  stage_ctx *c = p;
-  for (int t = ith; t < c->b->n_tokens; t += nth) c->fn(c, t);
-}
-
-/* Small batches (decode) run inline: a thread sync costs more than the work. */
-static void par_tokens(stage_ctx *c, void (*fn)(stage_ctx *, int)) {
-  c->fn = fn;
-  if (c->b->n_tokens < 4) stage_run(c, 0, 1);
-  else di_threadpool_run(c->f->tp, stage_run, c);
-}
-
-/* The same for kernels that take several rows at once: each thread a
- * contiguous range of tokens. */
+/* Each thread a contiguous range of tokens: kernels that take several rows
+ * at once get them together (par_rows); per-token stages loop over theirs. */
 static void rows_run(void *p, int ith, int nth) {
   stage_ctx *c = p;
   const int n = c->b->n_tokens;
   c->rows(c, (int)((int64_t)n * ith / nth), (int)((int64_t)n * (ith + 1) / nth));
 }
 
+/* Small batches (decode) run inline: a thread sync costs more than the work. */
 static void par_rows(stage_ctx *c, void (*rows)(stage_ctx *, int, int)) {
   c->rows = rows;
   if (c->b->n_tokens < 4) rows_run(c, 0, 1);
   else di_threadpool_run(c->f->tp, rows_run, c);
+}
+
+static void tokens_rows(stage_ctx *c, int t0, int t1) {
+  for (int t = t0; t < t1; t++) c->fn(c, t);
+}
+
+static void par_tokens(stage_ctx *c, void (*fn)(stage_ctx *, int)) {
+  c->fn = fn;
+  par_rows(c, tokens_rows);
 }
 
 /* the input norm of tokens [t0, t1) */
