@@ -113,7 +113,7 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best)
 int main(void) {
   di_cpu_isa_level best = di_cpu_isa();
   const di_dtype types[] = {DI_Q4_0, DI_Q4_1, DI_Q5_0, DI_Q8_0, DI_Q4_K, DI_Q6_K};
-  const int64_t Ns[] = {8, 13, 24, 37, 70};
+  const int64_t Ns[] = {8, 13, 24, 37, 70, 200}; /* 200: several group pairs per thread range (AMX M = 16 pipeline) */
   const int64_t Ks[] = {32, 96, 640};
   /* Q4_K: 1, 3 and 5 super-blocks; 5 crosses the on-the-fly packing of a tail group */
   const int64_t Ks_k[] = {256, 768, 1280};
