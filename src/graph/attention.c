@@ -50,6 +50,7 @@ typedef struct attn_job {
   bool swa;
   const float *q;
   float *att;
+  bool merge_inline; /* every token has one tile: merge each partial where it is made */
 } attn_job;
 
 di_attn_sched *di_attn_sched_create(int max_tokens) {
@@ -188,7 +189,7 @@ static void tiles_run(void *p, int ith, int nth) {
   int64_t total = s->total_cost * HKV, lo_c = total * ith / nth, hi_c = total * (ith + 1) / nth;
   const float *qs[DI_ATTN_MAX_Q];
   di_attn_partial *out[DI_ATTN_MAX_Q];
-  int qhi[DI_ATTN_MAX_Q];
+  int qhi[DI_ATTN_MAX_Q], qidx[DI_ATTN_MAX_Q]; /* qidx: the query's token * H + head */
   for (size_t ui = 0; ui < s->n_units; ui++) {
     const attn_unit *u = &s->units[ui];
     int t = u->t, j0, j1, tile = first_tile(hp, a->swa, b->pos[t]) + u->k;
@@ -206,11 +207,15 @@ static void tiles_run(void *p, int ith, int nth) {
           int h = kvh * group + g;
           qs[n] = a->q + ((size_t)tt * H + h) * hd;
           qhi[n] = b->pos[tt];
+          qidx[n] = tt * H + h;
           out[n++] = partial_at(s, hd, base + (size_t)h);
           /* a ragged group's rows end at its last query's position */
           if (n == DI_ATTN_MAX_Q || (i == u->c - 1 && g == group - 1)) {
             di_cpu_attn_tile_group(a->kv, a->kv_layer, blocks, kvh, hd, qs, n, j0, u->ragged ? qhi[n - 1] : j1,
                                    u->ragged ? qhi : NULL, scale, hp->attn_softcap, out);
+            if (a->merge_inline)
+              for (int q = 0; q < n; q++)
+                di_cpu_attn_merge((const di_attn_partial *const *)&out[q], 1, hd, a->att + (size_t)qidx[q] * hd);
             n = 0;
           }
         }
@@ -240,8 +245,13 @@ di_code di_attn_run(di_attn_sched *s, di_threadpool *tp, const di_hparams *hp, c
                      s->max_tokens);
   di_code rc = plan(s, hp, b, swa, st);
   if (rc) return rc;
-  attn_job job = {s, hp, kv, b, kv_table, kv_layer, swa, q, att};
+  attn_job job = {s, hp, kv, b, kv_table, kv_layer, swa, q, att, true};
+  /* A token whose positions all lie in one tile (decode at short context) has
+   * one partial: the merge that finishes it runs right after the tile, by the
+   * same thread, with no second pass and no second thread handoff. */
+  for (int t = 0; t < b->n_tokens && job.merge_inline; t++)
+    job.merge_inline = s->item_off[t + 1] - s->item_off[t] == (size_t)hp->n_head;
   di_threadpool_run(tp, tiles_run, &job);
-  di_threadpool_run(tp, merge_run, &job);
+  if (!job.merge_inline) di_threadpool_run(tp, merge_run, &job);
   return DI_OK;
 }
