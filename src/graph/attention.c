@@ -51,6 +51,7 @@ typedef struct attn_job {
   const float *q;
   float *att;
   bool merge_inline; /* every token has one tile: merge each partial where it is made */
+  bool by_token;     /* single-token units (decode): threads take whole tokens and merge them */
 } attn_job;
 
 di_attn_sched *di_attn_sched_create(int max_tokens) {
@@ -177,64 +178,88 @@ static di_code plan(di_attn_sched *s, const di_hparams *hp, const di_batch *b, b
   return DI_OK;
 }
 
-/* Thread ith takes the (unit, KV head) items whose cost prefix falls in its
- * share, so a long prompt's many whole tiles spread evenly. */
-static void tiles_run(void *p, int ith, int nth) {
-  const attn_job *a = p;
+/* Unit u's group calls for KV head kvh (merged at once where the job says so). */
+static void unit_run(const attn_job *a, const attn_unit *u, int kvh) {
   const di_attn_sched *s = a->s;
   const di_hparams *hp = a->hp;
   const di_batch *b = a->b;
   int H = hp->n_head, HKV = hp->n_head_kv, hd = hp->head_dim, group = H / HKV;
   float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hd);
-  int64_t total = s->total_cost * HKV, lo_c = total * ith / nth, hi_c = total * (ith + 1) / nth;
   const float *qs[DI_ATTN_MAX_Q];
   di_attn_partial *out[DI_ATTN_MAX_Q];
   int qhi[DI_ATTN_MAX_Q], qidx[DI_ATTN_MAX_Q]; /* qidx: the query's token * H + head */
+  int t = u->t, j0, j1, tile = first_tile(hp, a->swa, b->pos[t]) + u->k;
+  /* a ragged unit's rows reach its last token's position */
+  unit_range(hp, a->swa, b, u, &j0, &j1);
+  const int32_t *blocks = di_batch_seq_table(&b->seqs[b->seq[t]], a->kv_table);
+  int n = 0;
+  for (int i = 0; i < u->c; i++) {
+    int tt = t + i, k = tile - first_tile(hp, a->swa, b->pos[tt]);
+    size_t base = s->item_off[tt] + (size_t)k * H;
+    for (int g = 0; g < group; g++) {
+      int h = kvh * group + g;
+      qs[n] = a->q + ((size_t)tt * H + h) * hd;
+      qhi[n] = b->pos[tt];
+      qidx[n] = tt * H + h;
+      out[n++] = partial_at(s, hd, base + (size_t)h);
+      /* a ragged group's rows end at its last query's position */
+      if (n == DI_ATTN_MAX_Q || (i == u->c - 1 && g == group - 1)) {
+        di_cpu_attn_tile_group(a->kv, a->kv_layer, blocks, kvh, hd, qs, n, j0, u->ragged ? qhi[n - 1] : j1,
+                               u->ragged ? qhi : NULL, scale, hp->attn_softcap, out);
+        if (a->merge_inline)
+          for (int q = 0; q < n; q++)
+            di_cpu_attn_merge((const di_attn_partial *const *)&out[q], 1, hd, a->att + (size_t)qidx[q] * hd);
+        n = 0;
+      }
+    }
+  }
+}
+
+/* Token t's head h: its tiles' partials merged in tile order into att. */
+static void merge_one(const attn_job *a, int t, int h) {
+  const di_attn_sched *s = a->s;
+  int H = a->hp->n_head, hd = a->hp->head_dim;
+  const di_attn_partial *parts[DI_ATTN_MAX_TILES];
+  int n = (int)((s->item_off[t + 1] - s->item_off[t]) / (size_t)H);
+  for (int k = 0; k < n; k++) parts[k] = partial_at(s, hd, s->item_off[t] + (size_t)k * H + h);
+  di_cpu_attn_merge(parts, n, hd, a->att + ((size_t)t * H + h) * hd);
+}
+
+/* Thread ith takes the (unit, KV head) items whose cost prefix falls in its
+ * share, so a long prompt's many whole tiles spread evenly. A batch of
+ * single-token units (decode) is shared by whole tokens instead, each thread
+ * merging its own tokens as soon as their tiles are done. */
+static void tiles_run(void *p, int ith, int nth) {
+  const attn_job *a = p;
+  const di_attn_sched *s = a->s;
+  int HKV = a->hp->n_head_kv, H = a->hp->n_head;
+  if (a->by_token) {
+    int64_t lo_c = s->total_cost * ith / nth, hi_c = s->total_cost * (ith + 1) / nth;
+    for (int t = 0; t < a->b->n_tokens; t++) {
+      size_t first = s->item_off[t] / (size_t)H, n = (s->item_off[t + 1] - s->item_off[t]) / (size_t)H;
+      int64_t c = s->units[s->unit_of[first]].cost_before;
+      if (c < lo_c || c >= hi_c) continue;
+      for (size_t k = 0; k < n; k++)
+        for (int kvh = 0; kvh < HKV; kvh++) unit_run(a, &s->units[s->unit_of[first + k]], kvh);
+      if (!a->merge_inline)
+        for (int h = 0; h < H; h++) merge_one(a, t, h);
+    }
+    return;
+  }
+  int64_t total = s->total_cost * HKV, lo_c = total * ith / nth, hi_c = total * (ith + 1) / nth;
   for (size_t ui = 0; ui < s->n_units; ui++) {
     const attn_unit *u = &s->units[ui];
-    int t = u->t, j0, j1, tile = first_tile(hp, a->swa, b->pos[t]) + u->k;
-    /* a ragged unit's rows reach its last token's position */
-    unit_range(hp, a->swa, b, u, &j0, &j1);
-    const int32_t *blocks = di_batch_seq_table(&b->seqs[b->seq[t]], a->kv_table);
     for (int kvh = 0; kvh < HKV; kvh++) {
       int64_t start = u->cost_before * HKV + (int64_t)kvh * u->cost;
-      if (start < lo_c || start >= hi_c) continue;
-      int n = 0;
-      for (int i = 0; i < u->c; i++) {
-        int tt = t + i, k = tile - first_tile(hp, a->swa, b->pos[tt]);
-        size_t base = s->item_off[tt] + (size_t)k * H;
-        for (int g = 0; g < group; g++) {
-          int h = kvh * group + g;
-          qs[n] = a->q + ((size_t)tt * H + h) * hd;
-          qhi[n] = b->pos[tt];
-          qidx[n] = tt * H + h;
-          out[n++] = partial_at(s, hd, base + (size_t)h);
-          /* a ragged group's rows end at its last query's position */
-          if (n == DI_ATTN_MAX_Q || (i == u->c - 1 && g == group - 1)) {
-            di_cpu_attn_tile_group(a->kv, a->kv_layer, blocks, kvh, hd, qs, n, j0, u->ragged ? qhi[n - 1] : j1,
-                                   u->ragged ? qhi : NULL, scale, hp->attn_softcap, out);
-            if (a->merge_inline)
-              for (int q = 0; q < n; q++)
-                di_cpu_attn_merge((const di_attn_partial *const *)&out[q], 1, hd, a->att + (size_t)qidx[q] * hd);
-            n = 0;
-          }
-        }
-      }
+      if (start >= lo_c && start < hi_c) unit_run(a, u, kvh);
     }
   }
 }
 
 static void merge_run(void *p, int ith, int nth) {
   const attn_job *a = p;
-  const di_attn_sched *s = a->s;
-  int H = a->hp->n_head, hd = a->hp->head_dim;
-  const di_attn_partial *parts[DI_ATTN_MAX_TILES];
-  for (int idx = ith; idx < a->b->n_tokens * H; idx += nth) {
-    int t = idx / H, h = idx % H;
-    int n = (int)((s->item_off[t + 1] - s->item_off[t]) / (size_t)H);
-    for (int k = 0; k < n; k++) parts[k] = partial_at(s, hd, s->item_off[t] + (size_t)k * H + h);
-    di_cpu_attn_merge(parts, n, hd, a->att + ((size_t)t * H + h) * hd);
-  }
+  int H = a->hp->n_head;
+  for (int idx = ith; idx < a->b->n_tokens * H; idx += nth) merge_one(a, idx / H, idx % H);
 }
 
 di_code di_attn_run(di_attn_sched *s, di_threadpool *tp, const di_hparams *hp, const di_kv_pool *kv,
@@ -245,13 +270,14 @@ di_code di_attn_run(di_attn_sched *s, di_threadpool *tp, const di_hparams *hp, c
                      s->max_tokens);
   di_code rc = plan(s, hp, b, swa, st);
   if (rc) return rc;
-  attn_job job = {s, hp, kv, b, kv_table, kv_layer, swa, q, att, true};
+  attn_job job = {s, hp, kv, b, kv_table, kv_layer, swa, q, att, true, b->n_tokens >= 4 * di_threadpool_size(tp)};
+  for (size_t u = 0; u < s->n_units && job.by_token; u++) job.by_token = s->units[u].c == 1;
   /* A token whose positions all lie in one tile (decode at short context) has
    * one partial: the merge that finishes it runs right after the tile, by the
    * same thread, with no second pass and no second thread handoff. */
   for (int t = 0; t < b->n_tokens && job.merge_inline; t++)
     job.merge_inline = s->item_off[t + 1] - s->item_off[t] == (size_t)hp->n_head;
   di_threadpool_run(tp, tiles_run, &job);
-  if (!job.merge_inline) di_threadpool_run(tp, merge_run, &job);
+  if (!job.merge_inline && !job.by_token) di_threadpool_run(tp, merge_run, &job);
   return DI_OK;
 }
