@@ -50,6 +50,7 @@ typedef struct attn_job {
   bool swa;
   const float *q;
   float *att;
+  float scale;       /* the score scale, once per layer rather than per group call */
   bool merge_inline; /* every token has one tile: merge each partial where it is made */
   bool by_token;     /* single-token units (decode): threads take whole tokens and merge them */
 } attn_job;
@@ -184,7 +185,6 @@ static void unit_run(const attn_job *a, const attn_unit *u, int kvh) {
   const di_hparams *hp = a->hp;
   const di_batch *b = a->b;
   int H = hp->n_head, HKV = hp->n_head_kv, hd = hp->head_dim, group = H / HKV;
-  float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hd);
   const float *qs[DI_ATTN_MAX_Q];
   di_attn_partial *out[DI_ATTN_MAX_Q];
   int qhi[DI_ATTN_MAX_Q], qidx[DI_ATTN_MAX_Q]; /* qidx: the query's token * H + head */
@@ -205,7 +205,7 @@ static void unit_run(const attn_job *a, const attn_unit *u, int kvh) {
       /* a ragged group's rows end at its last query's position */
       if (n == DI_ATTN_MAX_Q || (i == u->c - 1 && g == group - 1)) {
         di_cpu_attn_tile_group(a->kv, a->kv_layer, blocks, kvh, hd, qs, n, j0, u->ragged ? qhi[n - 1] : j1,
-                               u->ragged ? qhi : NULL, scale, hp->attn_softcap, out);
+                               u->ragged ? qhi : NULL, a->scale, hp->attn_softcap, out);
         if (a->merge_inline)
           for (int q = 0; q < n; q++)
             di_cpu_attn_merge((const di_attn_partial *const *)&out[q], 1, hd, a->att + (size_t)qidx[q] * hd);
@@ -270,7 +270,8 @@ di_code di_attn_run(di_attn_sched *s, di_threadpool *tp, const di_hparams *hp, c
                      s->max_tokens);
   di_code rc = plan(s, hp, b, swa, st);
   if (rc) return rc;
-  attn_job job = {s, hp, kv, b, kv_table, kv_layer, swa, q, att, true, b->n_tokens >= 4 * di_threadpool_size(tp)};
+  float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->head_dim);
+  attn_job job = {s, hp, kv, b, kv_table, kv_layer, swa, q, att, scale, true, b->n_tokens >= 4 * di_threadpool_size(tp)};
   for (size_t u = 0; u < s->n_units && job.by_token; u++) job.by_token = s->units[u].c == 1;
   /* A token whose positions all lie in one tile (decode at short context) has
    * one partial: the merge that finishes it runs right after the tile, by the
