@@ -33,7 +33,11 @@ di_code di_kv_pool_create(di_kv_pool **out, size_t mem_bytes, int block_size, in
   p->elt_bytes = type == DI_KV_F32 ? 4 : 2;
   p->block_bytes = bb;
   p->layer_bytes = bb / (size_t)n_layers;
-  p->base = di_alloc_aligned(bb * n, true);
+  /* Small pages: blocks are first touched inside decode steps, and on these
+   * hosts a THP fault can stall for direct compaction (1 GiB took 0.2-13 s
+   * to fault in with MADV_HUGEPAGE, 0.3 s without); a block is read whole,
+   * so 2 MiB pages buy attention little. */
+  p->base = di_alloc_aligned(bb * n, false);
   p->refcount = calloc(n, sizeof *p->refcount);
   p->free_list = malloc(n * sizeof *p->free_list);
   if (!p->base || !p->refcount || !p->free_list) {
