@@ -291,7 +291,7 @@ AI void amx_consume(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb
  * tiles st) over all nb blocks, in K order. */
 AI void amx_tile16(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb, const int8_t *st,
                    const uint8_t *x, size_t xrow, const float *ds, const float *ss, const int8_t *xs, int64_t nb,
-                   float *Y, int64_t ldy) {
+                   float *Y, int64_t ldy, const uint8_t *pf0, const uint8_t *pf1) {
   _Alignas(64) int32_t c[2][16 * 16];
   amx_acc A;
   AMX_UNROLL for (int i = 0; i < 16; i++) A.s[i] = A.m[i] = _mm512_setzero_ps();
@@ -301,6 +301,11 @@ AI void amx_tile16(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb,
    * loads do not wait on it; the chains still see the steps in K order. */
   AMX_MUL(0, 4, 6, 0);
   for (int64_t k = 0; k < n; k += 2) { /* C tile 0 holds step k on entry */
+    if (pf0)
+      for (size_t o = (size_t)k * gbb; o < (size_t)(k + 2 < n ? k + 2 : n) * gbb; o += 64) {
+        _mm_prefetch((const char *)pf0 + o, _MM_HINT_T0);
+        _mm_prefetch((const char *)pf1 + o, _MM_HINT_T0);
+      }
     if (k + 1 < n) AMX_MUL(2, 5, 7, k + 1);
     _tile_stored(0, c[0], 64);
     if (k > 0) CONSUME(k - 1, c[1]);
@@ -432,7 +437,12 @@ AI void amx_tile16_q6k(const uint8_t *w0, const uint8_t *w1, size_t gbb, const i
  * by themselves. Here pair p + 1 is staged (into the other of two slots)
  * while pair p multiplies. M = 16, N = 1536, K = 576 Q4_1, one core: 58-70 ->
  * 51-58 us from cache, 97-106 -> 82-88 us from memory; 16 SmolLM2 streams
- * 1,366 -> 1,509 tok/s. A software prefetch 1-8 pairs ahead changed nothing. */
+ * 1,366 -> 1,509 tok/s. Staging a pair is more uops than the reorder buffer
+ * holds, so its loads from memory stall the core unless they were issued
+ * earlier: pair p + 1's lines are prefetched inside pair p - 1's block loop,
+ * spread over its steps (70 -> 60 us from memory; Q8_0 N = 49152, the SmolLM2
+ * classifier, 3.1 -> 2.4 ms; 16 streams 1,735-1,863 -> 1,990-2,102 tok/s).
+ * A burst of prefetches at staging time had changed nothing. */
 AI void amx_pipe16(di_dtype t, const uint8_t *w, size_t wrow, int64_t pairs, int64_t nb, int8_t *stage,
                    size_t pair_bytes, const int8_t *xs, size_t xs_bytes, const uint8_t *x, size_t xrow, float *Y,
                    int64_t ldy) {
@@ -447,8 +457,10 @@ AI void amx_pipe16(di_dtype t, const uint8_t *w, size_t wrow, int64_t pairs, int
     }
     if (p > 0) {
       const uint8_t *w0 = w + (size_t)(p - 1) * pb;
+      /* pair p + 1, staged next, is prefetched while pair p - 1 multiplies */
+      const uint8_t *f0 = p + 1 < pairs ? w + (size_t)(p + 1) * pb : NULL, *f1 = f0 ? f0 + DI_PK_G * wrow : NULL;
       amx_tile16(t, w0, w0 + DI_PK_G * wrow, gbb, stage + (size_t)((p - 1) & 1) * pair_bytes, x, xrow, ds, ss, xs,
-                 nb, Y + (p - 1) * 2 * DI_PK_G, ldy);
+                 nb, Y + (p - 1) * 2 * DI_PK_G, ldy, f0, f1);
     }
   }
 }
@@ -513,7 +525,7 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
         float *y = Y + m * ldy + (ga + 2 * p) * DI_PK_G;
         if (t == DI_Q4_K) amx_tile16_q4k(w0, w0 + DI_PK_G * wrow, gbb, sp, x + m * xrow, xrow, xs, nb, y, ldy);
         else if (t == DI_Q6_K) amx_tile16_q6k(w0, w0 + DI_PK_G * wrow, gbb, sp, x + m * xrow, xrow, xs, nb, y, ldy);
-        else amx_tile16(t, w0, w0 + DI_PK_G * wrow, gbb, sp, x + m * xrow, xrow, ds, ss, xs, nb, y, ldy);
+        else amx_tile16(t, w0, w0 + DI_PK_G * wrow, gbb, sp, x + m * xrow, xrow, ds, ss, xs, nb, y, ldy, NULL, NULL);
       }
     }
   }
