@@ -26,6 +26,11 @@ struct di_forward_ctx {
   float *rope_g, *rope_l; /* [T][rope_dim] (cos, sin) pairs per token */
   void *xq;               /* prepared activations */
   size_t xq_bytes;
+  /* xq already holds xq_src's rows in activation format xq_fmt (a row stage
+   * prepared them, see prep_rows), so the next matmul of x = xq_src skips its
+   * own preparation pass and the sync after it */
+  const float *xq_src;
+  int xq_fmt;
   di_attn_sched *attn;
   const float *freq_factors;
   /* Batch split (see split_plan): one single-threaded context per thread. */
@@ -182,8 +187,13 @@ static void matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n,
       t.n++;
       j++;
     } while (j < n && ws[j]->type == t.w[0]->type);
-    if (M >= 8) di_threadpool_run(f->tp, prep_run, &t);
-    else di_cpu_act_prepare(t.w[0]->type, x, M, t.w[0]->ne[0], f->xq);
+    if (f->xq_src == x && di_cpu_act_format(t.w[0]->type) == f->xq_fmt) {
+    } else if (M >= 8) {
+      di_threadpool_run(f->tp, prep_run, &t);
+    } else {
+      di_cpu_act_prepare(t.w[0]->type, x, M, t.w[0]->ne[0], f->xq);
+    }
+    f->xq_src = NULL;
     di_threadpool_run(f->tp, mm_run, &t);
   }
 }
@@ -246,6 +256,7 @@ typedef struct stage_ctx {
   const float *rope;
   void (*fn)(struct stage_ctx *c, int t);
   void (*rows)(struct stage_ctx *c, int t0, int t1); /* par_rows: a thread's tokens at once */
+  const di_layer_weights *next; /* st_ffn_out: the next layer, whose input norm it runs */
 } stage_ctx;
 
 /* Each thread a contiguous range of tokens: kernels that take several rows
@@ -279,7 +290,25 @@ static void norm_rows(stage_ctx *c, const di_tensor *w, int t0, int t1) {
   di_cpu_rms_norm_rows(c->f->x + o, D, w->data, c->f->xn + o, D, t1 - t0, hp->n_embd, hp->rms_eps);
 }
 
-static void st_attn_norm(stage_ctx *c, int t0, int t1) { norm_rows(c, &c->L->attn_norm, t0, t1); }
+/* Rows [t0, t1) of X (K wide) prepared for matmuls of w's type, by the thread
+ * that just wrote them: the matmul's own preparation pass and its sync are
+ * skipped (matmul_n). Per-row quantization: the same bytes either way. */
+static void prep_rows(stage_ctx *c, const di_tensor *w, const float *X, int t0, int t1) {
+  const int64_t K = w->ne[0];
+  size_t rb = di_cpu_act_bytes(w->type, 1, K);
+  if (t1 > t0) di_cpu_act_prepare(w->type, X + (size_t)t0 * K, t1 - t0, K, (uint8_t *)c->f->xq + (size_t)t0 * rb);
+}
+
+/* After the rows stage: matmul_n may use xq as prepared for X and w. */
+static void prep_done(stage_ctx *c, const di_tensor *w, const float *X) {
+  c->f->xq_src = X;
+  c->f->xq_fmt = di_cpu_act_format(w->type);
+}
+
+static void st_attn_norm(stage_ctx *c, int t0, int t1) {
+  norm_rows(c, &c->L->attn_norm, t0, t1);
+  prep_rows(c, &c->L->wq, c->f->xn, t0, t1);
+}
 
 /* bias, QK-norm, RoPE, and K/V into the token's cache slot */
 static void st_qk(stage_ctx *c, int t) {
@@ -323,14 +352,24 @@ static void residual(stage_ctx *c, int t, const di_tensor *post) {
 static void st_attn_out(stage_ctx *c, int t0, int t1) {
   for (int t = t0; t < t1; t++) residual(c, t, &c->L->attn_post_norm);
   norm_rows(c, &c->L->ffn_norm, t0, t1);
+  prep_rows(c, &c->L->w_gate, c->f->xn, t0, t1);
 }
 
-static void st_glu(stage_ctx *c, int t) {
-  size_t o = (size_t)t * c->f->m->hp.n_ff;
-  di_cpu_glu(c->f->gate + o, c->f->up + o, c->f->m->hp.n_ff, c->f->m->hp.act);
+static void st_glu(stage_ctx *c, int t0, int t1) {
+  const size_t F = (size_t)c->f->m->hp.n_ff;
+  for (int t = t0; t < t1; t++) di_cpu_glu(c->f->gate + t * F, c->f->up + t * F, (int)F, c->f->m->hp.act);
+  prep_rows(c, &c->L->w_down, c->f->gate, t0, t1);
 }
 
-static void st_ffn_out(stage_ctx *c, int t) { residual(c, t, &c->L->ffn_post_norm); }
+/* the FFN's residual, then (next: the next layer's weights) that layer's
+ * input norm, so one stage sits between the two layers */
+static void st_ffn_out(stage_ctx *c, int t0, int t1) {
+  for (int t = t0; t < t1; t++) residual(c, t, &c->L->ffn_post_norm);
+  if (!c->next) return;
+  stage_ctx n = *c;
+  n.L = c->next;
+  st_attn_norm(&n, t0, t1);
+}
 
 /* ---- batch split: each thread runs the whole forward for its own sequences ----
  *
@@ -438,10 +477,14 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
     const di_layer_weights *L = &m->layers[il];
     bool swa = di_hparams_layer_is_swa(hp, il);
     kv_loc loc = layer_kv(kv, b, il, swa, n_kind[swa]++);
-    stage_ctx sc = {f, kv, b, L, loc, swa ? f->rope_l : f->rope_g, NULL, NULL};
+    stage_ctx sc = {f, kv, b, L, loc, swa ? f->rope_l : f->rope_g, NULL, NULL,
+                    il + 1 < hp->n_layer ? &m->layers[il + 1] : NULL};
 
-    /* attention block */
-    par_rows(&sc, st_attn_norm);
+    /* attention block (layer 0's input norm; the others' ran in st_ffn_out) */
+    if (il == 0) {
+      par_rows(&sc, st_attn_norm);
+      prep_done(&sc, &L->wq, f->xn);
+    }
     const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};
     float *qkv_y[] = {f->q, f->k, f->v};
     matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
@@ -449,14 +492,17 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
     if ((rc = di_attn_run(f->attn, f->tp, hp, kv, b, loc.table, loc.layer, swa, f->q, f->att, st))) return rc;
     matmul(f, &L->wo, f->att, T, f->tmp);
     par_rows(&sc, st_attn_out); /* residual, then the FFN's input norm */
+    prep_done(&sc, &L->w_gate, f->xn);
 
     /* feed-forward block */
     const di_tensor *gu_w[] = {&L->w_gate, &L->w_up};
     float *gu_y[] = {f->gate, f->up};
     matmul_n(f, gu_w, gu_y, 2, f->xn, T);
-    par_tokens(&sc, st_glu);
+    par_rows(&sc, st_glu);
+    prep_done(&sc, &L->w_down, f->gate);
     matmul(f, &L->w_down, f->gate, T, f->tmp);
-    par_tokens(&sc, st_ffn_out);
+    par_rows(&sc, st_ffn_out);
+    if (sc.next) prep_done(&sc, &sc.next->wq, f->xn);
   }
 
   /* classifier for the tokens that want logits */
