@@ -33,10 +33,11 @@ di_code di_kv_pool_create(di_kv_pool **out, size_t mem_bytes, int block_size, in
   p->elt_bytes = type == DI_KV_F32 ? 4 : 2;
   p->block_bytes = bb;
   p->layer_bytes = bb / (size_t)n_layers;
-  /* Small pages: blocks are first touched inside decode steps, and on these
-   * hosts a THP fault can stall for direct compaction (1 GiB took 0.2-13 s
-   * to fault in with MADV_HUGEPAGE, 0.3 s without); a block is read whole,
-   * so 2 MiB pages buy attention little. */
+  /* Small pages: blocks are first touched inside decode steps. On VMs whose
+   * host takes back free guest memory (this one: no compaction stalls, but
+   * 1 GiB of reclaimed memory faults in at 5-13 s), a 2 MiB fault always
+   * draws such memory, while 4 KiB ones mostly reuse recently freed pages;
+   * a block is read whole, so huge pages buy attention little. */
   p->base = di_alloc_aligned(bb * n, false);
   p->refcount = calloc(n, sizeof *p->refcount);
   p->free_list = malloc(n * sizeof *p->free_list);

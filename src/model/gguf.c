@@ -11,6 +11,7 @@
 
 #include "util/mem.h"
 #include "util/progress.h"
+#include "util/readall.h"
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
 #define GGUF_MAX_PARTS 64
@@ -336,17 +337,11 @@ static di_code load_file(const char *path, bool use_mmap, gguf_part *part, di_st
     close(fd);
     return di_errorf(st, DI_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, size);
   }
-  size_t got = 0;
-  while (got < size) {
-    /* 64 MiB reads keep progress reports flowing for large models */
-    ssize_t r = read(fd, buf + got, size - got > (64u << 20) ? (64u << 20) : size - got);
-    if (r <= 0) {
-      close(fd);
-      di_free_aligned(buf, size);
-      return di_errorf(st, DI_ERR_IO, "%s: read failed at byte %zu", path, got);
-    }
-    got += (size_t)r;
-    if (size > (256u << 20)) di_progress(path, (double)got / (double)size);
+  di_code rc = di_read_all(fd, buf, size, path, st);
+  if (rc) {
+    close(fd);
+    di_free_aligned(buf, size);
+    return rc;
   }
   close(fd);
   *part = (gguf_part){buf, size, false, true};

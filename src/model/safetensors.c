@@ -11,6 +11,7 @@
 
 #include "util/mem.h"
 #include "util/progress.h"
+#include "util/readall.h"
 
 static di_code parse_dtype(const char *s, di_dtype *t, size_t *es) {
   if (!strcmp(s, "F32")) { *t = DI_F32; *es = 4; }
@@ -123,15 +124,10 @@ di_code di_st_open(const char *path, bool use_mmap, di_st_file *f, di_status *st
       close(fd);
       return di_errorf(st, DI_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, f->size);
     }
-    size_t got = 0;
-    while (got < f->size) {
-      ssize_t r = read(fd, f->base + got, f->size - got > (64u << 20) ? (64u << 20) : f->size - got);
-      if (r <= 0) {
-        close(fd);
-        return di_errorf(st, DI_ERR_IO, "%s: read failed at byte %zu", path, got);
-      }
-      got += (size_t)r;
-      if (f->size > (256u << 20)) di_progress(path, (double)got / (double)f->size);
+    di_code rc = di_read_all(fd, f->base, f->size, path, st);
+    if (rc) {
+      close(fd);
+      return rc;
     }
     close(fd);
   }
