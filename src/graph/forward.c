@@ -166,13 +166,18 @@ static void mm_run(void *p, int ith, int nth) {
   }
 }
 
-static void prep_run(void *p, int ith, int nth) {
-  mm_task *t = p;
-  const di_tensor *w = t->w[0];
-  int64_t per = (t->M + nth - 1) / nth, m0 = per * ith, m1 = m0 + per < t->M ? m0 + per : t->M;
+/* Rows [m0, m1) of X prepared into xq for matmuls of w's type (per-row:
+ * the same bytes whichever thread prepares which rows). */
+static void prepare_rows(const di_tensor *w, const float *X, void *xq, int64_t m0, int64_t m1) {
   if (m0 >= m1) return;
   size_t rb = di_cpu_act_bytes(w->type, 1, w->ne[0]);
-  di_cpu_act_prepare(w->type, t->x + m0 * w->ne[0], m1 - m0, w->ne[0], (uint8_t *)t->xq + (size_t)m0 * rb);
+  di_cpu_act_prepare(w->type, X + m0 * w->ne[0], m1 - m0, w->ne[0], (uint8_t *)xq + (size_t)m0 * rb);
+}
+
+static void prep_run(void *p, int ith, int nth) {
+  mm_task *t = p;
+  int64_t per = (t->M + nth - 1) / nth, m0 = per * ith, m1 = m0 + per < t->M ? m0 + per : t->M;
+  prepare_rows(t->w[0], t->x, (void *)t->xq, m0, m1); /* xq is f->xq, writable */
 }
 
 /* y_j[M][w_j.rows] = x[M][cols] * w_j^T for each j; matrices of one dtype
@@ -187,12 +192,9 @@ static void matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n,
       t.n++;
       j++;
     } while (j < n && ws[j]->type == t.w[0]->type);
-    if (f->xq_src == x && di_cpu_act_format(t.w[0]->type) == f->xq_fmt) {
-    } else if (M >= 8) {
-      di_threadpool_run(f->tp, prep_run, &t);
-    } else {
-      di_cpu_act_prepare(t.w[0]->type, x, M, t.w[0]->ne[0], f->xq);
-    }
+    bool ready = f->xq_src == x && di_cpu_act_format(t.w[0]->type) == f->xq_fmt; /* a row stage did it */
+    if (!ready && M >= 8) di_threadpool_run(f->tp, prep_run, &t);
+    else if (!ready) prepare_rows(t.w[0], x, f->xq, 0, M);
     f->xq_src = NULL;
     di_threadpool_run(f->tp, mm_run, &t);
   }
@@ -290,13 +292,10 @@ static void norm_rows(stage_ctx *c, const di_tensor *w, int t0, int t1) {
   di_cpu_rms_norm_rows(c->f->x + o, D, w->data, c->f->xn + o, D, t1 - t0, hp->n_embd, hp->rms_eps);
 }
 
-/* Rows [t0, t1) of X (K wide) prepared for matmuls of w's type, by the thread
- * that just wrote them: the matmul's own preparation pass and its sync are
- * skipped (matmul_n). Per-row quantization: the same bytes either way. */
+/* Rows [t0, t1) of X prepared for matmuls of w's type by the thread that just
+ * wrote them, so matmul_n skips its own preparation pass and the sync after it. */
 static void prep_rows(stage_ctx *c, const di_tensor *w, const float *X, int t0, int t1) {
-  const int64_t K = w->ne[0];
-  size_t rb = di_cpu_act_bytes(w->type, 1, K);
-  if (t1 > t0) di_cpu_act_prepare(w->type, X + (size_t)t0 * K, t1 - t0, K, (uint8_t *)c->f->xq + (size_t)t0 * rb);
+  prepare_rows(w, X, c->f->xq, t0, t1);
 }
 
 /* After the rows stage: matmul_n may use xq as prepared for X and w. */
