@@ -2,6 +2,7 @@
  * path is tested against). */
 #include "backend/cpu/matmul.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -140,8 +141,8 @@ float di_cpu_q32_block_step(di_dtype t, const void *w, const di_act_q8 *x, float
   unpack32(t, w, &b);
   int32_t isum = 0;
   for (int j = 0; j < 32; j++) isum += b.q[j] * x->qs[j];
-  s += b.d * x->d * (float)isum;
-  if (t == DI_Q4_1 || t == DI_Q5_1) s += b.m * x->s;
+  s = fmaf((float)isum, b.d * x->d, s);
+  if (t == DI_Q4_1 || t == DI_Q5_1) s = fmaf(b.m, x->s, s);
   return s;
 }
 
@@ -212,8 +213,8 @@ void di_cpu_qk_block_step(di_dtype t, const void *w, const di_act_q8k *x, float 
     isum += b.sc[g] * gs;
     imin += b.mn[g] * x->bsums[g];
   }
-  *s += x->d * b.d * (float)isum;
-  *sm += -x->d * b.dmin * (float)imin;
+  *s = fmaf((float)isum, x->d * b.d, *s);
+  *sm = fmaf((float)imin, -x->d * b.dmin, *sm);
 }
 
 /* As ggml: (d_a * d_w) * isum into one sum, (-d_a * dmin) * imin into another. */

@@ -47,7 +47,9 @@ void di_cpu_matmul(di_dtype wtype, const void *W, size_t w_row_bytes, const void
  * place): rows interleaved in groups of 8 so that one 32-byte load holds 4
  * consecutive quants of 8 rows, and the SIMD kernel's lanes are output columns.
  * Each output is then one scalar chain over the blocks in K order,
- * s += (d_w*d_a)*isum (then s += m_w*s_a for Q4_1; the K-quants keep their mins
+ * s = fma(isum, d_w*d_a, s) (then s = fma(m_w, s_a, s) for Q4_1: one rounding per
+ * step, and one instruction less per row and block in the SIMD finish, which
+ * bounds the M = 16 AMX path; the K-quants keep their mins
  * in a second chain added at the end, as di_cpu_qk_block_step), whatever M,
  * n0..n1 or the ISA: the AVX2 and scalar kernels give bit-identical results. Rows must be contiguous
  * (stride = row bytes), as GGUF data is. */

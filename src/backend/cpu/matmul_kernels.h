@@ -45,12 +45,12 @@ di_cpu_mmp_fn di_cpu_mmp_neon_i8(di_dtype t);
 di_cpu_mmp_fn di_cpu_mmp_neon_dot(di_dtype t);
 
 /* The scalar reference, shared by both layouts: one 32-element GGUF block of
- * row w against activation block x; returns s + (d_w * d_a) * isum, then
- * + m_w * s_a for Q4_1/Q5_1. An output is the chain over its blocks in K order
+ * row w against activation block x; returns fma(isum, d_w * d_a, s), then
+ * fma(m_w, s_a, .) for Q4_1/Q5_1 (each one rounding). An output is the chain over its blocks in K order
  * from s = 0. */
 float di_cpu_q32_block_step(di_dtype t, const void *w, const di_act_q8 *x, float s);
-/* The same for one 256-element K-quant block: *s += (d_a * d_w) * isum and
- * *sm += (-d_a * dmin) * imin, both integer sums exact; an output is s + sm. */
+/* The same for one 256-element K-quant block: *s = fma(isum, d_a * d_w, *s) and
+ * *sm = fma(imin, -d_a * dmin, *sm), both integer sums exact; an output is s + sm. */
 void di_cpu_qk_block_step(di_dtype t, const void *w, const di_act_q8k *x, float *s, float *sm);
 void di_cpu_mmp_scalar(di_dtype t, const void *W, size_t wrow, int64_t N, const void *x, size_t xrow, int64_t M,
                        int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);

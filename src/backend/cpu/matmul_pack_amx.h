@@ -28,7 +28,7 @@
  *    block right before its tileloadd made the load wait for the stores to
  *    reach L1 and held the whole path to the VNNI kernel's speed.
  *  - Two C tiles alternate: block b+1 multiplies while block b's sums are
- *    stored and finished, so the finish (16 rows x cvt, 2 mul, add per block),
+ *    stored and finished, so the finish (16 rows x cvt, mul, fma per block),
  *    which bounds this path, overlaps the tile unit.
  *  - Q4_0/Q4_1/Q5_0/Q8_0: each 16-row chunk's quants are copied once per call
  *    into contiguous A tiles, with its scales block-major (amx_rows). Tile
@@ -266,8 +266,8 @@ AI void amx_q4k_finish(const uint8_t *gp0, const uint8_t *gp1, const uint8_t *x,
     imin = _mm512_add_epi32(imin, _mm512_madd_epi16(A->mn[3], _mm512_set1_epi32(_mm_extract_epi32(b32, 3))));
     __m512 da = _mm512_set1_ps(a->d); /* -d by flipping the sign bit, as q4k_finish (no AVX512DQ xor_ps) */
     __m512 nda = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(da), _mm512_set1_epi32((int)0x80000000u)));
-    A->s[i] = _mm512_add_ps(A->s[i], _mm512_mul_ps(cvt16(A->isum[i]), _mm512_mul_ps(dw, da)));
-    A->m[i] = _mm512_add_ps(A->m[i], _mm512_mul_ps(cvt16(imin), _mm512_mul_ps(dmw, nda)));
+    A->s[i] = _mm512_fmadd_ps(cvt16(A->isum[i]), _mm512_mul_ps(dw, da), A->s[i]);
+    A->m[i] = _mm512_fmadd_ps(cvt16(imin), _mm512_mul_ps(dmw, nda), A->m[i]);
   }
 }
 
@@ -423,7 +423,7 @@ AI void amx_tile16_q6k(const uint8_t *w0, const uint8_t *w1, size_t gbb, const i
       for (int j = 2; j >= 0; j--)
         v = _mm512_add_epi32(_mm512_load_si512(c[j] + 16 * i), _mm512_add_epi32(v, _mm512_slli_epi32(v, 2)));
       const di_act_q8k *a = (const di_act_q8k *)(x + (size_t)i * xrow) + b;
-      acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(cvt16(v), _mm512_mul_ps(dw, _mm512_set1_ps(a->d))));
+      acc[i] = _mm512_fmadd_ps(cvt16(v), _mm512_mul_ps(dw, _mm512_set1_ps(a->d)), acc[i]);
     }
   }
   /* + 0, as the K-quants' s + m (Q6_K has no mins) */

@@ -13,7 +13,7 @@
  *     int16 pairs could overflow).
  * Then in float, lane by lane and in K order, exactly as the scalar reference
  * (q32_finish in matmul_pack_x86.h, shared with the AVX-512 kernels):
- *   acc += cvt(isum) * (d_w * d_a); acc += m_w * s_a (Q4_1); Y = acc.
+ *   acc = fma(cvt(isum), d_w * d_a, acc); acc = fma(m_w, s_a, acc) (Q4_1); Y = acc.
  * (One chain, not a second one for the mins: 4 more registers for 4-row tiles.)
  * So Y[m][n] is the same bits for any M, n0..n1, tile shape, thread count or
  * ISA level. */

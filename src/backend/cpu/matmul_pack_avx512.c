@@ -230,12 +230,12 @@ AI void q32_finish16(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1,
   __m512 dw = join_ph(gp0, gp1);
   _Pragma("GCC unroll 16") for (int i = 0; i < MT; i++) {
     __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d[i * stride]));
-    acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(cvt16(isum[i]), dd));
+    acc[i] = _mm512_fmadd_ps(cvt16(isum[i]), dd, acc[i]);
   }
   if (t == DI_Q4_1) {
     __m512 mw = join_ph(gp0 + 16, gp1 + 16);
     _Pragma("GCC unroll 16") for (int i = 0; i < MT; i++)
-      acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(mw, _mm512_set1_ps(s[i * stride])));
+      acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(s[i * stride]), acc[i]);
   }
 }
 

@@ -17,10 +17,11 @@
  *
  * Then in float, lane by lane and in K order, exactly the operations of
  * di_cpu_q32_block_step / di_cpu_qk_block_step (this file is built with
- * -ffp-contract=off, so a multiply and an add stay two roundings):
- *   Q4_0/Q8_0: s += cvt(isum) * (d_w * d_a); Q4_1 then s += m_w * s_a;
- *   Q4_K: s += cvt(isum) * (d_w * d_a), m += cvt(imin) * (dmin_w * -d_a); Y = s + m;
- *   Q6_K: s += cvt(isum) * (d_w * d_a); Y = s + m with m = +0 (as the scalar sm).
+ * -ffp-contract=off, so only the written fused multiply-adds fuse; fma(a, b, c)
+ * is a * b + c rounded once):
+ *   Q4_0/Q8_0: s = fma(cvt(isum), d_w * d_a, s); Q4_1 then s = fma(m_w, s_a, s);
+ *   Q4_K: s = fma(cvt(isum), d_w * d_a, s), m = fma(cvt(imin), dmin_w * -d_a, m); Y = s + m;
+ *   Q6_K: s = fma(cvt(isum), d_w * d_a, s); Y = s + m with m = +0 (as the scalar sm).
  * So Y[m][n] has the same bits as the scalar reference and the AVX2 kernels
  * for any M, column range, tile shape or thread count.
  *
@@ -140,10 +141,10 @@ AI f32x8 head8(const uint8_t *p) {
   return (f32x8){vcvt_f32_f16(vget_low_f16(h)), vcvt_high_f32_f16(h)};
 }
 
-/* acc += cvt(isum) * (w * a): the scalar steps' s += (d_w * d_a) * isum (products commute exactly). */
+/* acc = fma(cvt(isum), w * a, acc): the scalar steps' s = fma(isum, d_w * d_a, s) (products commute exactly). */
 AI void chain_add(f32x8 *acc, i32x8 isum, f32x8 w, float a) {
-  acc->lo = vaddq_f32(acc->lo, vmulq_f32(vcvtq_f32_s32(isum.c[0]), vmulq_n_f32(w.lo, a)));
-  acc->hi = vaddq_f32(acc->hi, vmulq_f32(vcvtq_f32_s32(isum.c[1]), vmulq_n_f32(w.hi, a)));
+  acc->lo = vfmaq_f32(acc->lo, vcvtq_f32_s32(isum.c[0]), vmulq_n_f32(w.lo, a));
+  acc->hi = vfmaq_f32(acc->hi, vcvtq_f32_s32(isum.c[1]), vmulq_n_f32(w.hi, a));
 }
 
 /* K-quants: s + sm as the scalar chain (Q6_K's m stays +0, as its sm). */
@@ -213,8 +214,8 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
   if (t == DI_Q4_1) {
     f32x8 mw = head8(gp + 16);
     UNROLL for (int i = 0; i < MT; i++) {
-      acc[i].s.lo = vaddq_f32(acc[i].s.lo, vmulq_n_f32(mw.lo, a[i]->s));
-      acc[i].s.hi = vaddq_f32(acc[i].s.hi, vmulq_n_f32(mw.hi, a[i]->s));
+      acc[i].s.lo = vfmaq_n_f32(acc[i].s.lo, mw.lo, a[i]->s);
+      acc[i].s.hi = vfmaq_n_f32(acc[i].s.hi, mw.hi, a[i]->s);
     }
   }
 }

@@ -28,18 +28,18 @@ AI void pk_store(di_dtype t, const pk_acc *acc, float *y) {
 
 /* Q4_0/Q4_1/Q8_0, after the integer part: isum[i] holds sum(q_w * a) + bias *
  * sum(a) per column (the bias of the form the kernel fed the quants in), then
- * acc += cvt(isum) * (d_w * d_a); acc += m_w * s_a (Q4_1), lane by lane. */
+ * acc = fma(cvt(isum), d_w * d_a, acc); acc = fma(m_w, s_a, acc) (Q4_1), lane by lane. */
 AI void q32_finish(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const *a, __m256i *isum, int bias,
                    pk_acc *acc) {
   __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
   UNROLL for (int i = 0; i < MT; i++) {
     __m256i is = bias ? _mm256_sub_epi32(isum[i], _mm256_set1_epi32(bias * a[i]->sum)) : isum[i];
     __m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ss(&a[i]->d));
-    acc[i].s = _mm256_add_ps(acc[i].s, _mm256_mul_ps(_mm256_cvtepi32_ps(is), dd));
+    acc[i].s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dd, acc[i].s);
   }
   if (t == DI_Q4_1) {
     __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + 16)));
-    UNROLL for (int i = 0; i < MT; i++) acc[i].s = _mm256_add_ps(acc[i].s, _mm256_mul_ps(mw, _mm256_broadcast_ss(&a[i]->s)));
+    UNROLL for (int i = 0; i < MT; i++) acc[i].s = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(&a[i]->s), acc[i].s);
   }
 }
 
@@ -79,7 +79,7 @@ AI __m256i q4k_scale(const q4k_sc *d, int s) { return _mm256_shuffle_epi8(d->sc[
 
 /* One Q4_K super-block's finish, in the order of di_cpu_qk_block_step: isum[i] =
  * sum_s sc_s * dot_s (exact), imin = sum_s m_s * (sum of x over s), exact in
- * int32 lanes; s += (d_w * d_a) * isum, m += (dmin_w * -d_a) * imin. */
+ * int32 lanes; s = fma(isum, d_w * d_a, s), m = fma(imin, dmin_w * -d_a, m). */
 AI void q4k_finish(int MT, const uint8_t *gp, const di_act_q8k *const *a, const q4k_sc *d, const __m256i *isum,
                    pk_acc *acc) {
   __m256i mn[4] = {_mm256_shuffle_epi8(d->mn[0], sc_ctl(0, 1, false)), _mm256_shuffle_epi8(d->mn[0], sc_ctl(2, 3, false)),
@@ -95,15 +95,15 @@ AI void q4k_finish(int MT, const uint8_t *gp, const di_act_q8k *const *a, const 
     imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn[2], _mm256_broadcastd_epi32(_mm_shuffle_epi32(b32, 0xaa))));
     imin = _mm256_add_epi32(imin, _mm256_madd_epi16(mn[3], _mm256_broadcastd_epi32(_mm_shuffle_epi32(b32, 0xff))));
     __m256 da = _mm256_broadcast_ss(&a[i]->d);
-    acc[i].s = _mm256_add_ps(acc[i].s, _mm256_mul_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(dw, da)));
-    acc[i].m = _mm256_add_ps(acc[i].m, _mm256_mul_ps(_mm256_cvtepi32_ps(imin),
-                                                     _mm256_mul_ps(dmw, _mm256_xor_ps(da, _mm256_set1_ps(-0.0f)))));
+    acc[i].s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[i]), _mm256_mul_ps(dw, da), acc[i].s);
+    acc[i].m = _mm256_fmadd_ps(_mm256_cvtepi32_ps(imin), _mm256_mul_ps(dmw, _mm256_xor_ps(da, _mm256_set1_ps(-0.0f))),
+                               acc[i].m);
   }
 }
 
 /* One Q6_K super-block's finish, in the order of di_cpu_qk_block_step: isum[i]
  * = sum_g sc_g * dot_g(q) on the 0..63 quants; the -32 offset comes off as
- * 32 * sum_g sc_g * bsums_g (a madd per group pair), then s += (d_w * d_a) * isum. */
+ * 32 * sum_g sc_g * bsums_g (a madd per group pair), then s = fma(isum, d_w * d_a, s). */
 AI void q6k_finish(int MT, const uint8_t *gp, const di_act_q8k *const *a, __m256i *isum, pk_acc *acc) {
   const uint8_t *q = gp + 16;
   __m256i corr[8]; /* MT <= 8 (matmul_pack_tiles.h, PK_MT_CAP) */
@@ -119,7 +119,7 @@ AI void q6k_finish(int MT, const uint8_t *gp, const di_act_q8k *const *a, __m256
   __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
   UNROLL for (int i = 0; i < MT; i++) {
     __m256i is = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(corr[i], 5));
-    acc[i].s = _mm256_add_ps(acc[i].s, _mm256_mul_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, _mm256_broadcast_ss(&a[i]->d))));
+    acc[i].s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, _mm256_broadcast_ss(&a[i]->d)), acc[i].s);
   }
 }
 
