@@ -224,11 +224,20 @@ AI const uint8_t *amx_a(di_dtype t, const uint8_t *x, int64_t k) {
 /* Activation bytes per row of a step's A tile. */
 AI size_t amx_a_bytes(di_dtype t) { return (size_t)amx_quads(t) * 4; }
 
+/* Q4_K's finish inputs of one row and super-block: its 32-element sums as
+ * int16 pairs (sub-blocks 2j, 2j+1 in pair[j], as q4k_finish's hadd forms
+ * them) and d, -d, so the finish broadcasts them straight from memory. */
+typedef struct {
+  int32_t pair[4];
+  float d, nd, pad[2];
+} amx_q4k_row;
+
 /* A 16-row chunk, made once per call: every step's A tile contiguous (step k
- * at xs + 16 k amx_a_bytes, row stride amx_a_bytes) and, for Q4_0/Q4_1/Q5_0/
- * Q8_0, the rows' d and s block-major (ds[16 b + i] is row i's), so the tile
- * loads and the finish stream contiguous memory instead of 16 rows a row
- * stride apart. */
+ * at xs + 16 k amx_a_bytes, row stride amx_a_bytes) and, block-major, for
+ * Q4_0/Q4_1/Q5_0/Q8_0 the rows' d and s (ds[16 b + i] is row i's), for Q4_K
+ * their amx_q4k_row (kr[16 b + i]), so the tile loads and the finish stream
+ * contiguous memory instead of 16 rows a row stride apart (Q4_K: and its
+ * finish lost the per-row hadd and extracts, ~10 of ~27 vector uops). */
 AI void amx_rows(di_dtype t, const uint8_t *x, size_t xrow, int64_t nb, float *ds, float *ss, int8_t *xs) {
   const int64_t n = nb * amx_steps(t);
   const size_t ab = amx_a_bytes(t);
@@ -240,7 +249,20 @@ AI void amx_rows(di_dtype t, const uint8_t *x, size_t xrow, int64_t nb, float *d
         const di_act_q8 *a = (const di_act_q8 *)xi + b;
         ds[16 * b + i] = a->d, ss[16 * b + i] = a->s;
       }
+    else if (t == DI_Q4_K)
+      for (int64_t b = 0; b < nb; b++) {
+        const di_act_q8k *a = (const di_act_q8k *)xi + b;
+        amx_q4k_row *r = (amx_q4k_row *)ds + 16 * b + i;
+        for (int j = 0; j < 4; j++)
+          r->pair[j] = (int32_t)((uint32_t)(uint16_t)(a->bsums[4 * j] + a->bsums[4 * j + 1]) |
+                                 (uint32_t)(uint16_t)(a->bsums[4 * j + 2] + a->bsums[4 * j + 3]) << 16);
+        r->d = a->d, r->nd = -a->d;
+      }
   }
+}
+/* Bytes amx_rows writes after the A tiles, per super-block or block. */
+AI size_t amx_rows_extra(di_dtype t) {
+  return t == DI_Q4_K ? 16 * sizeof(amx_q4k_row) : di_pk_kquant(t) ? 0 : 2 * 16 * sizeof(float);
 }
 
 /* 16 rows' float chains (m: Q4_K's mins chain) and Q4_K's super-block state:
@@ -252,22 +274,18 @@ typedef struct {
 } amx_acc;
 
 
-/* q4k_finish, 16 lanes (the two groups) at a time: same integers, same float operations. */
-AI void amx_q4k_finish(const uint8_t *gp0, const uint8_t *gp1, const uint8_t *x, size_t xrow, int64_t b,
-                       amx_acc *A) {
+/* q4k_finish, 16 lanes (the two groups) at a time: same integers, same float
+ * operations (kr: super-block b's amx_q4k_row of the 16 rows). */
+AI void amx_q4k_finish(const uint8_t *gp0, const uint8_t *gp1, const amx_q4k_row *kr, amx_acc *A) {
   __m512 dw = join_ph(gp0, gp1), dmw = join_ph(gp0 + 16, gp1 + 16);
   for (int i = 0; i < 16; i++) {
-    const di_act_q8k *a = (const di_act_q8k *)(x + (size_t)i * xrow) + b;
-    __m256i bs = _mm256_loadu_si256((const __m256i *)a->bsums);
-    __m128i b32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-    __m512i imin = _mm512_madd_epi16(A->mn[0], _mm512_set1_epi32(_mm_extract_epi32(b32, 0)));
-    imin = _mm512_add_epi32(imin, _mm512_madd_epi16(A->mn[1], _mm512_set1_epi32(_mm_extract_epi32(b32, 1))));
-    imin = _mm512_add_epi32(imin, _mm512_madd_epi16(A->mn[2], _mm512_set1_epi32(_mm_extract_epi32(b32, 2))));
-    imin = _mm512_add_epi32(imin, _mm512_madd_epi16(A->mn[3], _mm512_set1_epi32(_mm_extract_epi32(b32, 3))));
-    __m512 da = _mm512_set1_ps(a->d); /* -d by flipping the sign bit, as q4k_finish (no AVX512DQ xor_ps) */
-    __m512 nda = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(da), _mm512_set1_epi32((int)0x80000000u)));
-    A->s[i] = _mm512_fmadd_ps(cvt16(A->isum[i]), _mm512_mul_ps(dw, da), A->s[i]);
-    A->m[i] = _mm512_fmadd_ps(cvt16(imin), _mm512_mul_ps(dmw, nda), A->m[i]);
+    const amx_q4k_row *r = kr + i;
+    __m512i imin = _mm512_madd_epi16(A->mn[0], _mm512_set1_epi32(r->pair[0]));
+    imin = _mm512_add_epi32(imin, _mm512_madd_epi16(A->mn[1], _mm512_set1_epi32(r->pair[1])));
+    imin = _mm512_add_epi32(imin, _mm512_madd_epi16(A->mn[2], _mm512_set1_epi32(r->pair[2])));
+    imin = _mm512_add_epi32(imin, _mm512_madd_epi16(A->mn[3], _mm512_set1_epi32(r->pair[3])));
+    A->s[i] = _mm512_fmadd_ps(cvt16(A->isum[i]), _mm512_mul_ps(dw, _mm512_set1_ps(r->d)), A->s[i]);
+    A->m[i] = _mm512_fmadd_ps(cvt16(imin), _mm512_mul_ps(dmw, _mm512_set1_ps(r->nd)), A->m[i]);
   }
 }
 
@@ -339,8 +357,8 @@ AI void amx_tile16(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb,
   } while (0)
 
 /* Super-block b's sums (L in cl, H in ch) into the chains: q4k_finish's operations. */
-AI void amx_q4k_super(const uint8_t *gp0, const uint8_t *gp1, const uint8_t *x, size_t xrow, int64_t b,
-                      const int32_t *cl, const int32_t *ch, amx_acc *A) {
+AI void amx_q4k_super(const uint8_t *gp0, const uint8_t *gp1, const amx_q4k_row *kr, const int32_t *cl,
+                      const int32_t *ch, amx_acc *A) {
   const q4k_sc d0 = q4k_decode(gp0), d1 = q4k_decode(gp1);
   for (int j = 0; j < 4; j++) {
     __m256i ctl = sc_ctl(2 * (j % 2), 2 * (j % 2) + 1, false);
@@ -348,15 +366,15 @@ AI void amx_q4k_super(const uint8_t *gp0, const uint8_t *gp1, const uint8_t *x, 
   }
   AMX_UNROLL for (int i = 0; i < 16; i++)
     A->isum[i] = _mm512_add_epi32(_mm512_load_si512(cl + 16 * i), _mm512_slli_epi32(_mm512_load_si512(ch + 16 * i), 3));
-  amx_q4k_finish(gp0, gp1, x, xrow, b, A);
+  amx_q4k_finish(gp0, gp1, kr, A);
 }
 
-AI void amx_tile16_q4k(const uint8_t *w0, const uint8_t *w1, size_t gbb, const int8_t *st, const uint8_t *x,
-                       size_t xrow, const int8_t *xs, int64_t nb, float *Y, int64_t ldy) {
+AI void amx_tile16_q4k(const uint8_t *w0, const uint8_t *w1, size_t gbb, const int8_t *st, const amx_q4k_row *kr,
+                       const int8_t *xs, int64_t nb, float *Y, int64_t ldy) {
   _Alignas(64) int32_t c[2][2][16 * 16];
   amx_acc A;
   AMX_UNROLL for (int i = 0; i < 16; i++) A.s[i] = A.m[i] = _mm512_setzero_ps();
-#define SUPER(b, cb) amx_q4k_super(w0 + (size_t)(b) * gbb, w1 + (size_t)(b) * gbb, x, xrow, (b), (cb)[0], (cb)[1], &A)
+#define SUPER(b, cb) amx_q4k_super(w0 + (size_t)(b) * gbb, w1 + (size_t)(b) * gbb, kr + 16 * (b), (cb)[0], (cb)[1], &A)
   /* as amx_tile16: a super-block's sums are read back one multiply after their store */
   AMX_Q4K_MUL(0, 1, 0);
   for (int64_t b = 0; b < nb; b += 2) { /* C tiles 0, 1 hold super-block b on entry */
@@ -478,7 +496,7 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
   const bool q32 = !di_pk_kquant(t);
   /* every 16-row chunk's amx_rows, made once per call */
   const size_t xs_bytes = (size_t)nb * amx_steps(t) * 16 * amx_a_bytes(t);
-  const size_t chunk_bytes = xs_bytes + (q32 ? (size_t)nb * 2 * 16 * sizeof(float) : 0);
+  const size_t chunk_bytes = xs_bytes + (size_t)nb * amx_rows_extra(t);
   /* Q6_K stages four digit tiles per step: for one row chunk that staging
    * outweighs the tile work and the VNNI kernel is faster (M = 16: VNNI 205,
    * AMX 150 GOP/s; M = 32: AMX 246, VNNI 202; M = 64: AMX 350, the old
@@ -523,7 +541,7 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
         const uint8_t *w0 = w + (size_t)(ga + 2 * p) * DI_PK_G * wrow;
         const int8_t *sp = stage + (size_t)(p - p0) * pair_bytes;
         float *y = Y + m * ldy + (ga + 2 * p) * DI_PK_G;
-        if (t == DI_Q4_K) amx_tile16_q4k(w0, w0 + DI_PK_G * wrow, gbb, sp, x + m * xrow, xrow, xs, nb, y, ldy);
+        if (t == DI_Q4_K) amx_tile16_q4k(w0, w0 + DI_PK_G * wrow, gbb, sp, (const amx_q4k_row *)ds, xs, nb, y, ldy);
         else if (t == DI_Q6_K) amx_tile16_q6k(w0, w0 + DI_PK_G * wrow, gbb, sp, x + m * xrow, xrow, xs, nb, y, ldy);
         else amx_tile16(t, w0, w0 + DI_PK_G * wrow, gbb, sp, x + m * xrow, xrow, ds, ss, xs, nb, y, ldy, NULL, NULL);
       }
