@@ -259,6 +259,10 @@ typedef struct stage_ctx {
   void (*fn)(struct stage_ctx *c, int t);
   void (*rows)(struct stage_ctx *c, int t0, int t1); /* par_rows: a thread's tokens at once */
   const di_layer_weights *next; /* st_ffn_out: the next layer, whose input norm it runs */
+  /* par_rows_prep: the matmul after the stage (prep_w, on prep_x), whose
+   * activation rows the stage prepares as it finishes them */
+  const di_tensor *prep_w;
+  const float *prep_x;
 } stage_ctx;
 
 /* Each thread a contiguous range of tokens: kernels that take several rows
@@ -292,21 +296,26 @@ static void norm_rows(stage_ctx *c, const di_tensor *w, int t0, int t1) {
   di_cpu_rms_norm_rows(c->f->x + o, D, w->data, c->f->xn + o, D, t1 - t0, hp->n_embd, hp->rms_eps);
 }
 
-/* Rows [t0, t1) of X prepared for matmuls of w's type by the thread that just
+/* Rows [t0, t1) of the next matmul's input prepared by the thread that just
  * wrote them, so matmul_n skips its own preparation pass and the sync after it. */
-static void prep_rows(stage_ctx *c, const di_tensor *w, const float *X, int t0, int t1) {
-  prepare_rows(w, X, c->f->xq, t0, t1);
+static void prep_rows(stage_ctx *c, int t0, int t1) {
+  if (c->prep_w) prepare_rows(c->prep_w, c->prep_x, c->f->xq, t0, t1);
 }
 
-/* After the rows stage: matmul_n may use xq as prepared for X and w. */
-static void prep_done(stage_ctx *c, const di_tensor *w, const float *X) {
+/* A row stage whose last step is prep_rows for w on X (w NULL: none); after
+ * it, matmul_n may use xq as prepared. One place names the matmul for both. */
+static void par_rows_prep(stage_ctx *c, void (*rows)(stage_ctx *, int, int), const di_tensor *w, const float *X) {
+  c->prep_w = w, c->prep_x = X;
+  par_rows(c, rows);
+  c->prep_w = NULL;
+  if (!w) return;
   c->f->xq_src = X;
   c->f->xq_fmt = di_cpu_act_format(w->type);
 }
 
 static void st_attn_norm(stage_ctx *c, int t0, int t1) {
   norm_rows(c, &c->L->attn_norm, t0, t1);
-  prep_rows(c, &c->L->wq, c->f->xn, t0, t1);
+  prep_rows(c, t0, t1);
 }
 
 /* bias, QK-norm, RoPE, and K/V into the token's cache slot */
@@ -351,13 +360,13 @@ static void residual(stage_ctx *c, int t, const di_tensor *post) {
 static void st_attn_out(stage_ctx *c, int t0, int t1) {
   for (int t = t0; t < t1; t++) residual(c, t, &c->L->attn_post_norm);
   norm_rows(c, &c->L->ffn_norm, t0, t1);
-  prep_rows(c, &c->L->w_gate, c->f->xn, t0, t1);
+  prep_rows(c, t0, t1);
 }
 
 static void st_glu(stage_ctx *c, int t0, int t1) {
   const size_t F = (size_t)c->f->m->hp.n_ff;
   for (int t = t0; t < t1; t++) di_cpu_glu(c->f->gate + t * F, c->f->up + t * F, (int)F, c->f->m->hp.act);
-  prep_rows(c, &c->L->w_down, c->f->gate, t0, t1);
+  prep_rows(c, t0, t1);
 }
 
 /* the FFN's residual, then (next: the next layer's weights) that layer's
@@ -476,32 +485,26 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
     const di_layer_weights *L = &m->layers[il];
     bool swa = di_hparams_layer_is_swa(hp, il);
     kv_loc loc = layer_kv(kv, b, il, swa, n_kind[swa]++);
-    stage_ctx sc = {f, kv, b, L, loc, swa ? f->rope_l : f->rope_g, NULL, NULL,
-                    il + 1 < hp->n_layer ? &m->layers[il + 1] : NULL};
+    stage_ctx sc = {.f = f, .kv = kv, .b = b, .L = L, .loc = loc, .rope = swa ? f->rope_l : f->rope_g,
+                    .next = il + 1 < hp->n_layer ? &m->layers[il + 1] : NULL};
 
     /* attention block (layer 0's input norm; the others' ran in st_ffn_out) */
-    if (il == 0) {
-      par_rows(&sc, st_attn_norm);
-      prep_done(&sc, &L->wq, f->xn);
-    }
+    if (il == 0) par_rows_prep(&sc, st_attn_norm, &L->wq, f->xn);
     const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};
     float *qkv_y[] = {f->q, f->k, f->v};
     matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
     par_tokens(&sc, st_qk);
     if ((rc = di_attn_run(f->attn, f->tp, hp, kv, b, loc.table, loc.layer, swa, f->q, f->att, st))) return rc;
     matmul(f, &L->wo, f->att, T, f->tmp);
-    par_rows(&sc, st_attn_out); /* residual, then the FFN's input norm */
-    prep_done(&sc, &L->w_gate, f->xn);
+    par_rows_prep(&sc, st_attn_out, &L->w_gate, f->xn); /* residual, then the FFN's input norm */
 
     /* feed-forward block */
     const di_tensor *gu_w[] = {&L->w_gate, &L->w_up};
     float *gu_y[] = {f->gate, f->up};
     matmul_n(f, gu_w, gu_y, 2, f->xn, T);
-    par_rows(&sc, st_glu);
-    prep_done(&sc, &L->w_down, f->gate);
+    par_rows_prep(&sc, st_glu, &L->w_down, f->gate);
     matmul(f, &L->w_down, f->gate, T, f->tmp);
-    par_rows(&sc, st_ffn_out);
-    if (sc.next) prep_done(&sc, &sc.next->wq, f->xn);
+    par_rows_prep(&sc, st_ffn_out, sc.next ? &sc.next->wq : NULL, f->xn);
   }
 
   /* classifier for the tokens that want logits */
