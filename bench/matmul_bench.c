@@ -158,6 +158,21 @@ static void fill_weights(di_dtype t, uint8_t *w, int64_t N, int64_t K, uint64_t 
   free(x);
 }
 
+/* Best time per copy of one pass of j over every weight copy, as a decode
+ * step streams each layer once (reps <= 64). */
+static double streamed(job *j, const uint8_t *W, size_t mat, size_t copies, int reps, int threads) {
+  double tv[64];
+  for (int r = 0; r < reps; r++) {
+    double t0 = now();
+    for (size_t c = 0; c < copies; c++) {
+      j->W = W + c * mat;
+      run_parallel(j, threads);
+    }
+    tv[r] = (now() - t0) / (double)copies;
+  }
+  return best(tv, reps);
+}
+
 typedef struct { const char *name; di_dtype t; } tname;
 static const tname types[] = {{"f32", DI_F32},   {"f16", DI_F16},   {"bf16", DI_BF16},
                               {"q8_0", DI_Q8_0}, {"q4_0", DI_Q4_0}, {"q4_1", DI_Q4_1},
@@ -219,17 +234,8 @@ int main(int argc, char **argv) {
     void *xq = aligned_alloc(64, (di_cpu_act_bytes(t, MP, K) + 63) / 64 * 64);
     di_cpu_act_prepare(t, X, MP, K, xq);
     /* GEMV: one pass over every copy, as decode streams every layer once */
-    double tv[64];
     job j = {.kind = 1, .t = t, .wrow = rb, .xq = xq, .M = 1, .K = K, .N = N, .Y = Y, .packed = packed};
-    for (int r = 0; r < reps; r++) {
-      double t0 = now();
-      for (size_t c = 0; c < copies; c++) {
-        j.W = W + c * mat;
-        run_parallel(&j, threads);
-      }
-      tv[r] = (now() - t0) / (double)copies;
-    }
-    double gemv = best(tv, reps), gbs = (double)mat / gemv / 1e9;
+    double gemv = streamed(&j, W, mat, copies, reps, threads), gbs = (double)mat / gemv / 1e9;
     /* GEMM: the activations and one weight copy (prefill reuses each weight block MP times) */
     j.M = MP;
     j.W = W;
@@ -250,15 +256,7 @@ int main(int argc, char **argv) {
     double g16 = best(tg, reps < 16 ? reps : 16);
     /* batched decode as a step runs it: 16 rows against every copy once, the
      * weights streamed from memory (where prefetching the next panel counts) */
-    for (int r = 0; r < reps; r++) {
-      double t0 = now();
-      for (size_t c = 0; c < copies; c++) {
-        j.W = W + c * mat;
-        run_parallel(&j, threads);
-      }
-      tv[r] = (now() - t0) / (double)copies;
-    }
-    double s16 = best(tv, reps);
+    double s16 = streamed(&j, W, mat, copies, reps, threads);
     double gops = 2.0 * (double)MP * (double)N * (double)K / gemm / 1e9;
     double peak = t == DI_F32 || t == DI_F16 || t == DI_BF16 ? pk.f32_gflops : pk.int8_gops;
     printf("%-5s %10.1f %7.0f%% %8.0f %11.1f %5.0f%% %11.1f %13.1f\n", types[ti].name, gbs, 100 * gbs / bw, gemv * 1e6,
