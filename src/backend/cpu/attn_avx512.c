@@ -2,10 +2,14 @@
  * query heads of one KV head, of one or several tokens; compiled with
  * -mavx512f, called where the ISA level is AVX-512). Every query's result has
  * the bits of its own AVX2 tile (attn_avx2.c):
- *  - scores: query pairs side by side in one zmm (lanes 0-7 query p, 8-15
- *    query p + P), each lane summing the same products in the same order as
- *    the AVX2 tile's ymm lane (the K row's 8 values broadcast to both halves);
- *    the 8 partials of each (row, query) are then added in hsum8's tree;
+ *  - scores (8 to 16 queries): the queries' elements transposed across the
+ *    lanes, so lane L's 8 partials of a K row are 8 registers, each summing
+ *    the products the AVX2 tile's ymm lane i sums, in the same order, and
+ *    hsum8's tree is 7 vertical adds (3 rows per pass: 24 accumulators, one
+ *    query load per 3 FMAs, the K element an embedded broadcast). The pair
+ *    layout this replaced (two queries per zmm, a 15-shuffle tree per row)
+ *    is kept for decode groups of 2-8 queries (tile_few), where a 16-lane
+ *    pass would be mostly empty;
  *  - the scores are laid out with the queries across the lanes (one zmm per
  *    K row), so the softmax (max, exp, and the weight sum l in position
  *    order) runs 16 queries per instruction, with no serial scalar chain;
@@ -18,7 +22,7 @@
 
 #include "backend/cpu/attn_x86.h"
 
-#define QMAX 16 /* queries per pass: 8 pairs */
+#define QMAX 16 /* queries per pass, one per lane */
 
 /* The 8 floats at p broadcast to both halves (one load, no shuffle). */
 AI __m512 bcast8f(const float *p) { return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd((const double *)p))); }
@@ -117,23 +121,57 @@ static void v_pass(di_kv_type t, int nv, const float *const *wp, int ws, const i
   }
 }
 
-/* The scores of rows [0, n) for pairs [0, P) into w (row j at w + 16 j), two rows
- * at a time (a third row would need 24 accumulators). */
-AI void scores(int P, const __m512 (*qp)[8], const float *const *k, int n, int C, float scale, float *w) {
-  const __m512 vscale = _mm512_set1_ps(scale);
-  for (int j = 0; j < n; j += 2) {
-    const float *k0 = k[j], *k1 = k[j + 1 < n ? j + 1 : j];
-    __m512 a0[8], a1[8];
-    UNROLL for (int p = 0; p < 8; p++) a0[p] = a1[p] = _mm512_setzero_ps();
-    for (int c = 0; c < C; c++) {
-      const __m512 b0 = bcast8f(k0 + 8 * c), b1 = bcast8f(k1 + 8 * c);
-      UNROLL for (int p = 0; p < P; p++) {
-        a0[p] = _mm512_fmadd_ps(qp[c][p], b0, a0[p]);
-        a1[p] = _mm512_fmadd_ps(qp[c][p], b1, a1[p]);
-      }
+/* 16 rows of 16 floats (r[i] + d) transposed: t[16 c + i] = r[i][d + c]. */
+AI void transpose16(const float *const *r, int d, float *t) {
+  __m512 a[16], u[16], v[16];
+  UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_loadu_ps(r[i] + d);
+  /* per 128-bit lane L (columns 4L..4L+3): u interleaves row pairs, then
+   * v[4k + j] holds column 4L + j of rows 4k..4k+3 */
+  UNROLL for (int k = 0; k < 8; k++) {
+    u[2 * k] = _mm512_unpacklo_ps(a[2 * k], a[2 * k + 1]);
+    u[2 * k + 1] = _mm512_unpackhi_ps(a[2 * k], a[2 * k + 1]);
+  }
+  UNROLL for (int k = 0; k < 4; k++) {
+    const __m512d x0 = _mm512_castps_pd(u[4 * k]), x1 = _mm512_castps_pd(u[4 * k + 1]);
+    const __m512d x2 = _mm512_castps_pd(u[4 * k + 2]), x3 = _mm512_castps_pd(u[4 * k + 3]);
+    v[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(x0, x2));
+    v[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x0, x2));
+    v[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(x1, x3));
+    v[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(x1, x3));
+  }
+  UNROLL for (int j = 0; j < 4; j++) {
+    const __m512 w = _mm512_shuffle_f32x4(v[j], v[4 + j], 0x88), x = _mm512_shuffle_f32x4(v[j], v[4 + j], 0xdd);
+    const __m512 y = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0x88), z = _mm512_shuffle_f32x4(v[8 + j], v[12 + j], 0xdd);
+    _mm512_store_ps(t + 16 * j, _mm512_shuffle_f32x4(w, y, 0x88));
+    _mm512_store_ps(t + 16 * (8 + j), _mm512_shuffle_f32x4(w, y, 0xdd));
+    _mm512_store_ps(t + 16 * (4 + j), _mm512_shuffle_f32x4(x, z, 0x88));
+    _mm512_store_ps(t + 16 * (12 + j), _mm512_shuffle_f32x4(x, z, 0xdd));
+  }
+}
+
+/* The scores of R rows from j (R <= 3) for the 16 query lanes, the queries'
+ * elements across the lanes (qt[16 d + L]): lane L's partial i of a row sums
+ * q[8 c + i] k[8 c + i] over c in order, as the AVX2 tile's ymm lane i does,
+ * and the 8 partials meet in hsum8's tree as vertical adds, so the loop has
+ * no shuffle. The scaled scores go to w (row j at w + 16 j) and, without a
+ * cap, into the running max mx of the lanes still in their query (vlen). */
+AI void scores_rows(int R, const float *qt, const float *const *k, int j, int C, __m512 vscale, __m512i vlen,
+                    bool max, float *w, __m512 *mx) {
+  __m512 a[3][8];
+  UNROLL for (int r = 0; r < 3; r++)
+    UNROLL for (int i = 0; i < 8; i++) a[r][i] = _mm512_setzero_ps();
+  for (int c = 0; c < C; c++)
+    UNROLL for (int i = 0; i < 8; i++) {
+      __m512 qv = _mm512_load_ps(qt + 16 * (8 * c + i));
+      __asm__("" : "+v"(qv)); /* one load for the R FMAs (else each FMA reloads it: two loads per FMA) */
+      UNROLL for (int r = 0; r < R; r++) a[r][i] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[j + r][8 * c + i]), a[r][i]);
     }
-    _mm512_store_ps(w + (size_t)j * QMAX, _mm512_mul_ps(tree8x2(a0), vscale));
-    if (j + 1 < n) _mm512_store_ps(w + (size_t)(j + 1) * QMAX, _mm512_mul_ps(tree8x2(a1), vscale));
+  UNROLL for (int r = 0; r < R; r++) {
+    const __m512 lo = _mm512_add_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_add_ps(a[r][2], a[r][3]));
+    const __m512 hi = _mm512_add_ps(_mm512_add_ps(a[r][4], a[r][5]), _mm512_add_ps(a[r][6], a[r][7]));
+    const __m512 s = _mm512_mul_ps(_mm512_add_ps(lo, hi), vscale);
+    _mm512_store_ps(w + (size_t)(j + r) * QMAX, s);
+    if (max) *mx = _mm512_mask_max_ps(*mx, _mm512_cmpgt_epi32_mask(vlen, _mm512_set1_epi32(j + r)), *mx, s);
   }
 }
 
@@ -141,42 +179,30 @@ AI void scores(int P, const __m512 (*qp)[8], const float *const *k, int n, int C
  * K/V rows k[j], v[j] (n = the largest qn; hd a multiple of 16). */
 static void tile16(const float *const *q, int nq, const int *qn, const float *const *k, const float *const *v, int n,
                    int hd, float scale, float softcap, di_attn_partial *const *out) {
-  const int P = (nq + 1) / 2, C = hd / 8;
-  int lane[QMAX]; /* query i's lane: pair p holds queries p and p + P */
-  for (int i = 0; i < nq; i++) lane[i] = i < P ? i : 8 + i - P;
-  _Alignas(64) __m512 qp[DI_ATTN_GROUP_MAX_HD / 8][8]; /* [c][pair]: constant offsets in the loop */
-  for (int c = 0; c < C; c++)
-    for (int p = 0; p < 8; p++) {
-      const __m256 a = p < P ? _mm256_loadu_ps(q[p] + 8 * c) : _mm256_setzero_ps();
-      const __m256 b = p < P && p + P < nq ? _mm256_loadu_ps(q[p + P] + 8 * c) : _mm256_setzero_ps();
-      qp[c][p] = join8f(a, b);
-    }
+  static const float zero[DI_ATTN_GROUP_MAX_HD];
+  const float *rows[QMAX]; /* query i in lane i, the unused lanes zero */
+  _Alignas(64) int32_t len[QMAX] = {0}; /* lane L takes part in row j while j < len[L] */
+  for (int L = 0; L < QMAX; L++) rows[L] = L < nq ? q[L] : zero;
+  for (int i = 0; i < nq; i++) len[i] = qn[i];
+  _Alignas(64) float qt[DI_ATTN_GROUP_MAX_HD * QMAX];
+  for (int d = 0; d < hd; d += 16) transpose16(rows, d, qt + 16 * d);
   /* scores, then weights, of row j for the query in lane L at w[j * 16 + L] */
   _Alignas(64) float w[DI_ATTN_TILE * QMAX];
-  switch (P) { /* a constant count keeps the accumulators in registers */
-  case 1: scores(1, qp, k, n, C, scale, w); break;
-  case 2: scores(2, qp, k, n, C, scale, w); break;
-  case 3: scores(3, qp, k, n, C, scale, w); break;
-  case 4: scores(4, qp, k, n, C, scale, w); break;
-  case 5: scores(5, qp, k, n, C, scale, w); break;
-  case 6: scores(6, qp, k, n, C, scale, w); break;
-  case 7: scores(7, qp, k, n, C, scale, w); break;
-  default: scores(8, qp, k, n, C, scale, w); break;
-  }
-  if (softcap > 0)
-    for (int j = 0; j < n; j++)
-      for (int L = 0; L < QMAX; L++) w[j * QMAX + L] = softcap * tanhf(w[j * QMAX + L] / softcap);
-  /* Lane L takes part in row j while j < its query's length. */
-  _Alignas(64) int32_t len[QMAX] = {0};
-  for (int i = 0; i < nq; i++) len[lane[i]] = qn[i];
   const __m512i vlen = _mm512_load_si512(len);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const bool cap = softcap > 0;
   __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int j = 0; j < n; j++) {
-    const __mmask16 in = _mm512_cmpgt_epi32_mask(vlen, _mm512_set1_epi32(j));
-    mx = _mm512_mask_max_ps(mx, in, mx, _mm512_load_ps(w + (size_t)j * QMAX));
-  }
+  int j = 0;
+  for (; j + 3 <= n; j += 3) scores_rows(3, qt, k, j, hd / 8, vscale, vlen, !cap, w, &mx);
+  for (; j < n; j++) scores_rows(1, qt, k, j, hd / 8, vscale, vlen, !cap, w, &mx);
+  if (cap) /* the cap comes before the max */
+    for (j = 0; j < n; j++) {
+      for (int L = 0; L < QMAX; L++) w[j * QMAX + L] = softcap * tanhf(w[j * QMAX + L] / softcap);
+      const __mmask16 in = _mm512_cmpgt_epi32_mask(vlen, _mm512_set1_epi32(j));
+      mx = _mm512_mask_max_ps(mx, in, mx, _mm512_load_ps(w + (size_t)j * QMAX));
+    }
   __m512 l = _mm512_setzero_ps();
-  for (int j = 0; j < n; j++) { /* l in position order, as the AVX2 tile */
+  for (j = 0; j < n; j++) { /* l in position order, as the AVX2 tile */
     const __mmask16 in = _mm512_cmpgt_epi32_mask(vlen, _mm512_set1_epi32(j));
     const __m512 e = _mm512_maskz_mov_ps(in, di_softmax_exp_avx512(_mm512_sub_ps(_mm512_load_ps(w + (size_t)j * QMAX), mx)));
     l = _mm512_add_ps(l, e);
@@ -190,8 +216,8 @@ static void tile16(const float *const *q, int nq, const int *qn, const float *co
     const int nv = nq - i0 < 4 ? nq - i0 : 4;
     const float *wp[4];
     for (int i = 0; i < nv; i++) {
-      wp[i] = w + lane[i0 + i];
-      out[i0 + i]->m = mxs[lane[i0 + i]], out[i0 + i]->l = ls[lane[i0 + i]];
+      wp[i] = w + i0 + i;
+      out[i0 + i]->m = mxs[i0 + i], out[i0 + i]->l = ls[i0 + i];
     }
     v_pass(DI_KV_F32, nv, wp, QMAX, qn + i0, (const uint8_t *const *)v, hd, false, out + i0);
   }
