@@ -53,6 +53,7 @@ typedef struct attn_job {
   float scale;       /* the score scale, once per layer rather than per group call */
   bool merge_inline; /* every token has one tile: merge each partial where it is made */
   bool by_token;     /* single-token units (decode): threads take whole tokens and merge them */
+  bool by_head;      /* threads take whole KV heads (a prompt) and merge them */
 } attn_job;
 
 di_attn_sched *di_attn_sched_create(int max_tokens) {
@@ -246,6 +247,16 @@ static void tiles_run(void *p, int ith, int nth) {
     }
     return;
   }
+  if (a->by_head) {
+    int group = H / HKV;
+    for (int kvh = HKV * ith / nth; kvh < HKV * (ith + 1) / nth; kvh++) {
+      for (size_t ui = 0; ui < s->n_units; ui++) unit_run(a, &s->units[ui], kvh);
+      if (!a->merge_inline)
+        for (int t = 0; t < a->b->n_tokens; t++)
+          for (int g = 0; g < group; g++) merge_one(a, t, kvh * group + g);
+    }
+    return;
+  }
   int64_t total = s->total_cost * HKV, lo_c = total * ith / nth, hi_c = total * (ith + 1) / nth;
   for (size_t ui = 0; ui < s->n_units; ui++) {
     const attn_unit *u = &s->units[ui];
@@ -271,14 +282,20 @@ di_code di_attn_run(di_attn_sched *s, di_threadpool *tp, const di_hparams *hp, c
   di_code rc = plan(s, hp, b, swa, st);
   if (rc) return rc;
   float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->head_dim);
-  attn_job job = {s, hp, kv, b, kv_table, kv_layer, swa, q, att, scale, true, b->n_tokens >= 4 * di_threadpool_size(tp)};
+  attn_job job = {s, hp, kv, b, kv_table, kv_layer, swa, q, att, scale, true, b->n_tokens >= 4 * di_threadpool_size(tp), false};
   for (size_t u = 0; u < s->n_units && job.by_token; u++) job.by_token = s->units[u].c == 1;
   /* A token whose positions all lie in one tile (decode at short context) has
    * one partial: the merge that finishes it runs right after the tile, by the
    * same thread, with no second pass and no second thread handoff. */
   for (int t = 0; t < b->n_tokens && job.merge_inline; t++)
     job.merge_inline = s->item_off[t + 1] - s->item_off[t] == (size_t)hp->n_head;
+  /* A prompt whose KV heads split evenly over the threads: each thread merges
+   * the heads it made right after their tiles, while their partials are still
+   * in its cache (a 512-token MHA prompt writes ~7 MB of partials a layer,
+   * which the merge had read back from memory after a second handoff). */
+  int nth = di_threadpool_size(tp);
+  job.by_head = !job.by_token && hp->n_head_kv % nth == 0;
   di_threadpool_run(tp, tiles_run, &job);
-  if (!job.merge_inline && !job.by_token) di_threadpool_run(tp, merge_run, &job);
+  if (!job.merge_inline && !job.by_token && !job.by_head) di_threadpool_run(tp, merge_run, &job);
   return DI_OK;
 }
