@@ -17,10 +17,10 @@ vocab 32000, a minimal SentencePiece-style vocabulary that llama.cpp accepts):
 --type F16|Q8_0|Q4_0|F32 applies to every 2-D weight (token_embd, output and all layer
 matrices); norm weights stay F32. Quantization uses gguf-py's numpy reference quantizers
 (gguf.quants), which reproduce ggml's quantize_row_*_ref bit for bit.
---type Q4_K_M has no numpy quantizer: the F16 file is written first (or reused) and converted
-with llama.cpp's own quantizer through llama-cpp-python (`llama_model_quantize`, the peer the
-benchmarks compare against), run by --llamacpp-python (default /tmp/refvenv/bin/python or
-$LLAMACPP_PYTHON). That gives the real Q4_K_M mix (Q4_K with Q6_K for some tensors).
+--type Q4_K_M / Q5_K_M have no numpy quantizer: the F16 file is written first (or reused) and
+converted with llama.cpp's own quantizer through llama-cpp-python (`llama_model_quantize`, the
+peer the benchmarks compare against), run by --llamacpp-python (default /tmp/refvenv/bin/python
+or $LLAMACPP_PYTHON). That gives the real mixes (Q4_K or Q5_K with Q6_K for some tensors).
 
 Output: ~/.cache/deepinfer/bench/llama-<shape>-<type>.gguf (override with --out or
 $DI_BENCH_DIR). Deterministic for a given --seed. Needs: numpy, gguf (tests/requirements.txt).
@@ -198,21 +198,24 @@ def generate(shape_name, type_name, out_path, seed=1234, quiet=False):
 QUANTIZE_SNIPPET = """
 import sys, llama_cpp
 p = llama_cpp.llama_model_quantize_default_params()
-p.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+p.ftype = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + sys.argv[3])
 p.nthread = 2
 rc = llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p)
 sys.exit(1 if rc != 0 else 0)
 """
 
 
-def quantize_with_llamacpp(src, out_path, py):
-    """F16 GGUF -> Q4_K_M with llama.cpp's quantizer (see the module docstring)."""
+LLAMACPP_TYPES = ["Q4_K_M", "Q5_K_M"]
+
+
+def quantize_with_llamacpp(src, out_path, py, ftype):
+    """F16 GGUF -> ftype (Q4_K_M, Q5_K_M) with llama.cpp's quantizer (see the module docstring)."""
     if not Path(py).exists():
-        sys.exit(f"--type Q4_K_M needs llama-cpp-python: {py} not found (set --llamacpp-python or $LLAMACPP_PYTHON)")
+        sys.exit(f"--type {ftype} needs llama-cpp-python: {py} not found (set --llamacpp-python or $LLAMACPP_PYTHON)")
     out_path = Path(out_path)
     tmp = out_path.with_name(out_path.name + ".part")
-    print(f"[gen] quantizing {Path(src).name} -> {out_path.name} with llama.cpp (Q4_K_M)", flush=True)
-    r = subprocess.run([py, "-c", QUANTIZE_SNIPPET, str(src), str(tmp)], capture_output=True, text=True)
+    print(f"[gen] quantizing {Path(src).name} -> {out_path.name} with llama.cpp ({ftype})", flush=True)
+    r = subprocess.run([py, "-c", QUANTIZE_SNIPPET, str(src), str(tmp), ftype], capture_output=True, text=True)
     if r.returncode != 0 or not tmp.exists():
         tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
         sys.exit(f"llama_model_quantize failed for {src}: {tail}")
@@ -224,9 +227,9 @@ def quantize_with_llamacpp(src, out_path, py):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=list(SHAPES), help="model shape")
-    ap.add_argument("--type", choices=list(TYPES) + ["Q4_K_M"], default="F16", help="weight type of 2-D tensors")
+    ap.add_argument("--type", choices=list(TYPES) + LLAMACPP_TYPES, default="F16", help="weight type of 2-D tensors")
     ap.add_argument("--llamacpp-python", default=os.environ.get("LLAMACPP_PYTHON", "/tmp/refvenv/bin/python"),
-                    help="python with llama-cpp-python, for --type Q4_K_M")
+                    help="python with llama-cpp-python, for --type Q4_K_M / Q5_K_M")
     ap.add_argument("--out", help="output file (default: $DI_BENCH_DIR or ~/.cache/deepinfer/bench/llama-SHAPE-TYPE.gguf)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--all", action="store_true", help="write every shape in F16, Q8_0 and Q4_0")
@@ -248,11 +251,11 @@ def main():
         if out.exists() and not a.force:
             print(f"[gen] {out} exists (use --force to rewrite)")
             continue
-        if t == "Q4_K_M":
+        if t in LLAMACPP_TYPES:
             f16 = default_out_dir() / f"llama-{sh}-f16.gguf"
             if not f16.exists():
                 generate(sh, "F16", f16, seed=a.seed)
-            quantize_with_llamacpp(f16, out, a.llamacpp_python)
+            quantize_with_llamacpp(f16, out, a.llamacpp_python, t)
         else:
             generate(sh, t, out, seed=a.seed)
 

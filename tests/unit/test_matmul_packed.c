@@ -1,4 +1,4 @@
-/* The packed weight layout (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K; matmul.h): packing round-trips
+/* The packed weight layout (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K on x86, Q6_K; matmul.h): packing round-trips
  * row by row, and every output is bit-identical whatever M (1..17), the column
  * range [n0, n1) (including ranges that cut a group of 8 and the zero-padded
  * tail group when N is not a multiple of 8), the ISA level, and the unpacked
@@ -34,16 +34,18 @@ static void matmul_packed(di_dtype t, const void *P, int64_t N, const void *x, i
 #endif
 }
 
-static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best) {
+/* extreme: every quant at its largest and every activation +127, where
+ * int16 partial sums in the kernels would overflow if they were too long. */
+static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best, bool extreme) {
   size_t rb = di_dtype_row_bytes(t, K);
   uint8_t *W = malloc(rb * (size_t)N), *P = malloc(rb * (size_t)N), *row = malloc(rb);
   float *X = malloc((size_t)(MMAX * K) * 4), *src = malloc((size_t)K * 4);
   for (int64_t n = 0; n < N; n++) {
     float scale = 0.05f + 0.01f * (float)(n % 7);
-    if (t == DI_Q4_K || t == DI_Q6_K) { /* no quantizer: random bytes (scales, quants) with sane d, dmin */
+    if (di_dtype_block(t) == 256) { /* no quantizer: random bytes (scales, quants) with sane d, dmin */
       uint8_t *p = W + (size_t)n * rb;
       size_t bb = di_dtype_block_bytes(t);
-      for (size_t j = 0; j < rb; j++) p[j] = (uint8_t)(rndf() * 128.0f + 128.0f);
+      for (size_t j = 0; j < rb; j++) p[j] = extreme ? 0xff : (uint8_t)(rndf() * 128.0f + 128.0f);
       for (int64_t b = 0; b < K / 256; b++) {
         di_fp16 d = di_cpu_f32_to_fp16(scale * (0.002f + 0.01f * (rndf() + 1)));
         di_fp16 dm = di_cpu_f32_to_fp16(scale * 0.01f * (rndf() + 1));
@@ -56,10 +58,10 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best)
       }
       continue;
     }
-    for (int64_t k = 0; k < K; k++) src[k] = scale * rndf();
+    for (int64_t k = 0; k < K; k++) src[k] = extreme ? scale : scale * rndf();
     CHECK(di_cpu_quantize_row(t, src, W + (size_t)n * rb, K));
   }
-  for (int64_t i = 0; i < MMAX * K; i++) X[i] = rndf() * (i % 5 == 0 ? 3.0f : 1.0f);
+  for (int64_t i = 0; i < MMAX * K; i++) X[i] = extreme ? 1.0f : rndf() * (i % 5 == 0 ? 3.0f : 1.0f);
   memcpy(P, W, rb * (size_t)N);
   CHECK(di_cpu_pack(t, P, N, K));
   int rt_bad = 0;
@@ -80,8 +82,9 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best)
 #ifdef PACKED_TEST_KERNEL
   best = DI_ISA_SCALAR; /* one pass */
 #endif
-  for (int level = DI_ISA_SCALAR; level <= (int)best; level += (int)best > DI_ISA_SCALAR ? (int)best : 1) {
-    CHECK(di_cpu_isa_set((di_cpu_isa_level)level));
+  /* every level this CPU runs up to best (an AVX-512 host checks AVX2 too) */
+  for (int level = DI_ISA_SCALAR; level <= (int)best; level++) {
+    if (!di_cpu_isa_set((di_cpu_isa_level)level)) continue;
     /* 1..17, then 32, 33, 35: two AMX row chunks (where Q6_K's AMX path
      * starts) and a tail; 48, 50: three */
     static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 32, 33, 35, 48, 50};
@@ -112,19 +115,27 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best)
 
 int main(void) {
   di_cpu_isa_level best = di_cpu_isa();
-  const di_dtype types[] = {DI_Q4_0, DI_Q4_1, DI_Q5_0, DI_Q8_0, DI_Q4_K, DI_Q6_K};
+  const di_dtype types[] = {DI_Q4_0, DI_Q4_1, DI_Q5_0, DI_Q8_0, DI_Q4_K, DI_Q6_K,
+#ifdef DI_CPU_X86
+                            DI_Q5_K /* packed on x86 only */
+#endif
+  };
   const int64_t Ns[] = {8, 13, 24, 37, 70, 200}; /* 200: several group pairs per thread range (AMX M = 16 pipeline) */
   const int64_t Ks[] = {32, 96, 640};
   /* Q4_K: 1, 3 and 5 super-blocks; 5 crosses the on-the-fly packing of a tail group */
   const int64_t Ks_k[] = {256, 768, 1280};
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     CHECK(di_cpu_packable(types[ti]));
-    const int64_t *ks = types[ti] == DI_Q4_K || types[ti] == DI_Q6_K ? Ks_k : Ks;
+    const int64_t *ks = di_dtype_block(types[ti]) == 256 ? Ks_k : Ks;
     for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
-      for (size_t ki = 0; ki < 3; ki++) check_shape(types[ti], Ns[ni], ks[ki], best);
+      for (size_t ki = 0; ki < 3; ki++) check_shape(types[ti], Ns[ni], ks[ki], best, false);
+    check_shape(types[ti], 37, ks[2], best, true);
   }
-  CHECK(!di_cpu_packable(DI_Q5_K) && !di_cpu_packable(DI_F16));
-  printf("%s: packed Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q6_K bit-identical to the scalar reference for M 1..%d, split columns, %s\n",
+#ifndef DI_CPU_X86
+  CHECK(!di_cpu_packable(DI_Q5_K));
+#endif
+  CHECK(!di_cpu_packable(DI_Q5_1) && !di_cpu_packable(DI_F16));
+  printf("%s: packed Q4_0/Q4_1/Q5_0/Q8_0/Q4_K/Q5_K/Q6_K bit-identical to the scalar reference for M 1..%d, split columns, %s\n",
          PACKED_TEST_NAME, MMAX, di_cpu_isa_name(best));
   return di_test_finish(PACKED_TEST_NAME);
 }

@@ -60,15 +60,15 @@ void di_cpu_mmp_scalar(di_dtype t, const void *W, size_t wrow, int64_t N, const 
  * Inside, the block's head as 2-byte fields of the 8 rows (field f of row c at
  * 16f + 2c): d, then m / dmin for Q4_1 and Q4_K. Then the rest of the block as
  * 32-byte words: word w holds bytes 4w..4w+3 of each row's remaining bytes, row
- * c at 4c (Q4_K: the 12 scale bytes, then qs; Q6_K, whose d is at the block's
+ * c at 4c (Q4_K: the 12 scale bytes, then qs; Q5_K: the scale bytes, qh, qs; Q6_K, whose d is at the block's
  * end: ql, qh, scales, reordered by di_pk_word_pos). The N % 8 rows after the last full group keep the GGUF
  * layout. */
 #define DI_PK_G 8
-static inline size_t di_pk_head_bytes(di_dtype t) { return t == DI_Q4_1 || t == DI_Q4_K ? 4 : 2; }
+static inline size_t di_pk_head_bytes(di_dtype t) { return t == DI_Q4_1 || t == DI_Q4_K || t == DI_Q5_K ? 4 : 2; }
 /* Where the head sits in a GGUF block, and where the words start. */
 static inline size_t di_pk_head_at(di_dtype t) { return t == DI_Q6_K ? 208 : 0; }
 static inline size_t di_pk_words_at(di_dtype t) { return t == DI_Q6_K ? 0 : di_pk_head_bytes(t); }
-static inline bool di_pk_kquant(di_dtype t) { return t == DI_Q4_K || t == DI_Q6_K; }
+static inline bool di_pk_kquant(di_dtype t) { return t == DI_Q4_K || t == DI_Q5_K || t == DI_Q6_K; }
 /* GGUF block bytes of a packable type (inline, so kernels fold it per type). */
 static inline size_t di_pk_block_bytes(di_dtype t) {
   switch (t) {
@@ -76,6 +76,7 @@ static inline size_t di_pk_block_bytes(di_dtype t) {
   case DI_Q4_1: return sizeof(di_block_q4_1);
   case DI_Q5_0: return sizeof(di_block_q5_0);
   case DI_Q4_K: return sizeof(di_block_q4_K);
+  case DI_Q5_K: return sizeof(di_block_q5_K);
   case DI_Q6_K: return sizeof(di_block_q6_K);
   default: return sizeof(di_block_q8_0);
   }

@@ -13,17 +13,25 @@
  * permuted (di_pk_q5_bits) so that kernels pick each word's bits with a shift.
  *
  * The K-quants pack the same way per 256-element super-block (Q4_K: d and dmin
- * as the head, then 35 words: 3 of 6-bit scales, 32 of quants; Q6_K: d, then 32
+ * as the head, then 35 words: 3 of 6-bit scales, 32 of quants; Q5_K the same
+ * with its 8 words of fifth bits between the scales and the quants; Q6_K: d, then 32
  * words of low nibbles, 16 of high bits, 4 of int8 scales), so one register
  * load gives 4 consecutive quants of 8 rows and another the 8 rows' scales,
  * decoded for all 8 columns at once. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/isa.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_kernels.h"
 
+/* Q5_K has packed kernels on x86 only (AVX2, AVX-512 VNNI); elsewhere its rows
+ * stay as they are for the unpacked kernels rather than fall to the scalar
+ * packed reference. */
 bool di_cpu_packable(di_dtype t) {
+#ifdef DI_CPU_X86
+  if (t == DI_Q5_K) return true;
+#endif
   return t == DI_Q4_0 || t == DI_Q4_1 || t == DI_Q5_0 || t == DI_Q8_0 || t == DI_Q4_K || t == DI_Q6_K;
 }
 

@@ -486,6 +486,10 @@ AI void amx_pipe16(di_dtype t, const uint8_t *w, size_t wrow, int64_t pairs, int
 AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, size_t xrow, int64_t M,
                   int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   pthread_once(&g_amx_once, amx_init);
+  if (t == DI_Q5_K) { /* no tile path yet: the VNNI kernel */
+    pk_mm(t, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1);
+    return;
+  }
   /* whole group pairs inside [n0, n1) */
   int64_t ga = (n0 + DI_PK_G - 1) / DI_PK_G, gb = n1 / DI_PK_G < N / DI_PK_G ? n1 / DI_PK_G : N / DI_PK_G;
   int64_t pairs = gb > ga ? (gb - ga) / 2 : 0, M16 = M / 16 * 16, nb = K / (di_pk_kquant(t) ? DI_QKK : DI_QK32);

@@ -1,4 +1,4 @@
-/* AVX2 kernels for packed Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K weights (layout: matmul_pack.c;
+/* AVX2 kernels for packed Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights (layout: matmul_pack.c;
  * group loop, tiles and panels: matmul_pack_tiles.h).
  *
  * A tile is MT activation rows x one group of 8 weight rows; lane c of every
@@ -128,6 +128,43 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
     q4k_sub(MT, q, s, a, m4, p);
     __m256i sc = q4k_scale(&d, s);
     UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(p[i], sc));
+  }
+  q4k_finish(MT, gp, a, &d, isum, acc);
+}
+
+/* Q5_K: sub-block s's fifth bits of a quant word's bytes, from its qh word
+ * (element l's bit s is bit s of qh byte l, and quant word w of every chunk
+ * holds elements 4w..4w+3, as qh word w does), moved to bit 4. The 16-bit
+ * shifts keep every byte's bit 4 its own: they move by at most 4. */
+AI __m256i q5k_fifth(__m256i qh, int s) {
+  const __m256i v = s <= 4 ? _mm256_slli_epi16(qh, 4 - s) : _mm256_srli_epi16(qh, s - 4);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/* One Q5_K super-block of 8 columns: Q4_K's sub-blocks with the fifth bit
+ * or-ed in (0..31). Four maddubs pairs reach 4 * 2 * 31 * 127 = 31496, so
+ * each sub-block sums its words in two int16 halves, each madd'ed by the
+ * scale: the same integers sum_s sc_s * dot_s. */
+#define PK_Q5K 1
+AI void q5k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc *acc) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const q4k_sc d = q4k_decode(gp);
+  const uint8_t *qh = gp + 128, *q = gp + 384;
+  __m256i isum[MT_MAX], p[2][MT_MAX];
+  UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_setzero_si256();
+  UNROLL for (int s = 0; s < 8; s++) {
+    const uint8_t *qc = q + 256 * (s / 2);
+    UNROLL for (int i = 0; i < MT; i++) p[0][i] = p[1][i] = _mm256_setzero_si256();
+    UNROLL for (int w = 0; w < 8; w++) {
+      const __m256i v = _mm256_loadu_si256((const __m256i *)(qc + 32 * w));
+      const __m256i nib = _mm256_or_si256(s & 1 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4),
+                                          q5k_fifth(_mm256_loadu_si256((const __m256i *)(qh + 32 * w)), s));
+      UNROLL for (int i = 0; i < MT; i++)
+        p[w / 4][i] = _mm256_add_epi16(p[w / 4][i], _mm256_maddubs_epi16(nib, bcast4(a[i]->qs + 32 * s + 4 * w)));
+    }
+    const __m256i sc = q4k_scale(&d, s);
+    UNROLL for (int i = 0; i < MT; i++)
+      isum[i] = _mm256_add_epi32(isum[i], _mm256_add_epi32(_mm256_madd_epi16(p[0][i], sc), _mm256_madd_epi16(p[1][i], sc)));
   }
   q4k_finish(MT, gp, a, &d, isum, acc);
 }

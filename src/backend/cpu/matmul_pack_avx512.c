@@ -1,4 +1,4 @@
-/* AVX-512 VNNI kernels for packed Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q6_K weights
+/* AVX-512 VNNI kernels for packed Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights
  * (layout: matmul_pack.c; group loop, tiles and panels: matmul_pack_tiles.h;
  * the float finish of every block: matmul_pack_x86.h, shared with AVX2).
  *
@@ -17,6 +17,7 @@
  *   Q8_0: q + 128 (xor 0x80) makes the weights unsigned; 128 * sum(a) comes off.
  *   Q4_K: per sub-block a vpdpbusd sum (16 products per lane <= 30480, so it
  *     fits the low int16), then vpdpwssd against the scale (high int16 zero).
+ *   Q5_K: Q4_K's with the fifth bits (q5k_block).
  *   Q6_K: per word pair the same (4 products <= 32004), by the group's scale.
  * That is the single-group path (K-quants, and Q4_0/Q4_1/Q8_0 groups without a
  * full neighbour); whole pairs of Q4_0/Q4_1/Q8_0 groups take pk_group2 below,
@@ -44,7 +45,7 @@ di_cpu_mmp_fn PK_ENTRY(di_dtype t);
  * holds 20 of the 32 zmm registers). Q4_K keeps 4: its per-row sub-block sums
  * and two float chains would not fit 8 rows in registers. */
 #define PK_MT_CAP 8
-AI int pk_mt(di_dtype t) { return t == DI_Q4_K ? MT_MAX : PK_MT_CAP; }
+AI int pk_mt(di_dtype t) { return t == DI_Q4_K || t == DI_Q5_K ? MT_MAX : PK_MT_CAP; }
 
 /* Interleaves the int32 lanes of words w (lanes 0-7) and w+1 (8-15): 2c <- c, 2c+1 <- 8+c. */
 AI __m512i pair_perm(__m512i v) {
@@ -135,6 +136,45 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
     }
     __m512i sc = _mm512_and_si512(_mm512_srli_epi32(sc4[s / 4], 8 * (s % 4)), lo8);
     UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_dpwssd_epi32(isum[i], p[i], sc);
+  }
+  __m256i s[PK_MT_CAP];
+  UNROLL for (int i = 0; i < MT; i++) s[i] = fold(isum[i]);
+  q4k_finish(MT, gp, a, &d, s, acc);
+}
+
+/* Q5_K: sub-block s's fifth bits of a quant word pair's bytes from the qh
+ * word pair (the same elements), moved to bit 4; as the AVX2 q5k_fifth. */
+AI __m512i q5k_fifth(__m512i qh, int s) {
+  const __m512i v = s <= 4 ? _mm512_slli_epi16(qh, 4 - s) : _mm512_srli_epi16(qh, s - 4);
+  return _mm512_and_si512(v, _mm512_set1_epi8(0x10));
+}
+
+/* One Q5_K super-block of 8 columns: q4k_block with the fifth bit or-ed in
+ * (0..31); a lane's 16 products per sub-block could pass int16, so words 0-3
+ * and 4-7 sum apart (8 products <= 31496) and each meets the scale in its
+ * own vpdpwssd: the same integers. */
+#define PK_Q5K 1
+AI void q5k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc *acc) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), lo8 = _mm512_set1_epi32(0xff);
+  const q4k_sc d = q4k_decode(gp);
+  const __m512i sc4[2] = {dup_cols(d.sc[0]), dup_cols(d.sc[1])};
+  const uint8_t *q = gp + 384;
+  __m512i qh[4];
+  UNROLL for (int w = 0; w < 8; w += 2) qh[w / 2] = pair_perm(load64(gp + 128 + 32 * w));
+  __m512i isum[PK_MT_CAP], p[2][PK_MT_CAP];
+  UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_setzero_si512();
+  UNROLL for (int s = 0; s < 8; s++) {
+    const uint8_t *qc = q + 256 * (s / 2);
+    UNROLL for (int i = 0; i < MT; i++) p[0][i] = p[1][i] = _mm512_setzero_si512();
+    UNROLL for (int w = 0; w < 8; w += 2) {
+      __m512i v = pair_perm(load64(qc + 32 * w));
+      __m512i nib = s & 1 ? _mm512_and_si512(_mm512_srli_epi16(v, 4), m4) : _mm512_and_si512(v, m4);
+      nib = _mm512_or_si512(nib, q5k_fifth(qh[w / 2], s));
+      UNROLL for (int i = 0; i < MT; i++)
+        p[w / 4][i] = _mm512_dpbusd_epi32(p[w / 4][i], nib, bcast8(a[i]->qs + 32 * s + 4 * w));
+    }
+    __m512i sc = _mm512_and_si512(_mm512_srli_epi32(sc4[s / 4], 8 * (s % 4)), lo8);
+    UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum[i], p[0][i], sc), p[1][i], sc);
   }
   __m256i s[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) s[i] = fold(isum[i]);

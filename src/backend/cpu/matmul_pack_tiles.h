@@ -12,6 +12,7 @@
  *   q4k_block(MT, gp, const di_act_q8k *const *a, pk_acc *acc)
  *   q6k_block(MT, gp, const di_act_q8k *const *a, pk_acc *acc)
  *                          one group-block gp of 8 columns into MT rows' chains
+ *   and, defining PK_Q5K, q5k_block (the same for Q5_K; x86 only)
  *   pk_store(t, const pk_acc *acc, float *y)   y[0..8) = s (+ m for K-quants)
  *   PK_ENTRY               the name of the exported selector (di_cpu_mmp_fn (di_dtype))
  * and optionally PK_GROUP2 with pk_group2_ok(t) and pk_group2(t, MT, W, wrow, g,
@@ -69,6 +70,9 @@ AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, i
       const di_act_q8k *a[PK_MT_CAP];
       UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8k *)(x + i * xrow) + b;
       if (t == DI_Q4_K) q4k_block(MT, gp, a, acc);
+#ifdef PK_Q5K
+      else if (t == DI_Q5_K) q5k_block(MT, gp, a, acc);
+#endif
       else q6k_block(MT, gp, a, acc);
     } else {
       const di_act_q8 *a[PK_MT_CAP];
@@ -149,6 +153,9 @@ PK_WRAP(mmp_q5_0, DI_Q5_0)
 PK_WRAP(mmp_q8_0, DI_Q8_0)
 PK_WRAP(mmp_q4_K, DI_Q4_K)
 PK_WRAP(mmp_q6_K, DI_Q6_K)
+#ifdef PK_Q5K
+PK_WRAP(mmp_q5_K, DI_Q5_K)
+#endif
 #undef PK_WRAP
 
 di_cpu_mmp_fn PK_ENTRY(di_dtype t) {
@@ -159,6 +166,9 @@ di_cpu_mmp_fn PK_ENTRY(di_dtype t) {
   case DI_Q8_0: return mmp_q8_0;
   case DI_Q4_K: return mmp_q4_K;
   case DI_Q6_K: return mmp_q6_K;
+#ifdef PK_Q5K
+  case DI_Q5_K: return mmp_q5_K;
+#endif
   default: return NULL;
   }
 }
