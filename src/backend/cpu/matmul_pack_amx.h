@@ -130,6 +130,39 @@ AI void amx_stage(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, size_t hea
     }
     return;
   }
+  if (t == DI_Q5_K) {
+    /* Q4_K's 4 steps of two sub-blocks with the fifth bits or-ed in (0..31),
+     * staged three times: times the base-4 digits of the column's 6-bit
+     * scale (bits 0-1, 2-3, 4-5; each product <= 93 fits int8) */
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(3);
+    const q4k_sc d0 = q4k_decode(gp0), d1 = q4k_decode(gp1);
+    const uint8_t *h0 = q0 + 96, *h1 = q1 + 96; /* past the 3 scale words: the 8 qh words */
+    q0 += 96 + 256, q1 += 96 + 256;
+    for (int p = 0; p < 4; p++) {
+      __mmask64 k[2][3][3]; /* [sub-block 2p + h][digit][bit] (bit 2 never set) */
+      for (int h = 0; h < 2; h++) {
+        const int r = 2 * p + h;
+        const __m512i sc = _mm512_shuffle_epi8(join_i(d0.sc[r / 4], d1.sc[r / 4]), amx_rep_ctl(r % 4));
+        for (int i = 0; i < 3; i++) {
+          const __m512i dg = _mm512_and_si512(_mm512_srli_epi16(sc, 2 * i), m3);
+          k[h][i][0] = _mm512_test_epi8_mask(dg, _mm512_set1_epi8(1));
+          k[h][i][1] = _mm512_test_epi8_mask(dg, _mm512_set1_epi8(2));
+          k[h][i][2] = 0;
+        }
+      }
+      int8_t *sp = stage + (size_t)p * 3 * AMX_K_TILE_BYTES;
+      for (int w = 0; w < 8; w++) {
+        const __m512i v = join_words(q0 + 256 * p + 32 * w, q1 + 256 * p + 32 * w), qh = join_words(h0 + 32 * w, h1 + 32 * w);
+        const __m512i qa = _mm512_or_si512(_mm512_and_si512(v, m4), q5k_fifth(qh, 2 * p));
+        const __m512i qb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), q5k_fifth(qh, 2 * p + 1));
+        for (int i = 0; i < 3; i++) {
+          _mm512_store_si512(sp + (size_t)i * AMX_K_TILE_BYTES + 64 * w, amx_mul3(qa, k[0][i]));
+          _mm512_store_si512(sp + (size_t)i * AMX_K_TILE_BYTES + 64 * (8 + w), amx_mul3(qb, k[1][i]));
+        }
+      }
+    }
+    return;
+  }
   if (t == DI_Q6_K) {
     /* 4 steps of four 16-element groups: tile rows 4 (g % 4) + quad are group
      * g's K-quads (quad w % 4 of group 8h + 2r + w / 4 is word w of chunk r of
@@ -212,7 +245,8 @@ AI void amx_finish(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, const flo
 AI int amx_steps(di_dtype t) { return di_pk_kquant(t) ? 4 : 1; }
 /* Staged bytes per step (Q4_K: its two B tiles, Q6_K its four). */
 AI size_t amx_step_bytes(di_dtype t) {
-  return t == DI_Q6_K ? 4 * AMX_K_TILE_BYTES : t == DI_Q4_K ? 2 * AMX_K_TILE_BYTES : AMX_BLOCK_BYTES;
+  return t == DI_Q6_K ? 4 * AMX_K_TILE_BYTES : t == DI_Q5_K ? 3 * AMX_K_TILE_BYTES : t == DI_Q4_K ? 2 * AMX_K_TILE_BYTES
+                                                                                        : AMX_BLOCK_BYTES;
 }
 /* K-quads per step. */
 AI int amx_quads(di_dtype t) { return di_pk_kquant(t) ? 16 : 8; }
@@ -249,7 +283,7 @@ AI void amx_rows(di_dtype t, const uint8_t *x, size_t xrow, int64_t nb, float *d
         const di_act_q8 *a = (const di_act_q8 *)xi + b;
         ds[16 * b + i] = a->d, ss[16 * b + i] = a->s;
       }
-    else if (t == DI_Q4_K)
+    else if (t == DI_Q4_K || t == DI_Q5_K)
       for (int64_t b = 0; b < nb; b++) {
         const di_act_q8k *a = (const di_act_q8k *)xi + b;
         amx_q4k_row *r = (amx_q4k_row *)ds + 16 * b + i;
@@ -262,7 +296,7 @@ AI void amx_rows(di_dtype t, const uint8_t *x, size_t xrow, int64_t nb, float *d
 }
 /* Bytes amx_rows writes after the A tiles, per super-block or block. */
 AI size_t amx_rows_extra(di_dtype t) {
-  return t == DI_Q4_K ? 16 * sizeof(amx_q4k_row) : di_pk_kquant(t) ? 0 : 2 * 16 * sizeof(float);
+  return t == DI_Q4_K || t == DI_Q5_K ? 16 * sizeof(amx_q4k_row) : di_pk_kquant(t) ? 0 : 2 * 16 * sizeof(float);
 }
 
 /* 16 rows' float chains (m: Q4_K's mins chain) and Q4_K's super-block state:
@@ -449,6 +483,55 @@ AI void amx_tile16_q6k(const uint8_t *w0, const uint8_t *w1, size_t gbb, const i
 }
 #undef AMX_Q6K_MUL
 
+/* Q5_K, per super-block: C tiles 0-2 sum its 4 steps' products with the
+ * quants times the scale digits (amx_stage), so C0 + 4 (C1 + 4 C2) is
+ * q5k_block's sum_s sc_s * dot_s, then Q4_K's finish (amx_q4k_finish). */
+#define AMX_Q5K_MUL(b)                                                                         \
+  do {                                                                                         \
+    _tile_zero(0);                                                                             \
+    _tile_zero(1);                                                                             \
+    _tile_zero(2);                                                                             \
+    for (int p_ = 0; p_ < 4; p_++) {                                                           \
+      const size_t k_ = (size_t)(4 * (b) + p_);                                                \
+      const int8_t *s_ = st + k_ * 3 * AMX_K_TILE_BYTES;                                       \
+      _tile_loadd(4, xs + k_ * 16 * 64, 64);                                                   \
+      _tile_loadd(5, s_, 64);                                                                  \
+      _tile_loadd(6, s_ + AMX_K_TILE_BYTES, 64);                                               \
+      _tile_loadd(7, s_ + 2 * AMX_K_TILE_BYTES, 64);                                           \
+      _tile_dpbssd(0, 4, 5);                                                                   \
+      _tile_dpbssd(1, 4, 6);                                                                   \
+      _tile_dpbssd(2, 4, 7);                                                                   \
+    }                                                                                          \
+  } while (0)
+
+AI void amx_tile16_q5k(const uint8_t *w0, const uint8_t *w1, size_t gbb, const int8_t *st, const amx_q4k_row *kr,
+                       const int8_t *xs, int64_t nb, float *Y, int64_t ldy) {
+  _Alignas(64) int32_t c[3][16 * 16];
+  amx_acc A;
+  AMX_UNROLL for (int i = 0; i < 16; i++) A.s[i] = A.m[i] = _mm512_setzero_ps();
+  AMX_Q5K_MUL(0);
+  for (int64_t b = 0; b < nb; b++) {
+    _tile_stored(0, c[0], 64);
+    _tile_stored(1, c[1], 64);
+    _tile_stored(2, c[2], 64);
+    if (b + 1 < nb) AMX_Q5K_MUL(b + 1); /* runs on while super-block b is finished */
+    const uint8_t *gp0 = w0 + (size_t)b * gbb, *gp1 = w1 + (size_t)b * gbb;
+    const q4k_sc d0 = q4k_decode(gp0), d1 = q4k_decode(gp1);
+    for (int j = 0; j < 4; j++) {
+      __m256i ctl = sc_ctl(2 * (j % 2), 2 * (j % 2) + 1, false);
+      A.mn[j] = join_i(_mm256_shuffle_epi8(d0.mn[j / 2], ctl), _mm256_shuffle_epi8(d1.mn[j / 2], ctl));
+    }
+    AMX_UNROLL for (int i = 0; i < 16; i++) {
+      __m512i v = _mm512_load_si512(c[2] + 16 * i);
+      v = _mm512_add_epi32(_mm512_load_si512(c[1] + 16 * i), _mm512_slli_epi32(v, 2));
+      A.isum[i] = _mm512_add_epi32(_mm512_load_si512(c[0] + 16 * i), _mm512_slli_epi32(v, 2));
+    }
+    amx_q4k_finish(gp0, gp1, kr + 16 * b, &A);
+  }
+  AMX_UNROLL for (int i = 0; i < 16; i++) _mm512_storeu_ps(Y + i * ldy, _mm512_add_ps(A.s[i], A.m[i]));
+}
+#undef AMX_Q5K_MUL
+
 /* One 16-row chunk (batched decode, Q4_0/Q4_1/Q5_0/Q8_0) over the group pairs
  * at w: the weights are used once, so staging a whole panel before any tile
  * multiply buys no reuse, and the staging pass's loads from memory then run
@@ -486,10 +569,6 @@ AI void amx_pipe16(di_dtype t, const uint8_t *w, size_t wrow, int64_t pairs, int
 AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, size_t xrow, int64_t M,
                   int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   pthread_once(&g_amx_once, amx_init);
-  if (t == DI_Q5_K) { /* no tile path yet: the VNNI kernel */
-    pk_mm(t, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1);
-    return;
-  }
   /* whole group pairs inside [n0, n1) */
   int64_t ga = (n0 + DI_PK_G - 1) / DI_PK_G, gb = n1 / DI_PK_G < N / DI_PK_G ? n1 / DI_PK_G : N / DI_PK_G;
   int64_t pairs = gb > ga ? (gb - ga) / 2 : 0, M16 = M / 16 * 16, nb = K / (di_pk_kquant(t) ? DI_QKK : DI_QK32);
@@ -546,6 +625,7 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
         const int8_t *sp = stage + (size_t)(p - p0) * pair_bytes;
         float *y = Y + m * ldy + (ga + 2 * p) * DI_PK_G;
         if (t == DI_Q4_K) amx_tile16_q4k(w0, w0 + DI_PK_G * wrow, gbb, sp, (const amx_q4k_row *)ds, xs, nb, y, ldy);
+        else if (t == DI_Q5_K) amx_tile16_q5k(w0, w0 + DI_PK_G * wrow, gbb, sp, (const amx_q4k_row *)ds, xs, nb, y, ldy);
         else if (t == DI_Q6_K) amx_tile16_q6k(w0, w0 + DI_PK_G * wrow, gbb, sp, x + m * xrow, xrow, xs, nb, y, ldy);
         else amx_tile16(t, w0, w0 + DI_PK_G * wrow, gbb, sp, x + m * xrow, xrow, ds, ss, xs, nb, y, ldy, NULL, NULL);
       }
