@@ -1,6 +1,6 @@
 /* The AMX path of the AVX-512 packed kernels (included once, by
  * matmul_pack_avx512.c after matmul_pack_tiles.h): Q4_0 / Q4_1 / Q5_0 / Q8_0 /
- * Q4_K / Q6_K GEMMs, 16 activation rows x 16 columns (a pair of groups) per tile.
+ * Q4_K / Q5_K / Q6_K GEMMs, 16 activation rows x 16 columns (a pair of groups) per tile.
  *
  * One tdpbssd per 32-element block gives the 16 x 16 exact int32 sums
  * sum(q * a) of two groups against 16 rows: the A tile is the rows' qs (stride
@@ -16,6 +16,8 @@
  * q4k_block forms (sum_s scale_s * dot_s), then q4k_finish's float
  * operations, 16 lanes wide. (Before, a step per sub-block and 16 vpmulld by
  * its scale: 1.1B Q4_K_M pp512 134 -> 169 tok/s on one core.)
+ * Q5_K stages Q4_K's quants with their fifth bits (0..31) three times, times
+ * the base-4 digits of the 6-bit scale, in three C tiles: C0 + 4 (C1 + 4 C2).
  * Q6_K (from 32 rows) takes one step per four 16-element groups, its quants
  * minus 32 staged four times, times the balanced base-5 digits (-2..2) of
  * each column's int8 group scales, in four C tiles: C0 + 5 (C1 + 5 (C2 + 5 C3))
