@@ -45,7 +45,7 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best,
     if (di_dtype_block(t) == 256) { /* no quantizer: random bytes (scales, quants) with sane d, dmin */
       uint8_t *p = W + (size_t)n * rb;
       size_t bb = di_dtype_block_bytes(t);
-      for (size_t j = 0; j < rb; j++) p[j] = extreme ? 0xff : (uint8_t)(rndf() * 128.0f + 128.0f);
+      for (size_t j = 0; j < rb; j++) p[j] = extreme ? 0xff : (uint8_t)(rndf() * 127.0f + 128.0f);
       for (int64_t b = 0; b < K / 256; b++) {
         di_fp16 d = di_cpu_f32_to_fp16(scale * (0.002f + 0.01f * (rndf() + 1)));
         di_fp16 dm = di_cpu_f32_to_fp16(scale * 0.01f * (rndf() + 1));

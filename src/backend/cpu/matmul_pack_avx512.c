@@ -145,7 +145,10 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
 /* Q5_K: sub-block s's fifth bits of a quant word pair's bytes from the qh
  * word pair (the same elements), moved to bit 4; as the AVX2 q5k_fifth. */
 AI __m512i q5k_fifth(__m512i qh, int s) {
-  const __m512i v = s <= 4 ? _mm512_slli_epi16(qh, 4 - s) : _mm512_srli_epi16(qh, s - 4);
+  /* Shift counts in a register: SIMDe (the emulated test build) wants
+   * immediates to be literal constants, which s is only after inlining. */
+  const __m512i v = s <= 4 ? _mm512_sll_epi16(qh, _mm_cvtsi32_si128(4 - s))
+                           : _mm512_srl_epi16(qh, _mm_cvtsi32_si128(s - 4));
   return _mm512_and_si512(v, _mm512_set1_epi8(0x10));
 }
 
