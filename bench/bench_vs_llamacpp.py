@@ -352,7 +352,7 @@ def ensure_model(spec):
         if not p.is_file():
             raise SystemExit(f"{p}: not found")
         return spec, p
-    m = re.fullmatch(r"(110m|1\.1b)-(f16|q8_0|q4_0|q4_k_m|q5_k_m|f32)", spec.lower())
+    m = re.fullmatch(r"(110m|1\.1b)-(f16|q8_0|q4_0|q4_k_m|q5_k_m|q5_1|f32)", spec.lower())
     if not m:
         raise SystemExit(f"model {spec!r}: expected SHAPE-TYPE like 110m-q4_0 or a .gguf path")
     p = BENCH_DIR / f"llama-{m.group(1)}-{m.group(2)}.gguf"

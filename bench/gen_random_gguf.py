@@ -17,7 +17,7 @@ vocab 32000, a minimal SentencePiece-style vocabulary that llama.cpp accepts):
 --type F16|Q8_0|Q4_0|F32 applies to every 2-D weight (token_embd, output and all layer
 matrices); norm weights stay F32. Quantization uses gguf-py's numpy reference quantizers
 (gguf.quants), which reproduce ggml's quantize_row_*_ref bit for bit.
---type Q4_K_M / Q5_K_M have no numpy quantizer: the F16 file is written first (or reused) and
+--type Q4_K_M / Q5_K_M / Q5_1 have no numpy quantizer here: the F16 file is written first (or reused) and
 converted with llama.cpp's own quantizer through llama-cpp-python (`llama_model_quantize`, the
 peer the benchmarks compare against), run by --llamacpp-python (default /tmp/refvenv/bin/python
 or $LLAMACPP_PYTHON). That gives the real mixes (Q4_K or Q5_K with Q6_K for some tensors).
@@ -205,11 +205,11 @@ sys.exit(1 if rc != 0 else 0)
 """
 
 
-LLAMACPP_TYPES = ["Q4_K_M", "Q5_K_M"]
+LLAMACPP_TYPES = ["Q4_K_M", "Q5_K_M", "Q5_1"]
 
 
 def quantize_with_llamacpp(src, out_path, py, ftype):
-    """F16 GGUF -> ftype (Q4_K_M, Q5_K_M) with llama.cpp's quantizer (see the module docstring)."""
+    """F16 GGUF -> ftype (Q4_K_M, Q5_K_M, Q5_1) with llama.cpp's quantizer (see the module docstring)."""
     if not Path(py).exists():
         sys.exit(f"--type {ftype} needs llama-cpp-python: {py} not found (set --llamacpp-python or $LLAMACPP_PYTHON)")
     out_path = Path(out_path)
@@ -229,7 +229,7 @@ def main():
     ap.add_argument("--shape", choices=list(SHAPES), help="model shape")
     ap.add_argument("--type", choices=list(TYPES) + LLAMACPP_TYPES, default="F16", help="weight type of 2-D tensors")
     ap.add_argument("--llamacpp-python", default=os.environ.get("LLAMACPP_PYTHON", "/tmp/refvenv/bin/python"),
-                    help="python with llama-cpp-python, for --type Q4_K_M / Q5_K_M")
+                    help="python with llama-cpp-python, for --type Q4_K_M / Q5_K_M / Q5_1")
     ap.add_argument("--out", help="output file (default: $DI_BENCH_DIR or ~/.cache/deepinfer/bench/llama-SHAPE-TYPE.gguf)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--all", action="store_true", help="write every shape in F16, Q8_0 and Q4_0")

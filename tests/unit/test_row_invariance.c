@@ -162,5 +162,6 @@ int main(void) {
   check_type(path, DI_Q4_0, true);
   check_type(path, DI_Q4_1, true);
   check_type(path, DI_Q5_0, true);
+  check_type(path, DI_Q5_1, true);
   return di_test_finish("test_row_invariance");
 }

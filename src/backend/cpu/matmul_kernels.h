@@ -58,13 +58,19 @@ void di_cpu_mmp_scalar(di_dtype t, const void *W, size_t wrow, int64_t N, const 
 /* Packed layout (matmul_pack.c): rows in groups of DI_PK_G; group g's block b
  * (DI_PK_G * block bytes) starts at W + g * DI_PK_G * wrow + b * DI_PK_G * bb.
  * Inside, the block's head as 2-byte fields of the 8 rows (field f of row c at
- * 16f + 2c): d, then m / dmin for Q4_1 and Q4_K. Then the rest of the block as
+ * 16f + 2c): d, then m / dmin for Q4_1, Q5_1 and Q4_K. Then the rest of the block as
  * 32-byte words: word w holds bytes 4w..4w+3 of each row's remaining bytes, row
  * c at 4c (Q4_K: the 12 scale bytes, then qs; Q5_K: the scale bytes, qh, qs; Q6_K, whose d is at the block's
  * end: ql, qh, scales, reordered by di_pk_word_pos). The N % 8 rows after the last full group keep the GGUF
  * layout. */
 #define DI_PK_G 8
-static inline size_t di_pk_head_bytes(di_dtype t) { return t == DI_Q4_1 || t == DI_Q4_K || t == DI_Q5_K ? 4 : 2; }
+static inline size_t di_pk_head_bytes(di_dtype t) {
+  return t == DI_Q4_1 || t == DI_Q5_1 || t == DI_Q4_K || t == DI_Q5_K ? 4 : 2;
+}
+/* Q5_0 / Q5_1: a word of high bits (permuted, di_pk_q5_bits) before the nibble words. */
+static inline bool di_pk_q5(di_dtype t) { return t == DI_Q5_0 || t == DI_Q5_1; }
+/* Q4_1 / Q5_1: a min m (head field 1) and the chain's second fma(m_w, s_a, .). */
+static inline bool di_pk_min(di_dtype t) { return t == DI_Q4_1 || t == DI_Q5_1; }
 /* Where the head sits in a GGUF block, and where the words start. */
 static inline size_t di_pk_head_at(di_dtype t) { return t == DI_Q6_K ? 208 : 0; }
 static inline size_t di_pk_words_at(di_dtype t) { return t == DI_Q6_K ? 0 : di_pk_head_bytes(t); }
@@ -75,6 +81,7 @@ static inline size_t di_pk_block_bytes(di_dtype t) {
   case DI_Q4_0: return sizeof(di_block_q4_0);
   case DI_Q4_1: return sizeof(di_block_q4_1);
   case DI_Q5_0: return sizeof(di_block_q5_0);
+  case DI_Q5_1: return sizeof(di_block_q5_1);
   case DI_Q4_K: return sizeof(di_block_q4_K);
   case DI_Q5_K: return sizeof(di_block_q5_K);
   case DI_Q6_K: return sizeof(di_block_q6_K);

@@ -10,7 +10,8 @@
  * zero-padded, by the kernels (di_cpu_pack_tail).
  *
  * Q5_0 packs like Q4_0 with one more word, its high bits, whose bits are
- * permuted (di_pk_q5_bits) so that kernels pick each word's bits with a shift.
+ * permuted (di_pk_q5_bits) so that kernels pick each word's bits with a shift;
+ * Q5_1 the same with Q4_1's head (d, m).
  *
  * The K-quants pack the same way per 256-element super-block (Q4_K: d and dmin
  * as the head, then 35 words: 3 of 6-bit scales, 32 of quants; Q5_K the same
@@ -32,7 +33,7 @@ bool di_cpu_packable(di_dtype t) {
 #ifdef DI_CPU_X86
   if (t == DI_Q5_K) return true;
 #endif
-  return t == DI_Q4_0 || t == DI_Q4_1 || t == DI_Q5_0 || t == DI_Q8_0 || t == DI_Q4_K || t == DI_Q6_K;
+  return t == DI_Q4_0 || t == DI_Q4_1 || t == DI_Q5_0 || t == DI_Q5_1 || t == DI_Q8_0 || t == DI_Q4_K || t == DI_Q6_K;
 }
 
 /* Blocks per row; the largest packable block (a row's block copied out). */
@@ -44,7 +45,7 @@ static void scatter_block(di_dtype t, const uint8_t *src, int c, uint8_t *gb) {
   size_t hb = di_pk_head_bytes(t), qb = di_dtype_block_bytes(t) - hb, ha = di_pk_head_at(t), wa = di_pk_words_at(t);
   for (size_t h = 0; h < hb / 2; h++) memcpy(gb + 16 * h + 2 * c, src + ha + 2 * h, 2);
   for (size_t w = 0; w < qb / 4; w++) memcpy(gb + 8 * hb + 32 * di_pk_word_pos(t, w) + 4 * c, src + wa + 4 * w, 4);
-  if (t == DI_Q5_0) {
+  if (di_pk_q5(t)) {
     uint32_t qh;
     memcpy(&qh, gb + 8 * hb + 4 * c, 4);
     qh = di_pk_q5_bits(qh);
@@ -56,7 +57,7 @@ static void gather_block(di_dtype t, const uint8_t *gb, int c, uint8_t *dst) {
   size_t hb = di_pk_head_bytes(t), qb = di_dtype_block_bytes(t) - hb, ha = di_pk_head_at(t), wa = di_pk_words_at(t);
   for (size_t h = 0; h < hb / 2; h++) memcpy(dst + ha + 2 * h, gb + 16 * h + 2 * c, 2);
   for (size_t w = 0; w < qb / 4; w++) memcpy(dst + wa + 4 * w, gb + 8 * hb + 32 * di_pk_word_pos(t, w) + 4 * c, 4);
-  if (t == DI_Q5_0) {
+  if (di_pk_q5(t)) {
     uint32_t qh;
     memcpy(&qh, dst + wa, 4);
     qh = di_pk_q5_unbits(qh);

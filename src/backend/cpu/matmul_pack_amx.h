@@ -211,8 +211,8 @@ AI void amx_stage(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, size_t hea
     for (int w = 0; w < 8; w++) _mm512_store_si512(stage + 64 * w, join_words(q0 + 32 * w, q1 + 32 * w));
     return;
   }
-  if (t == DI_Q5_0) {
-    const __m512i qh = join_words(q0, q1), k16 = _mm512_set1_epi8(16);
+  if (di_pk_q5(t)) { /* Q5_0 minus 16; Q5_1's 0..31 as they are (its m is the finish's) */
+    const __m512i qh = join_words(q0, q1), k16 = _mm512_set1_epi8(t == DI_Q5_0 ? 16 : 0);
     for (int w = 0; w < 4; w++) {
       __m512i lo, hi;
       q5_pair_word(q0, q1, qh, w, &lo, &hi);

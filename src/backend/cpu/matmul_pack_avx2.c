@@ -81,7 +81,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
     } else {
       NO_UNROLL for (int w = 0; w < 8; w++) q8_word(MT, q, w, a, ones, isum);
     }
-  } else if (t == DI_Q5_0) {
+  } else if (di_pk_q5(t)) {
     UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_setzero_si256();
     UNROLL for (int w = 0; w < 4; w++) q5_word(MT, q, w, a, m4, ones, isum);
   } else {

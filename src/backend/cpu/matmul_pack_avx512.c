@@ -88,7 +88,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
       __m512i wq = _mm512_xor_si512(pair_perm(load64(q + 32 * w)), flip);
       UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_dpbusd_epi32(isum[i], wq, bcast8(a[i]->qs + 4 * w));
     }
-  } else if (t == DI_Q5_0) {
+  } else if (di_pk_q5(t)) {
     /* words w, w+1 in lanes 2c, 2c+1: each lane rotates its own word's bits to bit 4 */
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i qh = dup_cols(_mm256_loadu_si256((const __m256i *)q));
@@ -275,7 +275,7 @@ AI void q32_finish16(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1,
     __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d[i * stride]));
     acc[i] = _mm512_fmadd_ps(cvt16(isum[i]), dd, acc[i]);
   }
-  if (t == DI_Q4_1) {
+  if (di_pk_min(t)) {
     __m512 mw = join_ph(gp0 + 16, gp1 + 16);
     _Pragma("GCC unroll 16") for (int i = 0; i < MT; i++)
       acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(s[i * stride]), acc[i]);
@@ -298,7 +298,7 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
       __m512i wq = _mm512_xor_si512(join_words(q0 + 32 * w, q1 + 32 * w), flip);
       UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_dpbusd_epi32(isum[i], wq, bcast4(a[i]->qs + 4 * w));
     }
-  } else if (t == DI_Q5_0) {
+  } else if (di_pk_q5(t)) {
     const __m512i qh = join_words(q0, q1);
     UNROLL for (int w = 0; w < 4; w++) {
       __m512i lo, hi;

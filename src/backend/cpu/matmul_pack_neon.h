@@ -189,7 +189,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
      * applied to the quants (-8..7). 8 products per int16 lane, each |q * a| <=
      * 15 * 128: <= 15360. */
     const int8x16_t off = vdupq_n_s8(t == DI_Q4_0 ? 8 : t == DI_Q5_0 ? 16 : 0);
-    const bool q5 = t == DI_Q5_0; /* its nibble words follow the high-bit word */
+    const bool q5 = di_pk_q5(t); /* its nibble words follow the high-bit word */
     UNROLL for (int w = 0; w < 4; w++) {
       int8x16_t lo[2], hi[2];
       UNROLL for (int k = 0; k < 2; k++) {
@@ -211,7 +211,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
   }
   f32x8 dw = head8(gp);
   UNROLL for (int i = 0; i < MT; i++) chain_add(&acc[i].s, dacc_cols(&d[i]), dw, a[i]->d);
-  if (t == DI_Q4_1) {
+  if (di_pk_min(t)) {
     f32x8 mw = head8(gp + 16);
     UNROLL for (int i = 0; i < MT; i++) {
       acc[i].s.lo = vfmaq_n_f32(acc[i].s.lo, mw.lo, a[i]->s);

@@ -150,6 +150,7 @@ AI void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, 
 PK_WRAP(mmp_q4_0, DI_Q4_0)
 PK_WRAP(mmp_q4_1, DI_Q4_1)
 PK_WRAP(mmp_q5_0, DI_Q5_0)
+PK_WRAP(mmp_q5_1, DI_Q5_1)
 PK_WRAP(mmp_q8_0, DI_Q8_0)
 PK_WRAP(mmp_q4_K, DI_Q4_K)
 PK_WRAP(mmp_q6_K, DI_Q6_K)
@@ -163,6 +164,7 @@ di_cpu_mmp_fn PK_ENTRY(di_dtype t) {
   case DI_Q4_0: return mmp_q4_0;
   case DI_Q4_1: return mmp_q4_1;
   case DI_Q5_0: return mmp_q5_0;
+  case DI_Q5_1: return mmp_q5_1;
   case DI_Q8_0: return mmp_q8_0;
   case DI_Q4_K: return mmp_q4_K;
   case DI_Q6_K: return mmp_q6_K;

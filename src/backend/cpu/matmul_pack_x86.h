@@ -37,7 +37,7 @@ AI void q32_finish(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const
     __m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ss(&a[i]->d));
     acc[i].s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dd, acc[i].s);
   }
-  if (t == DI_Q4_1) {
+  if (di_pk_min(t)) {
     __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + 16)));
     UNROLL for (int i = 0; i < MT; i++) acc[i].s = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(&a[i]->s), acc[i].s);
   }
