@@ -5,7 +5,7 @@
 #   test_quant        NEON with SDOT (qemu's default cpu "max"), NEON without it
 #                     (-cpu cortex-a53, ARMv8.0), and DI_CPU_ISA=scalar
 #   test_quant_golden dequantization + matmul against gguf-py goldens (NEON)
-#   test_matmul_packed packed Q4_0/Q4_1/Q8_0/Q4_K/Q6_K layout: NEON with SDOT and
+#   test_matmul_packed packed Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K layout: NEON with SDOT and
 #                     ARMv8.0 (cortex-a53), bit-identical with the scalar reference
 #   test_softmax_exp  the attention softmax exp: NEON bit-identical with scalar
 #   test_forward_stories  a whole model (NEON kernels + NEON attention)
