@@ -69,6 +69,9 @@ static inline size_t di_pk_head_bytes(di_dtype t) {
 }
 /* Q5_0 / Q5_1: a word of high bits (permuted, di_pk_q5_bits) before the nibble words. */
 static inline bool di_pk_q5(di_dtype t) { return t == DI_Q5_0 || t == DI_Q5_1; }
+/* The offset of the stored quants (value = d * (q - offset)): Q4_0 8, Q5_0 16;
+ * kernels take it off as offset * sum(a) or from the staged bytes. */
+static inline int di_pk_offset(di_dtype t) { return t == DI_Q4_0 ? 8 : t == DI_Q5_0 ? 16 : 0; }
 /* Q4_1 / Q5_1: a min m (head field 1) and the chain's second fma(m_w, s_a, .). */
 static inline bool di_pk_min(di_dtype t) { return t == DI_Q4_1 || t == DI_Q5_1; }
 /* Where the head sits in a GGUF block, and where the words start. */

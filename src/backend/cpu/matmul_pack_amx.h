@@ -211,21 +211,23 @@ AI void amx_stage(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, size_t hea
     for (int w = 0; w < 8; w++) _mm512_store_si512(stage + 64 * w, join_words(q0 + 32 * w, q1 + 32 * w));
     return;
   }
-  if (di_pk_q5(t)) { /* Q5_0 minus 16; Q5_1's 0..31 as they are (its m is the finish's) */
-    const __m512i qh = join_words(q0, q1), k16 = _mm512_set1_epi8(t == DI_Q5_0 ? 16 : 0);
+  /* the quants minus their offset (Q4_0 8, Q5_0 16; Q4_1 / Q5_1 as they are, their m is the finish's) */
+  const __m512i off = _mm512_set1_epi8((char)di_pk_offset(t));
+  if (di_pk_q5(t)) {
+    const __m512i qh = join_words(q0, q1);
     for (int w = 0; w < 4; w++) {
       __m512i lo, hi;
       q5_pair_word(q0, q1, qh, w, &lo, &hi);
-      _mm512_store_si512(stage + 64 * w, _mm512_sub_epi8(lo, k16));
-      _mm512_store_si512(stage + 64 * (4 + w), _mm512_sub_epi8(hi, k16));
+      _mm512_store_si512(stage + 64 * w, _mm512_sub_epi8(lo, off));
+      _mm512_store_si512(stage + 64 * (4 + w), _mm512_sub_epi8(hi, off));
     }
     return;
   }
-  const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
   for (int w = 0; w < 4; w++) {
     __m512i v = join_words(q0 + 32 * w, q1 + 32 * w);
     __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    if (t == DI_Q4_0) lo = _mm512_sub_epi8(lo, eight), hi = _mm512_sub_epi8(hi, eight);
+    lo = _mm512_sub_epi8(lo, off), hi = _mm512_sub_epi8(hi, off);
     _mm512_store_si512(stage + 64 * w, lo);
     _mm512_store_si512(stage + 64 * (4 + w), hi);
   }

@@ -94,7 +94,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
     }
     UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_madd_epi16(p[i], ones);
   }
-  q32_finish(t, MT, gp, a, isum, t == DI_Q4_0 ? 8 : t == DI_Q5_0 ? 16 : 0, acc);
+  q32_finish(t, MT, gp, a, isum, di_pk_offset(t), acc);
 }
 
 /* Sub-block s (32 elements) of 8 columns: int16 sums of 8 maddubs, each pair

@@ -114,7 +114,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
   }
   __m256i s[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) s[i] = fold(isum[i]);
-  q32_finish(t, MT, gp, a, s, t == DI_Q4_0 ? 8 : t == DI_Q5_0 ? 16 : t == DI_Q8_0 ? 128 : 0, acc);
+  q32_finish(t, MT, gp, a, s, t == DI_Q8_0 ? 128 : di_pk_offset(t), acc); /* Q8_0: its xor 0x80 */
 }
 
 /* One Q4_K super-block of 8 columns: per sub-block s (words of chunk s/2,
@@ -289,7 +289,7 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
   const uint8_t *q0 = gp0 + head, *q1 = gp1 + head;
   /* The bias term starts each sum (integer adds: the order is free), so it
    * costs one broadcast instead of a broadcast and a subtraction. */
-  const int bias = t == DI_Q4_0 ? 8 : t == DI_Q5_0 ? 16 : t == DI_Q8_0 ? 128 : 0;
+  const int bias = t == DI_Q8_0 ? 128 : di_pk_offset(t); /* Q8_0: its xor 0x80 */
   __m512i isum[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = bias ? _mm512_set1_epi32(-bias * a[i]->sum) : _mm512_setzero_si512();
   if (t == DI_Q8_0) {

@@ -188,7 +188,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
     /* word w: low nibbles are elements 4w..4w+3, high ones 16+4w..; Q4_0's offset
      * applied to the quants (-8..7). 8 products per int16 lane, each |q * a| <=
      * 15 * 128: <= 15360. */
-    const int8x16_t off = vdupq_n_s8(t == DI_Q4_0 ? 8 : t == DI_Q5_0 ? 16 : 0);
+    const int8x16_t off = vdupq_n_s8((int8_t)di_pk_offset(t));
     const bool q5 = di_pk_q5(t); /* its nibble words follow the high-bit word */
     UNROLL for (int w = 0; w < 4; w++) {
       int8x16_t lo[2], hi[2];
