@@ -65,7 +65,10 @@ AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, i
      * of tg on the 1.1B Q4_K_M model on x86 (it restarts at every matrix and Q6_K
      * reads inside a block with jumps). */
     if (MT == 1 && !TAIL)
-      for (size_t o = 0; o < gbb; o += 64) __builtin_prefetch(gp + pk_ahead(gbb) + o, 0, 3);
+      for (size_t o = 0; o < gbb; o += 64) {
+        __builtin_prefetch(gp + pk_ahead(gbb) + o, 0, 3);
+        __builtin_prefetch(gp + GEMV_PF_L2 + o, 0, 2);
+      }
     if (di_pk_kquant(t)) {
       const di_act_q8k *a[PK_MT_CAP];
       UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8k *)(x + i * xrow) + b;
