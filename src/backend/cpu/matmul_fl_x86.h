@@ -30,7 +30,6 @@ AI float hsum8(__m256 v) {
  * more lines are in flight than the L1's fill buffers hold. (Per-row
  * prefetches of the next tile's rows, before: 1.1B F16 layer shapes on one
  * core 16.9 -> 18.8 GB/s.) p: where this block's step starts in the span. */
-#define GEMV_PF_L1 (16 * 1024)
 AI void prefetch_sweep(const uint8_t *p, size_t step) {
   for (size_t o = 0; o < step; o += 64) {
     _mm_prefetch((const char *)(p + GEMV_PF_L1 + o), _MM_HINT_T0);

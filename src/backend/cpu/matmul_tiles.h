@@ -30,7 +30,9 @@
  * (1.1B Q4_0 tg +12-18% over one block ahead, AVX2 and AVX-512); the K-quants'
  * (1-2 KB) one block ahead, as 2 blocks cost 1.1B Q4_K_M ~20% of its tg. */
 AI size_t pk_ahead(size_t gbb) { return gbb >= 1024 ? gbb : gbb * (1 + 2048 / gbb); }
-/* A second GEMV sweep, into L2 this far ahead (matmul_fl_x86.h says why). */
+/* The GEMV prefetch sweeps, into L1 and into L2, this far ahead of the walk
+ * (matmul_fl_x86.h says why; the packed kernels use pk_ahead for L1). */
+#define GEMV_PF_L1 (16 * 1024)
 #define GEMV_PF_L2 (64 * 1024)
 
 /* GEMV (M == 1) takes NT_GEMV columns at a time for independent chains. GEMM
