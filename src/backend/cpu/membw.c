@@ -20,7 +20,7 @@ static void bw_run(void *p, int ith, int nth) {
   size_t per = t->n / (size_t)nth, lo = per * (size_t)ith, hi = ith == nth - 1 ? t->n : lo + per;
   /* Four independent accumulators let the loads overlap; the same two
    * prefetch sweeps as the GEMV kernels (matmul_fl_x86.h) keep more lines in
-   * flight than plain loads do (one core: ~15 -> ~19 GB/s), so the bound that
+   * flight than plain loads do (one core here: ~17.8 -> ~18.5 GB/s), so the bound that
    * generation is compared with is what this core can actually read. */
   uint64_t a = 0, b = 0, c = 0, d = 0;
   for (size_t i = lo; i + 4 <= hi; i += 4) {
