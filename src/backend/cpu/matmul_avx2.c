@@ -26,7 +26,7 @@ AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
   for (int64_t b = 0; b < nb; b++) {
     __m256 wv[4];
     UNROLL for (int j = 0; j < NT; j++) wv[j] = fl_load(t, w + j * wrow + b * 8 * es);
-    if (MT == 1) prefetch_sweep(w + b * NT * 8 * es, NT * 8 * es);
+    if (MT == 1) gemv_prefetch(w + b * NT * 8 * es, NT * 8 * es, GEMV_PF_L1);
     UNROLL for (int i = 0; i < MT; i++) {
       __m256 xv = _mm256_loadu_ps((const float *)(x + i * xrow) + b * 8);
       UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(wv[j], xv, acc[i][j]);
@@ -137,7 +137,7 @@ AI void q32_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, cons
   for (int64_t b = 0; b < nb; b++) {
     q32_w wv[4];
     UNROLL for (int j = 0; j < NT; j++) q32_load(t, w + j * wrow + b * bb, &wv[j]);
-    if (MT == 1) prefetch_sweep(w + b * NT * bb, NT * bb);
+    if (MT == 1) gemv_prefetch(w + b * NT * bb, NT * bb, GEMV_PF_L1);
     UNROLL for (int i = 0; i < MT; i++) {
       const di_act_q8 *a = (const di_act_q8 *)(x + i * xrow) + b;
       UNROLL for (int j = 0; j < NT; j++) q32_step(t, &wv[j], a, &acc[i][j]);
@@ -277,7 +277,7 @@ AI void qk_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
   for (int64_t b = 0; b < nb; b++) {
     qk_w wv[2];
     UNROLL for (int j = 0; j < NT; j++) qk_load(t, w + j * wrow + b * bb, &wv[j]);
-    if (MT == 1) prefetch_sweep(w + b * NT * bb, NT * bb);
+    if (MT == 1) gemv_prefetch(w + b * NT * bb, NT * bb, GEMV_PF_L1);
     __m256i isum[MT_MAX][2];
     UNROLL for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++) isum[i][j] = _mm256_setzero_si256();
     if (t == DI_Q4_K && MT > 1) { /* fully unrolled, multi-row Q4_K tiles spill (GEMM 86 -> 93 GOP/s) */

@@ -63,7 +63,7 @@ AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
       const int j1 = 2 * p + 1 < NT ? 2 * p + 1 : 2 * p;
       wv[p] = fl_load2(t, w + 2 * p * wrow + b * 8 * es, w + j1 * wrow + b * 8 * es);
     }
-    if (MT == 1) prefetch_sweep(w + b * NT * 8 * es, NT * 8 * es);
+    if (MT == 1) gemv_prefetch(w + b * NT * 8 * es, NT * 8 * es, GEMV_PF_L1);
     UNROLL for (int i = 0; i < MT; i++) {
       __m256 x8 = _mm256_loadu_ps((const float *)(x + i * xrow) + b * 8);
       __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x8)));

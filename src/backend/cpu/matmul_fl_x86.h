@@ -23,20 +23,6 @@ AI float hsum8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-/* GEMV streams weights from memory. A tile's NT rows lie back to back, so its
- * walk over them (step bytes per block, rows interleaved) covers one contiguous
- * span: fetch that span as a linear sweep ahead of the walk, into L1 16 KB
- * ahead and into L2 64 KB ahead, so the memory sees one sequential stream and
- * more lines are in flight than the L1's fill buffers hold. (Per-row
- * prefetches of the next tile's rows, before: 1.1B F16 layer shapes on one
- * core 16.9 -> 18.8 GB/s.) p: where this block's step starts in the span. */
-AI void prefetch_sweep(const uint8_t *p, size_t step) {
-  for (size_t o = 0; o < step; o += 64) {
-    _mm_prefetch((const char *)(p + GEMV_PF_L1 + o), _MM_HINT_T0);
-    _mm_prefetch((const char *)(p + GEMV_PF_L2 + o), _MM_HINT_T1);
-  }
-}
-
 AI __m256 fl_load(di_dtype t, const uint8_t *p) {
   if (t == DI_F32) return _mm256_loadu_ps((const float *)p);
   __m128i h = _mm_loadu_si128((const __m128i *)p);

@@ -63,13 +63,8 @@ AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, i
     /* GEMV: fetch a group-block ahead (pk_ahead; past the last, the next
      * group's) while this one computes. The hardware prefetcher alone lost 5-15%
      * of tg on the 1.1B Q4_K_M model on x86 (it restarts at every matrix and Q6_K
-     * reads inside a block with jumps); and, as the float GEMVs do, a second
-     * sweep into L2 GEMV_PF_L2 ahead (matmul_fl_x86.h). */
-    if (MT == 1 && !TAIL)
-      for (size_t o = 0; o < gbb; o += 64) {
-        __builtin_prefetch(gp + pk_ahead(gbb) + o, 0, 3);
-        __builtin_prefetch(gp + GEMV_PF_L2 + o, 0, 2);
-      }
+     * reads inside a block with jumps); gemv_prefetch adds the L2 sweep. */
+    if (MT == 1 && !TAIL) gemv_prefetch(gp, gbb, pk_ahead(gbb));
     if (di_pk_kquant(t)) {
       const di_act_q8k *a[PK_MT_CAP];
       UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8k *)(x + i * xrow) + b;

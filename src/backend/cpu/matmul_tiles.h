@@ -30,10 +30,23 @@
  * (1.1B Q4_0 tg +12-18% over one block ahead, AVX2 and AVX-512); the K-quants'
  * (1-2 KB) one block ahead, as 2 blocks cost 1.1B Q4_K_M ~20% of its tg. */
 AI size_t pk_ahead(size_t gbb) { return gbb >= 1024 ? gbb : gbb * (1 + 2048 / gbb); }
-/* The GEMV prefetch sweeps, into L1 and into L2, this far ahead of the walk
- * (matmul_fl_x86.h says why; the packed kernels use pk_ahead for L1). */
+/* GEMV streams weights from memory. A tile's rows lie back to back, so its
+ * walk over them (step bytes per block, rows interleaved) covers one contiguous
+ * span: fetch that span as a linear sweep ahead of the walk, into L1 l1_ahead
+ * bytes ahead and into L2 GEMV_PF_L2 ahead, so the memory sees one sequential
+ * stream and more lines are in flight than the L1's fill buffers hold. (Per-row
+ * prefetches of the next tile's rows, before: 1.1B F16 layer shapes on one
+ * core 16.9 -> 18.8 GB/s.) p: where this block's step starts in the span. The
+ * float and unpacked kernels sweep L1 GEMV_PF_L1 ahead, the packed ones
+ * pk_ahead. */
 #define GEMV_PF_L1 (16 * 1024)
 #define GEMV_PF_L2 (64 * 1024)
+AI void gemv_prefetch(const uint8_t *p, size_t step, size_t l1_ahead) {
+  for (size_t o = 0; o < step; o += 64) {
+    __builtin_prefetch(p + l1_ahead + o, 0, 3);
+    __builtin_prefetch(p + GEMV_PF_L2 + o, 0, 2);
+  }
+}
 
 /* GEMV (M == 1) takes NT_GEMV columns at a time for independent chains. GEMM
  * walks the columns in panels of about PANEL_BYTES of weights, which stay in L2

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/cpu/matmul_tiles.h" /* GEMV_PF_L1, GEMV_PF_L2 */
+#include "backend/cpu/matmul_tiles.h" /* gemv_prefetch */
 #include "util/mem.h"
 #include "util/threadpool.h"
 
@@ -19,15 +19,12 @@ static void bw_run(void *p, int ith, int nth) {
   bw_task *t = p;
   size_t per = t->n / (size_t)nth, lo = per * (size_t)ith, hi = ith == nth - 1 ? t->n : lo + per;
   /* Four independent accumulators let the loads overlap; the same two
-   * prefetch sweeps as the GEMV kernels (matmul_fl_x86.h) keep more lines in
+   * prefetch sweeps as the GEMV kernels (gemv_prefetch) keep more lines in
    * flight than plain loads do (one core here: ~17.8 -> ~18.5 GB/s), so the bound that
    * generation is compared with is what this core can actually read. */
   uint64_t a = 0, b = 0, c = 0, d = 0;
   for (size_t i = lo; i + 4 <= hi; i += 4) {
-    if (i % 8 == 0) {
-      __builtin_prefetch(t->buf + i + GEMV_PF_L1 / 8, 0, 3);
-      __builtin_prefetch(t->buf + i + GEMV_PF_L2 / 8, 0, 2);
-    }
+    if (i % 8 == 0) gemv_prefetch((const uint8_t *)(t->buf + i), 64, GEMV_PF_L1);
     a ^= t->buf[i];
     b ^= t->buf[i + 1];
     c ^= t->buf[i + 2];
