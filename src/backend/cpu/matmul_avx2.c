@@ -26,7 +26,7 @@ AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const
   for (int64_t b = 0; b < nb; b++) {
     __m256 wv[4];
     UNROLL for (int j = 0; j < NT; j++) wv[j] = fl_load(t, w + j * wrow + b * 8 * es);
-    if (MT == 1) gemv_prefetch(w + b * NT * 8 * es, NT * 8 * es, GEMV_PF_L1);
+    gemv_prefetch(w + b * NT * 8 * es, NT * 8 * es, GEMV_PF_L1); /* every row tile, as the AVX-512 fl_tile */
     UNROLL for (int i = 0; i < MT; i++) {
       __m256 xv = _mm256_loadu_ps((const float *)(x + i * xrow) + b * 8);
       UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(wv[j], xv, acc[i][j]);
