@@ -323,7 +323,7 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
 }
 
 /* Outputs [8g, 8g+16) x MT rows (groups g and g+1, both full), stored where they fall inside [n0, n1). */
-AI void pk_group2(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t g, const uint8_t *x, size_t xrow,
+AI void pk_group2(di_dtype t, int MT, bool pf, const uint8_t *W, size_t wrow, int64_t g, const uint8_t *x, size_t xrow,
                   int64_t nb, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   const size_t gbb = DI_PK_G * di_pk_block_bytes(t);
   const uint8_t *w0 = W + (size_t)g * DI_PK_G * wrow, *w1 = w0 + DI_PK_G * wrow;
@@ -331,13 +331,14 @@ AI void pk_group2(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t g, 
   UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *gp0 = w0 + (size_t)b * gbb, *gp1 = w1 + (size_t)b * gbb;
-    /* both groups' block ahead into L1 and L2, for every row tile (as
-     * pk_group; before, GEMV only and into L1 only): 1.1B shapes, streamed,
-     * one core, Q4_0 GEMV 15.1-15.5 -> 17.9 GB/s, M = 2 / 4 / 8 80 / 134 /
-     * 227 -> 126 / 193 / 361 GOP/s; Q8_0 17.5 -> 18.5 GB/s, 52 / 88 / 143 ->
-     * 70 / 125 / 237 */
-    gemv_prefetch(gp0, gbb, pk_ahead(gbb));
-    gemv_prefetch(gp1, gbb, pk_ahead(gbb));
+    /* both groups' block ahead into L1 and L2 where pk_group prefetches
+     * (before, GEMV only and into L1 only): 1.1B shapes, streamed, one core,
+     * Q4_0 GEMV 15.1-15.5 -> 17.9 GB/s, M = 2 / 4 / 8 80 / 134 / 227 -> 126 /
+     * 193 / 361 GOP/s; Q8_0 17.5 -> 18.5 GB/s, 52 / 88 / 143 -> 70 / 125 / 237 */
+    if (pf) {
+      gemv_prefetch(gp0, gbb, pk_ahead(gbb));
+      gemv_prefetch(gp1, gbb, pk_ahead(gbb));
+    }
     const di_act_q8 *a[PK_MT_CAP];
     UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8 *)(x + i * xrow) + b;
     q32_block2(t, MT, gp0, gp1, a, xrow, acc);

@@ -15,8 +15,9 @@
  *   and, defining PK_Q5K, q5k_block (the same for Q5_K; x86 only)
  *   pk_store(t, const pk_acc *acc, float *y)   y[0..8) = s (+ m for K-quants)
  *   PK_ENTRY               the name of the exported selector (di_cpu_mmp_fn (di_dtype))
- * and optionally PK_GROUP2 with pk_group2_ok(t) and pk_group2(t, MT, W, wrow, g,
- * x, xrow, nb, Y, ldy, n0, n1): two full groups g, g+1 at once (AVX-512).
+ * and optionally PK_GROUP2 with pk_group2_ok(t) and pk_group2(t, MT, pf, W, wrow, g,
+ * x, xrow, nb, Y, ldy, n0, n1): two full groups g, g+1 at once (AVX-512; pf: prefetch
+ * as pk_group does).
  * The block functions own row invariance: each output's chain sees the blocks
  * in K order with the same instructions whatever MT, the tile or the column
  * range, so Y[m][n] has the same bits as the scalar reference. */
@@ -46,7 +47,7 @@ AI int pk_mt(di_dtype t) {
 /* Outputs [8g, 8g+8) x MT rows over all nb blocks, stored where they fall inside
  * [n0, n1). TAIL: g is the zero-padded group of the N % 8 last rows, packed on
  * the fly a few blocks at a time (same arithmetic, lanes past N dropped). */
-AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, int64_t N, int64_t g,
+AI void pk_group(di_dtype t, int MT, bool TAIL, bool pf, const uint8_t *W, size_t wrow, int64_t N, int64_t g,
                  const uint8_t *x, size_t xrow, int64_t nb, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   const size_t gbb = DI_PK_G * di_pk_block_bytes(t);
   const int64_t tail_blocks = (int64_t)(TAIL_BYTES / gbb);
@@ -63,12 +64,11 @@ AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, i
     /* Fetch a group-block ahead (pk_ahead; past the last, the next group's)
      * while this one computes. The hardware prefetcher alone lost 5-15% of tg
      * on the 1.1B Q4_K_M model on x86 (it restarts at every matrix and Q6_K
-     * reads inside a block with jumps); gemv_prefetch adds the L2 sweep. Every
-     * row tile, not only GEMV: a small batch's first row tile streams the
-     * panel from memory (later ones find it in L2, where the sweep is cheap):
-     * 1.1B shapes, streamed, one core, Q4_K M = 2 / 4 / 8: 76 / 126 / 171 ->
-     * 116 / 174 / 225 GOP/s. */
-    if (!TAIL) gemv_prefetch(gp, gbb, pk_ahead(gbb));
+     * reads inside a block with jumps); gemv_prefetch adds the L2 sweep. pf:
+     * GEMV, and a batch's first row tile of a panel, which streams the panel
+     * from memory (1.1B shapes, streamed, one core, Q4_K M = 2 / 4 / 8: 76 /
+     * 126 / 171 -> 116 / 174 / 225 GOP/s); later row tiles find it in L2. */
+    if (pf && !TAIL) gemv_prefetch(gp, gbb, pk_ahead(gbb));
     if (di_pk_kquant(t)) {
       const di_act_q8k *a[PK_MT_CAP];
       UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8k *)(x + i * xrow) + b;
@@ -96,15 +96,15 @@ AI void pk_group(di_dtype t, int MT, bool TAIL, const uint8_t *W, size_t wrow, i
 }
 
 /* Groups [g0, g1) for MT rows; the last group of a matrix with N % 8 rows is the tail. */
-AI void pk_groups(di_dtype t, int MT, const uint8_t *W, size_t wrow, int64_t N, int64_t g0, int64_t g1,
+AI void pk_groups(di_dtype t, int MT, bool pf, const uint8_t *W, size_t wrow, int64_t N, int64_t g0, int64_t g1,
                   const uint8_t *x, size_t xrow, int64_t nb, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   int64_t full = N / DI_PK_G, g = g0;
 #ifdef PK_GROUP2
   if (pk_group2_ok(t))
-    for (; g + 1 < g1 && g + 1 < full; g += 2) pk_group2(t, MT, W, wrow, g, x, xrow, nb, Y, ldy, n0, n1);
+    for (; g + 1 < g1 && g + 1 < full; g += 2) pk_group2(t, MT, pf, W, wrow, g, x, xrow, nb, Y, ldy, n0, n1);
 #endif
-  for (; g < g1 && g < full; g++) pk_group(t, MT, false, W, wrow, N, g, x, xrow, nb, Y, ldy, n0, n1);
-  if (g < g1) pk_group(t, MT, true, W, wrow, N, g, x, xrow, nb, Y, ldy, n0, n1);
+  for (; g < g1 && g < full; g++) pk_group(t, MT, false, pf, W, wrow, N, g, x, xrow, nb, Y, ldy, n0, n1);
+  if (g < g1) pk_group(t, MT, true, pf, W, wrow, N, g, x, xrow, nb, Y, ldy, n0, n1);
 }
 
 /* GEMV walks the groups once; GEMM walks them in panels of about PANEL_BYTES,
@@ -114,7 +114,7 @@ AI void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, 
   const uint8_t *w = W, *x = X;
   int64_t nb = K / (di_pk_kquant(t) ? DI_QKK : DI_QK32), g0 = n0 / DI_PK_G, g1 = (n1 + DI_PK_G - 1) / DI_PK_G;
   if (M == 1) {
-    pk_groups(t, 1, w, wrow, N, g0, g1, x, xrow, nb, Y, ldy, n0, n1);
+    pk_groups(t, 1, true, w, wrow, N, g0, g1, x, xrow, nb, Y, ldy, n0, n1);
     return;
   }
   const int mt_max = pk_mt(t);
@@ -127,15 +127,15 @@ AI void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, 
       float *ym = Y + m * ldy;
       switch (M - m < mt_max ? M - m : mt_max) {
 #if PK_MT_CAP > 4
-      case 8: pk_groups(t, 8, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      case 7: pk_groups(t, 7, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      case 6: pk_groups(t, 6, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      case 5: pk_groups(t, 5, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 8: pk_groups(t, 8, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 7: pk_groups(t, 7, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 6: pk_groups(t, 6, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 5: pk_groups(t, 5, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
 #endif
-      case 4: pk_groups(t, 4, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      case 3: pk_groups(t, 3, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      case 2: pk_groups(t, 2, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      default: pk_groups(t, 1, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 4: pk_groups(t, 4, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 3: pk_groups(t, 3, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 2: pk_groups(t, 2, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      default: pk_groups(t, 1, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
       }
     }
   }
