@@ -331,10 +331,10 @@ AI void pk_group2(di_dtype t, int MT, bool pf, const uint8_t *W, size_t wrow, in
   UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *gp0 = w0 + (size_t)b * gbb, *gp1 = w1 + (size_t)b * gbb;
-    /* both groups' block ahead into L1 and L2 where pk_group prefetches
-     * (before, GEMV only and into L1 only): 1.1B shapes, streamed, one core,
-     * Q4_0 GEMV 15.1-15.5 -> 17.9 GB/s, M = 2 / 4 / 8 80 / 134 / 227 -> 126 /
-     * 193 / 361 GOP/s; Q8_0 17.5 -> 18.5 GB/s, 52 / 88 / 143 -> 70 / 125 / 237 */
+    /* both groups' block ahead into L1 and L2, where pk_group prefetches (an
+     * L1-only GEMV prefetch had left 1.1B Q4_0 shapes at 15.1-15.5 GB/s on one
+     * core against 17.9; batches of M = 2 / 4 / 8 at 80 / 134 / 227 GOP/s
+     * against 126 / 193 / 361) */
     if (pf) {
       gemv_prefetch(gp0, gbb, pk_ahead(gbb));
       gemv_prefetch(gp1, gbb, pk_ahead(gbb));

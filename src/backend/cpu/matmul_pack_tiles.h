@@ -125,17 +125,18 @@ AI void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, 
     for (int64_t m = 0; m < M; m += mt_max) {
       const uint8_t *xm = x + m * xrow;
       float *ym = Y + m * ldy;
+      const bool pf = m == 0; /* the first row tile streams the panel from memory */
       switch (M - m < mt_max ? M - m : mt_max) {
 #if PK_MT_CAP > 4
-      case 8: pk_groups(t, 8, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      case 7: pk_groups(t, 7, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      case 6: pk_groups(t, 6, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      case 5: pk_groups(t, 5, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 8: pk_groups(t, 8, pf, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 7: pk_groups(t, 7, pf, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 6: pk_groups(t, 6, pf, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 5: pk_groups(t, 5, pf, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
 #endif
-      case 4: pk_groups(t, 4, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      case 3: pk_groups(t, 3, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      case 2: pk_groups(t, 2, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
-      default: pk_groups(t, 1, m == 0, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 4: pk_groups(t, 4, pf, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 3: pk_groups(t, 3, pf, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      case 2: pk_groups(t, 2, pf, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
+      default: pk_groups(t, 1, pf, w, wrow, N, p0, p1, xm, xrow, nb, ym, ldy, n0, n1); break;
       }
     }
   }
