@@ -54,6 +54,8 @@ typedef struct attn_job {
   bool merge_inline; /* every token has one tile: merge each partial where it is made */
   bool by_token;     /* single-token units (decode): threads take whole tokens and merge them */
   bool by_head;      /* threads take whole KV heads (a prompt) and merge them */
+  int group;         /* query heads per KV head */
+  size_t pairs;      /* (token, tile) pairs in the batch */
 } attn_job;
 
 di_attn_sched *di_attn_sched_create(int max_tokens) {
@@ -114,12 +116,36 @@ static di_attn_partial *partial_at(const di_attn_sched *s, int head_dim, size_t 
   return (di_attn_partial *)(s->partials + item * di_attn_partial_bytes(head_dim));
 }
 
+/* The partial of (token, tile) pair `pair` (item_off[t] / H + k for token t's
+ * k-th tile) for query head h, made by thread ith. By KV head, a thread's
+ * partials live in its own region, laid out (pair, head of the group), which
+ * every KV head it takes reuses: merged before the next KV head starts, they
+ * stay in its cache (a 512-token MHA prompt's ~7 MB a layer, head-interleaved,
+ * had gone to memory and back between the tiles and the merge of each head). */
+static di_attn_partial *part(const attn_job *a, int ith, size_t pair, int h) {
+  if (!a->by_head) return partial_at(a->s, a->hp->head_dim, pair * (size_t)a->hp->n_head + (size_t)h);
+  return partial_at(a->s, a->hp->head_dim, ((size_t)ith * a->pairs + pair) * (size_t)a->group + (size_t)(h % a->group));
+}
+
 static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return true;
   void *np = realloc(*p, need * elem);
   if (!np) return false;
   *p = np;
   *cap = need;
+  return true;
+}
+
+/* Scratch whose contents need not survive, on 64-byte lines (each partial's
+ * acc then starts a line). */
+static bool grow_aligned(uint8_t **p, size_t *cap, size_t need) {
+  if (need <= *cap) return true;
+  size_t bytes = (need + 63) / 64 * 64;
+  uint8_t *np = aligned_alloc(64, bytes);
+  if (!np) return false;
+  free(*p);
+  *p = np;
+  *cap = bytes;
   return true;
 }
 
@@ -139,7 +165,7 @@ static di_code plan(di_attn_sched *s, const di_hparams *hp, const di_batch *b, b
     s->item_off[t + 1] = s->item_off[t] + tiles * (size_t)H;
   }
   size_t pairs = s->item_off[b->n_tokens] / (size_t)H, pbytes = di_attn_partial_bytes(hp->head_dim);
-  if (!grow((void **)&s->partials, &s->partials_cap, s->item_off[b->n_tokens] * pbytes, 1) ||
+  if (!grow_aligned(&s->partials, &s->partials_cap, s->item_off[b->n_tokens] * pbytes) ||
       !grow((void **)&s->units, &s->units_cap, pairs, sizeof *s->units) ||
       !grow((void **)&s->unit_of, &s->unit_of_cap, pairs, sizeof *s->unit_of))
     return di_errorf(st, DI_ERR_NOMEM, "attention: cannot allocate scratch for %zu tiles", pairs);
@@ -181,7 +207,7 @@ static di_code plan(di_attn_sched *s, const di_hparams *hp, const di_batch *b, b
 }
 
 /* Unit u's group calls for KV head kvh (merged at once where the job says so). */
-static void unit_run(const attn_job *a, const attn_unit *u, int kvh) {
+static void unit_run(const attn_job *a, int ith, const attn_unit *u, int kvh) {
   const di_attn_sched *s = a->s;
   const di_hparams *hp = a->hp;
   const di_batch *b = a->b;
@@ -196,13 +222,13 @@ static void unit_run(const attn_job *a, const attn_unit *u, int kvh) {
   int n = 0;
   for (int i = 0; i < u->c; i++) {
     int tt = t + i, k = tile - first_tile(hp, a->swa, b->pos[tt]);
-    size_t base = s->item_off[tt] + (size_t)k * H;
+    size_t pair = s->item_off[tt] / (size_t)H + (size_t)k;
     for (int g = 0; g < group; g++) {
       int h = kvh * group + g;
       qs[n] = a->q + ((size_t)tt * H + h) * hd;
       qhi[n] = b->pos[tt];
       qidx[n] = tt * H + h;
-      out[n++] = partial_at(s, hd, base + (size_t)h);
+      out[n++] = part(a, ith, pair, h);
       /* a ragged group's rows end at its last query's position */
       if (n == DI_ATTN_MAX_Q || (i == u->c - 1 && g == group - 1)) {
         di_cpu_attn_tile_group(a->kv, a->kv_layer, blocks, kvh, hd, qs, n, j0, u->ragged ? qhi[n - 1] : j1,
@@ -217,12 +243,13 @@ static void unit_run(const attn_job *a, const attn_unit *u, int kvh) {
 }
 
 /* Token t's head h: its tiles' partials merged in tile order into att. */
-static void merge_one(const attn_job *a, int t, int h) {
+static void merge_one(const attn_job *a, int ith, int t, int h) {
   const di_attn_sched *s = a->s;
   int H = a->hp->n_head, hd = a->hp->head_dim;
   const di_attn_partial *parts[DI_ATTN_MAX_TILES];
   int n = (int)((s->item_off[t + 1] - s->item_off[t]) / (size_t)H);
-  for (int k = 0; k < n; k++) parts[k] = partial_at(s, hd, s->item_off[t] + (size_t)k * H + h);
+  size_t first = s->item_off[t] / (size_t)H;
+  for (int k = 0; k < n; k++) parts[k] = part(a, ith, first + (size_t)k, h);
   di_cpu_attn_merge(parts, n, hd, a->att + ((size_t)t * H + h) * hd);
 }
 
@@ -241,19 +268,19 @@ static void tiles_run(void *p, int ith, int nth) {
       int64_t c = s->units[s->unit_of[first]].cost_before;
       if (c < lo_c || c >= hi_c) continue;
       for (size_t k = 0; k < n; k++)
-        for (int kvh = 0; kvh < HKV; kvh++) unit_run(a, &s->units[s->unit_of[first + k]], kvh);
+        for (int kvh = 0; kvh < HKV; kvh++) unit_run(a, ith, &s->units[s->unit_of[first + k]], kvh);
       if (!a->merge_inline)
-        for (int h = 0; h < H; h++) merge_one(a, t, h);
+        for (int h = 0; h < H; h++) merge_one(a, ith, t, h);
     }
     return;
   }
   if (a->by_head) {
     int group = H / HKV;
     for (int kvh = HKV * ith / nth; kvh < HKV * (ith + 1) / nth; kvh++) {
-      for (size_t ui = 0; ui < s->n_units; ui++) unit_run(a, &s->units[ui], kvh);
+      for (size_t ui = 0; ui < s->n_units; ui++) unit_run(a, ith, &s->units[ui], kvh);
       if (!a->merge_inline)
         for (int t = 0; t < a->b->n_tokens; t++)
-          for (int g = 0; g < group; g++) merge_one(a, t, kvh * group + g);
+          for (int g = 0; g < group; g++) merge_one(a, ith, t, kvh * group + g);
     }
     return;
   }
@@ -262,7 +289,7 @@ static void tiles_run(void *p, int ith, int nth) {
     const attn_unit *u = &s->units[ui];
     for (int kvh = 0; kvh < HKV; kvh++) {
       int64_t start = u->cost_before * HKV + (int64_t)kvh * u->cost;
-      if (start >= lo_c && start < hi_c) unit_run(a, u, kvh);
+      if (start >= lo_c && start < hi_c) unit_run(a, ith, u, kvh);
     }
   }
 }
@@ -270,7 +297,7 @@ static void tiles_run(void *p, int ith, int nth) {
 static void merge_run(void *p, int ith, int nth) {
   const attn_job *a = p;
   int H = a->hp->n_head;
-  for (int idx = ith; idx < a->b->n_tokens * H; idx += nth) merge_one(a, idx / H, idx % H);
+  for (int idx = ith; idx < a->b->n_tokens * H; idx += nth) merge_one(a, ith, idx / H, idx % H);
 }
 
 di_code di_attn_run(di_attn_sched *s, di_threadpool *tp, const di_hparams *hp, const di_kv_pool *kv,
@@ -282,7 +309,9 @@ di_code di_attn_run(di_attn_sched *s, di_threadpool *tp, const di_hparams *hp, c
   di_code rc = plan(s, hp, b, swa, st);
   if (rc) return rc;
   float scale = hp->attn_scale > 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->head_dim);
-  attn_job job = {s, hp, kv, b, kv_table, kv_layer, swa, q, att, scale, true, b->n_tokens >= 4 * di_threadpool_size(tp), false};
+  attn_job job = {.s = s, .hp = hp, .kv = kv, .b = b, .kv_table = kv_table, .kv_layer = kv_layer, .swa = swa, .q = q,
+                  .att = att, .scale = scale, .merge_inline = true, .by_token = b->n_tokens >= 4 * di_threadpool_size(tp),
+                  .group = hp->n_head / hp->n_head_kv, .pairs = s->item_off[b->n_tokens] / (size_t)hp->n_head};
   for (size_t u = 0; u < s->n_units && job.by_token; u++) job.by_token = s->units[u].c == 1;
   /* A token whose positions all lie in one tile (decode at short context) has
    * one partial: the merge that finishes it runs right after the tile, by the

@@ -16,6 +16,7 @@
 typedef struct di_attn_partial {
   float m;   /* max score in the tile */
   float l;   /* sum of exp(score - m) */
+  float pad_[14]; /* acc on its own cache lines: the tiles store it a vector at a time, and a store across two lines costs two */
   float acc[]; /* head_dim: sum of exp(score - m) * V */
 } di_attn_partial;
 
