@@ -6,10 +6,10 @@
  *    lanes, so lane L's 8 partials of a K row are 8 registers, each summing
  *    the products the AVX2 tile's ymm lane i sums, in the same order, and
  *    hsum8's tree is 7 vertical adds (3 rows per pass: 24 accumulators, one
- *    query load per 3 FMAs, the K element an embedded broadcast). The pair
- *    layout this replaced (two queries per zmm, a 15-shuffle tree per row)
- *    is kept for decode groups of 2-8 queries (tile_few), where a 16-lane
- *    pass would be mostly empty;
+ *    query load per 3 FMAs, the K element an embedded broadcast). Decode
+ *    groups of 5-8 queries put each query in two lanes and the K rows in
+ *    pairs (tile_pairs), so the lanes stay full; the pair layout (two
+ *    queries per zmm, a 15-shuffle tree per row) is kept for 2-4 (tile_few);
  *  - the scores are laid out with the queries across the lanes (one zmm per
  *    K row), so the softmax (max, exp, and the weight sum l in position
  *    order) runs 16 queries per instruction, with no serial scalar chain;
@@ -267,13 +267,115 @@ static void tile_few(di_kv_type t, const float *const *q, int nq, const int *qn,
   }
 }
 
-/* Queries [0, m) of a group over the rows kr/vr of type t: tile_few, or the
- * AVX2 tile for one. */
+/* Decode groups of 5-8 queries (the query heads of one KV head of one token):
+ * query i in lanes 2i and 2i + 1 and the K rows in pairs, so lane 2i + p of
+ * row pair r scores query i against row 2r + p. As in tile16, each of a
+ * score's 8 partials is a register summing the products the AVX2 tile's ymm
+ * lane sums, in the same order, and hsum8's tree is 7 vertical adds; a K pair's
+ * element is one 64-bit broadcast load, the rows converted and interleaved
+ * once per call (tile_few converted and broadcast a K row chunk per FMA and
+ * per query pair, and ran the softmax 8 lanes wide per query). */
+AI void k_pairs(di_kv_type t, const uint8_t *const *k, int n, int hd, double *kk) {
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int j = 0; j < n; j += 2) { /* an odd last row pairs with itself (its twin's lanes are masked) */
+    const uint8_t *a = k[j], *b = k[j + 1 < n ? j + 1 : j];
+    double *o = kk + (size_t)(j / 2) * hd;
+    for (int d = 0; d < hd; d += 16) {
+      const __m512 x = load16_kv(a, d, t), y = load16_kv(b, d, t);
+      _mm512_store_pd(o + d, _mm512_castps_pd(_mm512_permutex2var_ps(x, lo, y)));
+      _mm512_store_pd(o + d + 8, _mm512_castps_pd(_mm512_permutex2var_ps(x, hi, y)));
+    }
+  }
+}
+
+/* The scaled scores of row pairs [rp, rp + R) (R <= 3) to w + 16 * pair. */
+AI void pair_scores(int R, const float *qt, const double *kk, int rp, int hd, __m512 vscale, float *w) {
+  __m512 a[3][8];
+  UNROLL for (int r = 0; r < 3; r++)
+    UNROLL for (int i = 0; i < 8; i++) a[r][i] = _mm512_setzero_ps();
+  for (int c = 0; c < hd / 8; c++)
+    UNROLL for (int i = 0; i < 8; i++) {
+      __m512 qv = _mm512_load_ps(qt + 16 * (8 * c + i));
+      __asm__("" : "+v"(qv)); /* one load for the R FMAs */
+      UNROLL for (int r = 0; r < R; r++)
+        a[r][i] = _mm512_fmadd_ps(qv, _mm512_castpd_ps(_mm512_set1_pd(kk[(size_t)(rp + r) * hd + 8 * c + i])), a[r][i]);
+    }
+  UNROLL for (int r = 0; r < R; r++) {
+    const __m512 lo = _mm512_add_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_add_ps(a[r][2], a[r][3]));
+    const __m512 hi = _mm512_add_ps(_mm512_add_ps(a[r][4], a[r][5]), _mm512_add_ps(a[r][6], a[r][7]));
+    _mm512_store_ps(w + (size_t)(rp + r) * 16, _mm512_mul_ps(_mm512_add_ps(lo, hi), vscale));
+  }
+}
+
+AI void tile_pairs_t(di_kv_type t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
+                     const uint8_t *const *v, int n, int hd, float scale, float softcap, di_attn_partial *const *out) {
+  static const float zero[DI_ATTN_GROUP_MAX_HD];
+  _Alignas(64) double kk[DI_ATTN_TILE / 2 * DI_ATTN_GROUP_MAX_HD];
+  _Alignas(64) float qt[DI_ATTN_GROUP_MAX_HD * 16], w[DI_ATTN_TILE * 8 + 16];
+  _Alignas(64) int32_t len[16]; /* lane L takes part in row j while j < len[L] */
+  const float *rows[16];
+  for (int L = 0; L < 16; L++) {
+    rows[L] = L / 2 < nq ? q[L / 2] : zero;
+    len[L] = L / 2 < nq ? qn[L / 2] : 0;
+  }
+  for (int d = 0; d < hd; d += 16) transpose16(rows, d, qt + 16 * d);
+  k_pairs(t, k, n, hd, kk);
+  const int np = (n + 1) / 2;
+  const __m512 vscale = _mm512_set1_ps(scale);
+  int rp = 0;
+  for (; rp + 3 <= np; rp += 3) pair_scores(3, qt, kk, rp, hd, vscale, w);
+  for (; rp < np; rp++) pair_scores(1, qt, kk, rp, hd, vscale, w);
+  if (softcap > 0) /* the cap comes before the max */
+    for (int x = 0; x < np * 16; x++) w[x] = softcap * tanhf(w[x] / softcap);
+  const __m512i vlen = _mm512_load_si512(len), par = _mm512_setr_epi32(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1);
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (rp = 0; rp < np; rp++) {
+    const __mmask16 in = _mm512_cmpgt_epi32_mask(vlen, _mm512_add_epi32(par, _mm512_set1_epi32(2 * rp)));
+    mx = _mm512_mask_max_ps(mx, in, mx, _mm512_load_ps(w + 16 * rp));
+  }
+  mx = _mm512_max_ps(mx, _mm512_permute_ps(mx, 0xb1)); /* both lanes of a query */
+  /* l in row order, as the AVX2 tile: lane 2i adds row 2rp's weight, then row
+   * 2rp + 1's (a row past a query's end adds +0, which changes no sum); the
+   * weights stored by row for the V pass (row 2rp's 8 queries, then 2rp + 1's) */
+  const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  __m512 l = _mm512_setzero_ps();
+  for (rp = 0; rp < np; rp++) {
+    const __mmask16 in = _mm512_cmpgt_epi32_mask(vlen, _mm512_add_epi32(par, _mm512_set1_epi32(2 * rp)));
+    const __m512 e = _mm512_maskz_mov_ps(in, di_softmax_exp_avx512(_mm512_sub_ps(_mm512_load_ps(w + 16 * rp), mx)));
+    l = _mm512_add_ps(_mm512_add_ps(l, e), _mm512_permute_ps(e, 0xb1));
+    _mm512_store_ps(w + 16 * rp, _mm512_permutexvar_ps(split, e));
+  }
+  _Alignas(64) float mxs[16], ls[16];
+  _mm512_store_ps(mxs, mx);
+  _mm512_store_ps(ls, l);
+  for (int i = 0; i < nq; i++) out[i]->m = mxs[2 * i], out[i]->l = ls[2 * i];
+  for (int i0 = 0; i0 < nq; i0 += 4) {
+    const int nv = nq - i0 < 4 ? nq - i0 : 4;
+    const float *wp[4];
+    for (int i = 0; i < nv; i++) wp[i] = w + i0 + i;
+    v_pass_t(t, nv, wp, 8, qn + i0, v, hd, false, out + i0);
+  }
+}
+
+static void tile_pairs(di_kv_type t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
+                       const uint8_t *const *v, int n, int hd, float scale, float softcap, di_attn_partial *const *out) {
+  switch (t) {
+  case DI_KV_F32: tile_pairs_t(DI_KV_F32, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
+  case DI_KV_F16: tile_pairs_t(DI_KV_F16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
+  default: tile_pairs_t(DI_KV_BF16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
+  }
+}
+
+/* Queries [0, m) of a group over the rows kr/vr of type t: tile_pairs for 5-8,
+ * tile_few for 2-4 (where a pair-layout tile's lanes would be mostly empty and
+ * measured no faster), or the AVX2 tile for one. */
 static void few(const float *const *q, int m, const int *lens, const uint8_t *const *kr, const uint8_t *const *vr,
                 di_kv_type t, int hd, float scale, float softcap, di_attn_partial *const *out) {
   int mn = 0;
   for (int x = 0; x < m; x++) mn = lens[x] > mn ? lens[x] : mn;
-  if (m > 1) tile_few(t, q, m, lens, kr, vr, mn, hd, scale, softcap, out);
+  if (m >= 5) tile_pairs(t, q, m, lens, kr, vr, mn, hd, scale, softcap, out);
+  else if (m > 1) tile_few(t, q, m, lens, kr, vr, mn, hd, scale, softcap, out);
   else di_cpu_attn_tile_avx2(q[0], kr, vr, lens[0], hd, t, scale, softcap, out[0]);
 }
 
