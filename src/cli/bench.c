@@ -21,7 +21,9 @@ static const char *usage =
     "\n"
     "Measures prompt processing (pp, tokens/s over a P-token prompt) and generation\n"
     "(tg, tokens/s over N tokens), median of --reps runs, and the fraction of the\n"
-    "machine's read bandwidth (measured here) that generation reaches.\n"
+    "machine's read bandwidth that generation reaches and of its compute peak that\n"
+    "prefill's matmuls reach (both limits measured here, before each repetition,\n"
+    "and each run set against its own; the medians are printed).\n"
     "\n"
     "  -m, --model PATH     GGUF file or Hugging Face directory (required)\n"
     "  -p, --n-prompt P     prompt tokens (default 512; 0 skips pp)\n"
@@ -50,9 +52,14 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n ? v[n / 2] : 0;
+/* The median of v[0..n) (v keeps its order: the runs pair with their limits by index). */
+static double median(const double *v, int n) {
+  double s[100];
+  if (n <= 0) return 0;
+  if (n > 100) n = 100;
+  memcpy(s, v, (size_t)n * sizeof *s);
+  qsort(s, (size_t)n, sizeof *s, cmp_double);
+  return s[n / 2];
 }
 
 int di_cmd_bench(int argc, char **argv) {
@@ -119,10 +126,17 @@ int di_cmd_bench(int argc, char **argv) {
     ids[i] = (int32_t)((x >> 8) % (uint32_t)V);
   }
   double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
+  /* The machine's limits are measured right before each repetition's run and
+   * each run is set against its own: on a shared host the speed of a core
+   * drifts within seconds, and one measurement after all the runs could be
+   * taken in a slower or faster moment than the runs themselves. */
+  di_cpu_peak *pks = calloc((size_t)reps, sizeof *pks);
+  double *bws = calloc((size_t)reps, sizeof(double));
   int ret = 0;
   for (long long r = 0; r < reps && !ret; r++) {
     if (np > 0) {
       di_gen_reset(&g);
+      if (!no_bw) pks[r] = di_cpu_peak_measure(nthreads);
       double t0 = now();
       if (di_gen_feed(&g, ids, (int)np, false, logits, &st)) ret = di_cli_fail("bench", "%s", st.msg);
       pp[r] = (double)np / (now() - t0);
@@ -133,6 +147,7 @@ int di_cmd_bench(int argc, char **argv) {
         ret = di_cli_fail("bench", "%s", st.msg);
         break;
       }
+      if (!no_bw) bws[r] = di_cpu_read_bandwidth((size_t)1 << 30, nthreads, 3);
       double t0 = now();
       for (long long k = 0; k < ng && !ret; k++)
         if (di_gen_feed(&g, &ids[depth + k], 1, false, logits, &st)) ret = di_cli_fail("bench", "%s", st.msg);
@@ -150,8 +165,10 @@ int di_cmd_bench(int argc, char **argv) {
       wbytes -= (double)g.model->tok_embd.row_bytes * (double)(g.model->tok_embd.ne[1] - 1);
     double kv_tok = (double)g.kv->block_bytes / g.kv->block_size;
     double bytes_tok = wbytes + kv_tok * ((double)depth + (double)ng / 2);
-    double bw = no_bw ? 0 : di_cpu_read_bandwidth((size_t)1 << 30, nthreads, 5);
-    double share = bw > 0 ? tg_med * bytes_tok / (bw * 1e9) : 0;
+    double *ratio = calloc((size_t)reps, sizeof(double));
+    double bw = !no_bw && ng ? median(bws, (int)reps) : 0;
+    for (long long r = 0; r < reps; r++) ratio[r] = bws[r] > 0 ? tg[r] * bytes_tok / (bws[r] * 1e9) : 0;
+    double share = bw > 0 ? median(ratio, (int)reps) : 0;
     /* Prefill's matmul work: 2 ops per layer weight per token, plus the
      * classifier once (a prompt needs the logits of its last token only; the
      * embedding table is a lookup); attention is left out. Its limit is the
@@ -163,9 +180,16 @@ int di_cmd_bench(int argc, char **argv) {
     double mm_params = np > 0 ? per_tok + cls / (double)np : 0;
     di_dtype wt = g.model->layers[0].w_up.type;
     bool float_w = wt == DI_F32 || wt == DI_F16 || wt == DI_BF16;
-    di_cpu_peak pk = no_bw || !np ? (di_cpu_peak){0} : di_cpu_peak_measure(nthreads);
-    double peak = float_w ? pk.f32_gflops : pk.int8_gops;
-    double pp_share = peak > 0 ? pp_med * 2 * mm_params / (peak * 1e9) : 0;
+    di_cpu_peak pk = pks[0];
+    double *peaks = calloc((size_t)reps, sizeof(double));
+    for (long long r = 0; r < reps; r++) {
+      peaks[r] = float_w ? pks[r].f32_gflops : pks[r].int8_gops;
+      ratio[r] = peaks[r] > 0 ? pp[r] * 2 * mm_params / (peaks[r] * 1e9) : 0;
+    }
+    double peak = !no_bw && np ? median(peaks, (int)reps) : 0;
+    double pp_share = peak > 0 ? median(ratio, (int)reps) : 0;
+    free(peaks);
+    free(ratio);
     if (json) {
       printf("{\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"n_prompt\": %lld, "
              "\"n_gen\": %lld, \"depth\": %lld, \"reps\": %lld, \"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, "
@@ -189,6 +213,8 @@ int di_cmd_bench(int argc, char **argv) {
   }
   free(pp);
   free(tg);
+  free(pks);
+  free(bws);
   free(ids);
   free(logits);
   di_gen_close(&g);
