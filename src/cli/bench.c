@@ -22,8 +22,8 @@ static const char *usage =
     "Measures prompt processing (pp, tokens/s over a P-token prompt) and generation\n"
     "(tg, tokens/s over N tokens), median of --reps runs, and the fraction of the\n"
     "machine's read bandwidth that generation reaches and of its compute peak that\n"
-    "prefill's matmuls reach (both limits measured here, before each repetition,\n"
-    "and each run set against its own; the medians are printed).\n"
+    "prefill's matmuls reach (both limits measured here, before each repetition;\n"
+    "the highest of them is the limit).\n"
     "\n"
     "  -m, --model PATH     GGUF file or Hugging Face directory (required)\n"
     "  -p, --n-prompt P     prompt tokens (default 512; 0 skips pp)\n"
@@ -126,10 +126,11 @@ int di_cmd_bench(int argc, char **argv) {
     ids[i] = (int32_t)((x >> 8) % (uint32_t)V);
   }
   double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
-  /* The machine's limits are measured right before each repetition's run and
-   * each run is set against its own: on a shared host the speed of a core
-   * drifts within seconds, and one measurement after all the runs could be
-   * taken in a slower or faster moment than the runs themselves. */
+  /* The machine's limits are measured before each repetition's run and the
+   * shares set against the highest: on a shared host a core's speed drifts
+   * within seconds, and one measurement after the runs, in a slower moment
+   * than the runs themselves, had overstated a share by up to 1.5x. The
+   * highest limit can only understate it. */
   di_cpu_peak *pks = calloc((size_t)reps, sizeof *pks);
   double *bws = calloc((size_t)reps, sizeof(double));
   int ret = 0;
@@ -165,10 +166,9 @@ int di_cmd_bench(int argc, char **argv) {
       wbytes -= (double)g.model->tok_embd.row_bytes * (double)(g.model->tok_embd.ne[1] - 1);
     double kv_tok = (double)g.kv->block_bytes / g.kv->block_size;
     double bytes_tok = wbytes + kv_tok * ((double)depth + (double)ng / 2);
-    double *ratio = calloc((size_t)reps, sizeof(double));
-    double bw = !no_bw && ng ? median(bws, (int)reps) : 0;
-    for (long long r = 0; r < reps; r++) ratio[r] = bws[r] > 0 ? tg[r] * bytes_tok / (bws[r] * 1e9) : 0;
-    double share = bw > 0 ? median(ratio, (int)reps) : 0;
+    double bw = 0;
+    for (long long r = 0; r < reps && ng; r++) bw = bws[r] > bw ? bws[r] : bw;
+    double share = bw > 0 ? tg_med * bytes_tok / (bw * 1e9) : 0;
     /* Prefill's matmul work: 2 ops per layer weight per token, plus the
      * classifier once (a prompt needs the logits of its last token only; the
      * embedding table is a lookup); attention is left out. Its limit is the
@@ -181,15 +181,12 @@ int di_cmd_bench(int argc, char **argv) {
     di_dtype wt = g.model->layers[0].w_up.type;
     bool float_w = wt == DI_F32 || wt == DI_F16 || wt == DI_BF16;
     di_cpu_peak pk = pks[0];
-    double *peaks = calloc((size_t)reps, sizeof(double));
-    for (long long r = 0; r < reps; r++) {
-      peaks[r] = float_w ? pks[r].f32_gflops : pks[r].int8_gops;
-      ratio[r] = peaks[r] > 0 ? pp[r] * 2 * mm_params / (peaks[r] * 1e9) : 0;
+    double peak = 0;
+    for (long long r = 0; r < reps && np; r++) {
+      double p = float_w ? pks[r].f32_gflops : pks[r].int8_gops;
+      peak = p > peak ? p : peak;
     }
-    double peak = !no_bw && np ? median(peaks, (int)reps) : 0;
-    double pp_share = peak > 0 ? median(ratio, (int)reps) : 0;
-    free(peaks);
-    free(ratio);
+    double pp_share = peak > 0 ? pp_med * 2 * mm_params / (peak * 1e9) : 0;
     if (json) {
       printf("{\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"n_prompt\": %lld, "
              "\"n_gen\": %lld, \"depth\": %lld, \"reps\": %lld, \"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, "
