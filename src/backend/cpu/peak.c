@@ -24,13 +24,16 @@ static double now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Best rate (G ops/s) over 5 runs of `iters` rounds of 16 chains of `ops` each, on every thread. */
+/* Best rate (G ops/s) over 20 runs (about a millisecond each) of `iters`
+ * rounds of 16 chains of `ops` each, on every thread: on a shared host a
+ * thread may lose its core for a run, and 5 runs had read half the 2-thread
+ * peak at times. */
 static double best_rate(di_threadpool *tp, int threads, long long (*loop)(long long), double ops) {
   peak_task t = {.loop = loop, .iters = 1 << 16};
   di_threadpool_run(tp, peak_run, &t); /* warm up: clocks, the AVX-512 license */
   t.iters = 1 << 18;
   double best = 0;
-  for (int r = 0; r < 5; r++) {
+  for (int r = 0; r < 20; r++) {
     double t0 = now();
     di_threadpool_run(tp, peak_run, &t);
     double s = now() - t0, rate = (double)t.iters * 16 * ops * threads / s / 1e9;
