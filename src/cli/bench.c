@@ -52,14 +52,9 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* The median of v[0..n) (v keeps its order: the runs pair with their limits by index). */
-static double median(const double *v, int n) {
-  double s[100];
-  if (n <= 0) return 0;
-  if (n > 100) n = 100;
-  memcpy(s, v, (size_t)n * sizeof *s);
-  qsort(s, (size_t)n, sizeof *s, cmp_double);
-  return s[n / 2];
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n ? v[n / 2] : 0;
 }
 
 int di_cmd_bench(int argc, char **argv) {

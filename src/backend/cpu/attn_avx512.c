@@ -258,15 +258,6 @@ AI void tile_few_t(di_kv_type t, const float *const *q, int nq, const int *qn, c
   }
 }
 
-static void tile_few(di_kv_type t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
-                     const uint8_t *const *v, int n, int hd, float scale, float softcap, di_attn_partial *const *out) {
-  switch (t) {
-  case DI_KV_F32: tile_few_t(DI_KV_F32, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
-  case DI_KV_F16: tile_few_t(DI_KV_F16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
-  default: tile_few_t(DI_KV_BF16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
-  }
-}
-
 /* Decode groups of 5-8 queries (the query heads of one KV head of one token):
  * query i in lanes 2i and 2i + 1 and the K rows in pairs, so lane 2i + p of
  * row pair r scores query i against row 2r + p. As in tile16, each of a
@@ -358,24 +349,30 @@ AI void tile_pairs_t(di_kv_type t, const float *const *q, int nq, const int *qn,
   }
 }
 
-static void tile_pairs(di_kv_type t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
-                       const uint8_t *const *v, int n, int hd, float scale, float softcap, di_attn_partial *const *out) {
-  switch (t) {
-  case DI_KV_F32: tile_pairs_t(DI_KV_F32, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
-  case DI_KV_F16: tile_pairs_t(DI_KV_F16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
-  default: tile_pairs_t(DI_KV_BF16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
+/* A decode group of 2-8 queries: tile_pairs for 5-8, tile_few for 2-4 (where
+ * a pair-layout tile's lanes would be mostly empty; it measured no faster). */
+AI void group_t(di_kv_type t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
+                const uint8_t *const *v, int n, int hd, float scale, float softcap, di_attn_partial *const *out) {
+  if (nq >= 5) tile_pairs_t(t, q, nq, qn, k, v, n, hd, scale, softcap, out);
+  else tile_few_t(t, q, nq, qn, k, v, n, hd, scale, softcap, out);
+}
+
+static void group(di_kv_type t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
+                  const uint8_t *const *v, int n, int hd, float scale, float softcap, di_attn_partial *const *out) {
+  switch (t) { /* the element type a constant in each copy */
+  case DI_KV_F32: group_t(DI_KV_F32, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
+  case DI_KV_F16: group_t(DI_KV_F16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
+  default: group_t(DI_KV_BF16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
   }
 }
 
-/* Queries [0, m) of a group over the rows kr/vr of type t: tile_pairs for 5-8,
- * tile_few for 2-4 (where a pair-layout tile's lanes would be mostly empty and
- * measured no faster), or the AVX2 tile for one. */
+/* Queries [0, m) of a group over the rows kr/vr of type t: group, or the AVX2
+ * tile for one. */
 static void few(const float *const *q, int m, const int *lens, const uint8_t *const *kr, const uint8_t *const *vr,
                 di_kv_type t, int hd, float scale, float softcap, di_attn_partial *const *out) {
   int mn = 0;
   for (int x = 0; x < m; x++) mn = lens[x] > mn ? lens[x] : mn;
-  if (m >= 5) tile_pairs(t, q, m, lens, kr, vr, mn, hd, scale, softcap, out);
-  else if (m > 1) tile_few(t, q, m, lens, kr, vr, mn, hd, scale, softcap, out);
+  if (m > 1) group(t, q, m, lens, kr, vr, mn, hd, scale, softcap, out);
   else di_cpu_attn_tile_avx2(q[0], kr, vr, lens[0], hd, t, scale, softcap, out[0]);
 }
 
