@@ -391,10 +391,27 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
+def llamacpp_features(results):
+    """The CPU features llama.cpp reports as on (`AVX512 = 1 | ...`), so the table says what the
+    reference was really built with, whatever REF_CMAKE_ARGS claims."""
+    for r in results:
+        info = (r.get("llamacpp") or {}).get("system_info", "")
+        on = []
+        for part in info.split("|"):
+            name, eq, val = part.partition("=")
+            if eq and val.strip() == "1" and name.split():
+                on.append(name.split()[-1])  # "CPU : SSE3 " -> "SSE3"
+        if on:
+            return ", ".join(on)
+    return ""
+
+
 def render_markdown(results, meta):
     lines = []
     lines.append(f"{meta['cpu']} ({meta['nproc']} cores visible). llama.cpp = llama-cpp-python "
-                 f"{meta.get('llama_cpp_python', '?')} built with `{meta.get('llamacpp_build', '?')}`, measured "
+                 f"{meta.get('llama_cpp_python', '?')} built with `{meta.get('llamacpp_build', '?')}`"
+                 + (f" (its own system info: {meta['llamacpp_features']})" if meta.get("llamacpp_features") else "")
+                 + ", measured "
                  "through its low-level API the way llama-bench does (warm-up, then the median of the runs; "
                  "pp = one decode of P random tokens into an empty cache, tg = N single-token decodes; weights "
                  "read into memory, KV F16). DeepInfer = `deepinfer bench -m FILE -p P -n N --threads T --json`. "
@@ -503,6 +520,7 @@ def main():
                                           if r.get("llamacpp")), "?"),
                 "llamacpp_build": os.environ.get("REF_CMAKE_ARGS", "-DGGML_NATIVE=OFF -DGGML_AVX=ON "
                                                  "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"),
+                "llamacpp_features": llamacpp_features(results),
                 "command": "python3 bench/bench_vs_llamacpp.py --render-docs (rows from earlier runs)"}
         md = render_markdown(results, meta)
         print(md)
@@ -564,6 +582,7 @@ def main():
         "loadavg": [round(x, 1) for x in load_before] + [round(x, 1) for x in os.getloadavg()],
         "llamacpp_build": os.environ.get("REF_CMAKE_ARGS",
                                          "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"),
+        "llamacpp_features": llamacpp_features(results),
         "command": "python3 bench/bench_vs_llamacpp.py " + " ".join(
             x for x in sys.argv[1:] if x not in ("--update-docs",)),
     })
