@@ -183,12 +183,16 @@ int di_cmd_bench(int argc, char **argv) {
     }
     double pp_share = peak > 0 ? pp_med * 2 * mm_params / (peak * 1e9) : 0;
     if (json) {
+      /* without a probe (--no-bw, or no prompt) there is no peak: null, not a NULL through %s */
+      const char *how = float_w ? pk.f32_how : pk.int8_how;
+      char kind[96] = "null";
+      if (how && peak > 0) snprintf(kind, sizeof kind, "\"%s\"", how);
       printf("{\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"n_prompt\": %lld, "
              "\"n_gen\": %lld, \"depth\": %lld, \"reps\": %lld, \"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, "
              "\"tg_bytes_per_token\": %.0f, \"bw_gb_s\": %.3f, \"bw_share\": %.4f, \"peak_gops\": %.1f, "
-             "\"peak_kind\": \"%s\", \"pp_peak_share\": %.4f}\n",
+             "\"peak_kind\": %s, \"pp_peak_share\": %.4f}\n",
              model, hp->arch, nthreads, di_cpu_isa_name(di_cpu_isa()), np, ng, depth, reps, pp_med, tg_med, bytes_tok,
-             bw, share, peak, float_w ? pk.f32_how : pk.int8_how, pp_share);
+             bw, share, peak, kind, pp_share);
     } else {
       printf("model       %s (%s, %.1f M params, %.1f MiB weights)\n", model, hp->arch, (double)g.model->n_params / 1e6,
              (double)g.model->weight_bytes / 1048576.0);
