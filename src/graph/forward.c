@@ -473,7 +473,7 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
       for (int i = 0; i < D; i++) f->x[(size_t)t * D + i] *= sqrtf((float)D);
   }
   /* RoPE tables per token: global layers and sliding-window layers */
-  bool local_unscaled = hp->swa_pattern > 0; /* gemma3 scales only its global layers */
+  bool local_unscaled = hp->rope_local_unscaled; /* gemma3 scales only its global layers */
   for (int t = 0; t < T; t++) {
     di_cpu_rope_cache(f->rope_g + (size_t)t * rd, b->pos[t], rd, hp->rope_base, hp, true, f->freq_factors);
     di_cpu_rope_cache(f->rope_l + (size_t)t * rd, b->pos[t], rd, hp->rope_base_local, hp, !local_unscaled,

@@ -16,7 +16,9 @@ static const di_arch_desc archs[] = {
      .act = DI_ACT_GELU_TANH,
      .swa_pattern = 6,
      .rope_base_local = 10000.0f,
-     .norm_offset_hf = 1.0f},
+     .norm_offset_hf = 1.0f,
+     .rope_theta_hf = 1e6f,
+     .tied_default_hf = true},
 };
 
 const di_arch_desc *di_arch_find(const char *gguf_name) {

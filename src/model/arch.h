@@ -17,6 +17,8 @@ typedef struct di_arch_desc {
   int swa_pattern;            /* every Nth layer global, others sliding (0 = uniform) */
   float rope_base_local;      /* base for sliding layers; 0 = same as global */
   float norm_offset_hf;       /* added to RMSNorm weights read from HF files (gemma: 1) */
+  float rope_theta_hf;        /* transformers' default rope_theta; 0 = 10000 */
+  bool tied_default_hf;       /* transformers' default for tie_word_embeddings, which it omits when equal */
 } di_arch_desc;
 
 const di_arch_desc *di_arch_find(const char *gguf_name);

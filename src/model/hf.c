@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "model/arch.h"
+#include "model/hf_config.h"
 #include "model/safetensors.h"
 
 typedef struct di_st_model {
@@ -20,106 +21,6 @@ static const di_st_tensor *find(const di_st_model *s, const char *name) {
     for (size_t j = 0; j < s->files[i].n_tensors; j++)
       if (!strcmp(s->files[i].tensors[j].name, name)) return &s->files[i].tensors[j];
   return NULL;
-}
-
-static di_code cfg_int(json_t *cfg, const char *key, int *out, bool required, const char *path, di_status *st) {
-  json_t *v = json_object_get(cfg, key);
-  if (!v || json_is_null(v)) {
-    if (required) return di_errorf(st, DI_ERR_FORMAT, "%s/config.json: missing key %s", path, key);
-    return DI_OK;
-  }
-  if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
-    return di_errorf(st, DI_ERR_FORMAT, "%s/config.json: key %s must be a non-negative integer", path, key);
-  *out = (int)json_integer_value(v);
-  return DI_OK;
-}
-
-static di_code cfg_float(json_t *cfg, const char *key, float *out, const char *path, di_status *st) {
-  json_t *v = json_object_get(cfg, key);
-  if (!v || json_is_null(v)) return DI_OK;
-  if (!json_is_number(v)) return di_errorf(st, DI_ERR_FORMAT, "%s/config.json: key %s must be a number", path, key);
-  *out = (float)json_number_value(v);
-  return DI_OK;
-}
-
-static di_code read_config(di_model *m, json_t *cfg, float *norm_offset, di_status *st) {
-  di_hparams *hp = &m->hp;
-  const char *path = m->path;
-  json_t *mt = json_object_get(cfg, "model_type");
-  if (!json_is_string(mt)) return di_errorf(st, DI_ERR_FORMAT, "%s/config.json: missing key model_type", path);
-  /* Multimodal configs nest the language model under text_config. */
-  json_t *tc = json_object_get(cfg, "text_config");
-  if (json_is_object(tc)) cfg = tc;
-  const di_arch_desc *ad = di_arch_find_hf(json_string_value(mt));
-  if (!ad)
-    return di_errorf(st, DI_ERR_UNSUPPORTED, "%s/config.json: unknown model_type '%s'", path, json_string_value(mt));
-  di_arch_apply(ad, hp);
-  *norm_offset = ad->norm_offset_hf;
-  hp->rope_type = DI_ROPE_NEOX; /* HF applies rotate-half RoPE to unpermuted weights */
-  di_code rc;
-  if ((rc = cfg_int(cfg, "hidden_size", &hp->n_embd, true, path, st)) ||
-      (rc = cfg_int(cfg, "num_hidden_layers", &hp->n_layer, true, path, st)) ||
-      (rc = cfg_int(cfg, "intermediate_size", &hp->n_ff, true, path, st)) ||
-      (rc = cfg_int(cfg, "num_attention_heads", &hp->n_head, true, path, st)) ||
-      (rc = cfg_int(cfg, "vocab_size", &hp->n_vocab, true, path, st)))
-    return rc;
-  if (hp->n_head <= 0 || hp->n_embd <= 0 || hp->n_layer <= 0)
-    return di_errorf(st, DI_ERR_FORMAT, "%s/config.json: sizes must be positive", path);
-  hp->n_head_kv = hp->n_head;
-  hp->head_dim = hp->n_embd / hp->n_head;
-  hp->n_ctx_train = 2048;
-  hp->rms_eps = 1e-6f;
-  hp->rope_base = 10000.0f;
-  if ((rc = cfg_int(cfg, "num_key_value_heads", &hp->n_head_kv, false, path, st)) ||
-      (rc = cfg_int(cfg, "head_dim", &hp->head_dim, false, path, st)) ||
-      (rc = cfg_int(cfg, "max_position_embeddings", &hp->n_ctx_train, false, path, st)) ||
-      (rc = cfg_int(cfg, "sliding_window", &hp->sliding_window, false, path, st)) ||
-      (rc = cfg_float(cfg, "rms_norm_eps", &hp->rms_eps, path, st)) ||
-      (rc = cfg_float(cfg, "rope_theta", &hp->rope_base, path, st)) ||
-      (rc = cfg_float(cfg, "rope_local_base_freq", &hp->rope_base_local, path, st)) ||
-      (rc = cfg_float(cfg, "attn_logit_softcapping", &hp->attn_softcap, path, st)) ||
-      (rc = cfg_float(cfg, "final_logit_softcapping", &hp->final_softcap, path, st)))
-    return rc;
-  if (hp->rope_base_local == 0) hp->rope_base_local = hp->rope_base;
-  json_t *uw = json_object_get(cfg, "use_sliding_window");
-  if (json_is_false(uw)) hp->sliding_window = 0;
-  float qpas = 0;
-  if ((rc = cfg_float(cfg, "query_pre_attn_scalar", &qpas, path, st))) return rc;
-  if (qpas > 0) hp->attn_scale = 1.0f / sqrtf(qpas);
-  json_t *bias = json_object_get(cfg, "attention_bias");
-  if (json_is_true(bias)) hp->qkv_bias = true;
-  hp->rope_dim = hp->head_dim;
-  json_t *rs = json_object_get(cfg, "rope_scaling");
-  if (json_is_object(rs)) {
-    json_t *t = json_object_get(rs, "rope_type");
-    if (!t) t = json_object_get(rs, "type");
-    const char *ts = json_is_string(t) ? json_string_value(t) : "";
-    if (!strcmp(ts, "linear")) hp->rope_scaling = DI_ROPE_SCALE_LINEAR;
-    else if (!strcmp(ts, "yarn")) hp->rope_scaling = DI_ROPE_SCALE_YARN;
-    else if (!strcmp(ts, "llama3")) hp->rope_scaling = DI_ROPE_SCALE_LLAMA3;
-    else if (strcmp(ts, "default") != 0)
-      return di_errorf(st, DI_ERR_UNSUPPORTED, "%s/config.json: rope_scaling type '%s' not supported", path, ts);
-    hp->rope_factor = 1;
-    hp->rope_low_freq_factor = 1;
-    hp->rope_high_freq_factor = 4;
-    hp->rope_orig_ctx = 8192;
-    if ((rc = cfg_float(rs, "factor", &hp->rope_factor, path, st)) ||
-        (rc = cfg_float(rs, "low_freq_factor", &hp->rope_low_freq_factor, path, st)) ||
-        (rc = cfg_float(rs, "high_freq_factor", &hp->rope_high_freq_factor, path, st)) ||
-        (rc = cfg_int(rs, "original_max_position_embeddings", &hp->rope_orig_ctx, false, path, st)))
-      return rc;
-  }
-  json_t *tie = json_object_get(cfg, "tie_word_embeddings");
-  hp->tied_output = tie ? json_is_true(tie) : false;
-  int bos = -1, eos = -1;
-  json_t *b = json_object_get(cfg, "bos_token_id"), *e = json_object_get(cfg, "eos_token_id");
-  if (json_is_integer(b)) bos = (int)json_integer_value(b);
-  if (json_is_integer(e)) eos = (int)json_integer_value(e);
-  if (json_is_array(e) && json_array_size(e) && json_is_integer(json_array_get(e, 0)))
-    eos = (int)json_integer_value(json_array_get(e, 0));
-  hp->bos_id = bos;
-  hp->eos_id = eos;
-  return DI_OK;
 }
 
 static di_code open_shards(di_model *m, bool use_mmap, di_status *st) {
@@ -208,7 +109,7 @@ di_code di_hf_load(di_model *m, bool use_mmap, di_status *st) {
   if (!cfg)
     return di_errorf(st, DI_ERR_FORMAT, "%s: %s (line %d, column %d)", p, jerr.text, jerr.line, jerr.column);
   float norm_offset = 0;
-  di_code rc = read_config(m, cfg, &norm_offset, st);
+  di_code rc = di_hf_read_config(&m->hp, cfg, m->path, &norm_offset, st);
   json_decref(cfg);
   if (rc) return rc;
   if ((rc = open_shards(m, use_mmap, st))) return rc;

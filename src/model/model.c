@@ -155,6 +155,7 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
     if (hp->rope_scaling && hp->rope_factor <= 0) hp->rope_scaling = DI_ROPE_SCALE_NONE;
   }
   if (hp->rope_base_local == 0) hp->rope_base_local = hp->rope_base;
+  hp->rope_local_unscaled = hp->swa_pattern > 0;
   free(arch);
   int64_t v;
   hp->bos_id = di_gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &v) ? (int32_t)v : -1;

@@ -34,6 +34,10 @@ typedef struct di_hparams {
   float rope_factor;     /* linear / yarn / llama3 factor */
   float rope_low_freq_factor, rope_high_freq_factor; /* llama3 */
   int rope_orig_ctx;     /* yarn / llama3 original context */
+  float rope_yarn_beta_fast, rope_yarn_beta_slow; /* yarn ramp ends in rotations; 0 = 32, 1 */
+  float rope_attn_factor; /* yarn cos/sin scale; 0 = 0.1 ln(factor) + 1 */
+  bool rope_yarn_no_truncate; /* yarn ramp ends not rounded to whole dims */
+  bool rope_local_unscaled; /* sliding-window layers rotate without the scaling (gemma3) */
   /* attention */
   int sliding_window;    /* 0 = none */
   int swa_pattern;       /* gemma3: every Nth layer is global (N=6); 0 = all layers use sliding_window if set */

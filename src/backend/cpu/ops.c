@@ -47,15 +47,21 @@ static double inv_freq(int i, int rope_dim, float base, const di_hparams *hp, bo
       /* YaRN: interpolate low frequencies, keep high ones, ramp between the
        * dims whose wavelength fits beta_fast=32 / beta_slow=1 rotations. */
       double orig = hp->rope_orig_ctx > 0 ? hp->rope_orig_ctx : hp->n_ctx_train;
-      double lo_d = floor(rope_dim * log(orig / (32 * 2 * M_PI)) / (2 * log(base)));
-      double hi_d = ceil(rope_dim * log(orig / (1 * 2 * M_PI)) / (2 * log(base)));
+      double beta_fast = hp->rope_yarn_beta_fast > 0 ? hp->rope_yarn_beta_fast : 32;
+      double beta_slow = hp->rope_yarn_beta_slow > 0 ? hp->rope_yarn_beta_slow : 1;
+      double lo_d = rope_dim * log(orig / (beta_fast * 2 * M_PI)) / (2 * log(base));
+      double hi_d = rope_dim * log(orig / (beta_slow * 2 * M_PI)) / (2 * log(base));
+      if (!hp->rope_yarn_no_truncate) {
+        lo_d = floor(lo_d);
+        hi_d = ceil(hi_d);
+      }
       if (lo_d < 0) lo_d = 0;
       if (hi_d > rope_dim - 1) hi_d = rope_dim - 1;
       if (hi_d == lo_d) hi_d += 0.001;
       double ramp = (i - lo_d) / (hi_d - lo_d);
       ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
       double extrap = 1 - ramp;
-      *mscale = 0.1 * log(hp->rope_factor) + 1.0;
+      *mscale = hp->rope_attn_factor > 0 ? hp->rope_attn_factor : 0.1 * log(hp->rope_factor) + 1.0;
       return f / hp->rope_factor * (1 - extrap) + f * extrap;
     }
     default: return f;
