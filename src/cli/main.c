@@ -28,12 +28,13 @@ static const struct {
     {"tokenize", di_cmd_tokenize, "text on stdin -> JSON array of ids"},
     {"detokenize", di_cmd_detokenize, "JSON array of ids on stdin -> text"},
     {"template", di_cmd_template, "render a chat template"},
+    {"grammar-bench", di_cmd_grammar_bench, "MaskBench: structured-output masks, pass counts, timings"},
 };
 
 static void usage(FILE *f) {
   fprintf(f, "usage: deepinfer <command> [options]   (deepinfer <command> --help)\n\ncommands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "  %-13s %s\n", commands[i].name, commands[i].help);
 }
 
 int main(int argc, char **argv) {

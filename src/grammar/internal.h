@@ -1,0 +1,68 @@
+/* Shared internals of the grammar engine (compiled grammar, vocabulary trie,
+ * per-state token caches). */
+#ifndef DI_GRAMMAR_INTERNAL_H
+#define DI_GRAMMAR_INTERNAL_H
+
+#include <pthread.h>
+
+#include "grammar/automaton.h"
+#include "grammar/grammar.h"
+#include "grammar/gx.h"
+#include "grammar/pool.h"
+
+/* The vocabulary as a byte trie in depth-first preorder, built once per
+ * tokenizer. Special tokens and tokens without bytes are left out (never
+ * allowed by a grammar; end of generation is handled apart). */
+typedef struct gvocab {
+  const di_tokenizer *tok;
+  int32_t n_vocab;
+  uint32_t n_nodes;
+  uint8_t *byte;    /* per node: the byte that enters it */
+  uint16_t *depth;  /* per node: 1 = child of the root */
+  uint32_t *end;    /* per node: index just past its subtree */
+  uint32_t *t_off;  /* per node: tokens ending here are sorted[t_off .. t_off + t_n) */
+  uint16_t *t_n;
+  int32_t *sorted;  /* token ids in byte order */
+  const uint8_t **tb; /* per token id: bytes (NULL if left out) */
+  uint32_t *tlen;
+  int32_t *eos;
+  size_t n_eos;
+  uint32_t max_len;
+} gvocab;
+
+const gvocab *gvocab_get(const di_tokenizer *tok, di_status *st);
+
+/* What a state decides about every token without knowing the stack below:
+ * accepted whatever the context, rejected whatever the context, or
+ * uncertain (the token finishes the state's rule and reads on into the
+ * caller), checked against the real stack at mask time. */
+typedef struct gcache {
+  uint32_t *acc_bits;  /* dense accepted set, or NULL */
+  int32_t *acc_list;   /* sparse accepted set */
+  uint32_t n_acc;
+  int32_t *unc;        /* uncertain tokens in trie order */
+  uint16_t *unc_lcp;   /* bytes shared with the previous uncertain token */
+  uint32_t n_unc;
+} gcache;
+
+struct di_grammar {
+  int refs;
+  uint64_t key[2];
+  ga a;
+  const gvocab *v;
+  pthread_mutex_t mu; /* guards cache[] and scratch */
+  gcache **cache;     /* per automaton state, filled on first use */
+  gp scratch;
+  size_t cache_bytes;
+};
+
+const gcache *grammar_state_cache(di_grammar *g, int32_t state);
+void gcache_free(gcache *c);
+
+/* Front ends: build the rules into g and return the root rule, or -1 with st set. */
+int32_t gfe_json_schema(gx *g, const char *src, size_t len, const di_grammar_opts *o, di_status *st);
+int32_t gfe_json_any(gx *g, const di_grammar_opts *o);
+int32_t gfe_regex(gx *g, const char *src, size_t len, di_status *st);
+int32_t gfe_gbnf(gx *g, const char *src, size_t len, di_status *st);
+
+#endif

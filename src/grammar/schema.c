@@ -1,0 +1,682 @@
+/* JSON Schema -> grammar. Each schema node becomes an expression; $ref
+ * targets become rules (so recursion works); allOf and $ref-with-siblings
+ * are merged first; anyOf/oneOf take their siblings into every branch.
+ * Validity keywords that cannot be enforced are compile errors naming them.
+ * oneOf is compiled as anyOf (exclusivity is not enforced; a branch that
+ * matches several alternatives is accepted). */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/internal.h"
+#include "grammar/json.h"
+#include "grammar/regex.h"
+#include "grammar/schema_util.h"
+
+typedef struct refent {
+  const json_t *node;
+  int32_t rule;
+} refent;
+
+typedef struct sc {
+  gx *g;
+  gjson j;
+  const json_t *root;
+  di_status *st;
+  bool err;
+  refent *refs;
+  size_t n_refs, cap_refs;
+  int depth;
+  size_t steps;
+} sc;
+
+enum { MAX_DEPTH = 96, MAX_STEPS = 200000 };
+
+static int32_t fail(sc *c, di_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int32_t fail(sc *c, di_code code, const char *fmt, ...) {
+  if (!c->err) {
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    di_errorf(c->st, code, "JSON Schema: %s", msg);
+  }
+  c->err = true;
+  return GX_NOTHING;
+}
+
+static int32_t compile(sc *c, const json_t *s);
+
+static int32_t any_value(sc *c) { return gj_any_value(&c->j); }
+
+/* A schema reached through $ref: one rule per target node. */
+static int32_t ref_rule(sc *c, const json_t *target, const char *ref) {
+  for (size_t i = 0; i < c->n_refs; i++)
+    if (c->refs[i].node == target) return gx_ref(c->g, c->refs[i].rule);
+  if (c->n_refs == c->cap_refs) {
+    c->cap_refs = c->cap_refs ? c->cap_refs * 2 : 16;
+    c->refs = realloc(c->refs, c->cap_refs * sizeof *c->refs);
+    if (!c->refs) abort();
+  }
+  int32_t r = gx_rule_new(c->g, ref);
+  c->refs[c->n_refs++] = (refent){.node = target, .rule = r};
+  gx_rule_define(c->g, r, compile(c, target));
+  return gx_ref(c->g, r);
+}
+
+static bool only_annotations_besides(const json_t *s, const char *a, const char *b) {
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)s, k, v) {
+    if (!strcmp(k, a) || (b && !strcmp(k, b)) || su_is_annotation(k)) continue;
+    return false;
+  }
+  return true;
+}
+
+static json_t *without(const json_t *s, const char *key) {
+  json_t *r = json_copy((json_t *)s);
+  json_object_del(r, key);
+  return r;
+}
+
+/* ---- strings ---- */
+
+static int32_t compile_string(sc *c, const json_t *s) {
+  gx *g = c->g;
+  const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+  const json_t *mnl = json_object_get(s, "minLength"), *mxl = json_object_get(s, "maxLength");
+  long long mn = json_is_number(mnl) ? (long long)json_number_value(mnl) : 0;
+  long long mx = json_is_number(mxl) ? (long long)json_number_value(mxl) : -1;
+  const char *fre = json_is_string(fmt) ? su_format_regex(json_string_value(fmt)) : NULL;
+  int n_constraints = (json_is_string(pat) ? 1 : 0) + (fre ? 1 : 0) + (mn > 0 || mx >= 0 ? 1 : 0);
+  if (n_constraints > 1)
+    return fail(c, DI_ERR_UNSUPPORTED, "'%s' together with '%s' on one string is not supported",
+                json_is_string(pat) ? "pattern" : "format", mn > 0 || mx >= 0 ? (mx >= 0 ? "maxLength" : "minLength") : "format");
+  int32_t body;
+  if (json_is_string(pat) || fre) {
+    const char *re = json_is_string(pat) ? json_string_value(pat) : fre;
+    body = rx_compile(g, re, strlen(re), true, gj_encode_chars, NULL, c->st);
+    if (body < 0) {
+      c->err = true;
+      return GX_NOTHING;
+    }
+  } else {
+    if (mx > 100000) return fail(c, DI_ERR_UNSUPPORTED, "maxLength %lld is too large to enforce", mx);
+    if (mn > 100000) return fail(c, DI_ERR_UNSUPPORTED, "minLength %lld is too large to enforce", mn);
+    if (mn == 0 && mx < 0) return gj_any_string(&c->j);
+    gx_cpset all = {0};
+    gx_cpset_add(&all, 0, 0x10FFFF);
+    int32_t ch = gj_encode_chars(g, &all, NULL);
+    gx_cpset_free(&all);
+    body = gx_rep(g, ch, (int32_t)mn, (int32_t)mx);
+  }
+  return gx_seq3(g, gx_str(g, "\""), body, gx_str(g, "\""));
+}
+
+/* ---- numbers ---- */
+
+static bool get_num(const json_t *s, const char *k, double *v) {
+  const json_t *x = json_object_get(s, k);
+  if (!json_is_number(x)) return false;
+  *v = json_number_value(x);
+  return true;
+}
+
+static int32_t compile_integer(sc *c, const json_t *s) {
+  double lo = 0, hi = 0, m = 0;
+  bool has_lo = get_num(s, "minimum", &lo), has_hi = get_num(s, "maximum", &hi);
+  long long L = 0, H = 0;
+  /* draft-04 boolean exclusive*, later numeric */
+  const json_t *exl = json_object_get(s, "exclusiveMinimum"), *exh = json_object_get(s, "exclusiveMaximum");
+  if (has_lo) L = (long long)ceil(lo);
+  if (json_is_true(exl) && has_lo && floor(lo) == lo) L++;
+  if (json_is_number(exl)) {
+    double e = json_number_value(exl);
+    long long el = (long long)floor(e) + 1;
+    if (!has_lo || el > L) L = el;
+    has_lo = true;
+  }
+  if (has_hi) H = (long long)floor(hi);
+  if (json_is_true(exh) && has_hi && floor(hi) == hi) H--;
+  if (json_is_number(exh)) {
+    double e = json_number_value(exh);
+    long long eh = (long long)ceil(e) - 1;
+    if (!has_hi || eh < H) H = eh;
+    has_hi = true;
+  }
+  if (get_num(s, "multipleOf", &m) && m != 1) {
+    if (m == floor(m) && m > 0 && !has_lo && !has_hi && m <= 10 && (m == 2 || m == 5 || m == 10)) {
+      /* the last digit decides */
+      gx *g = c->g;
+      int32_t lead = gx_seq2(g, gx_bytes(g, '1', '9'), gx_star(g, gx_bytes(g, '0', '9')));
+      int32_t pos;
+      if (m == 10) pos = gx_alt2(g, gx_str(g, "0"), gx_seq2(g, lead, gx_str(g, "0")));
+      else if (m == 5) pos = gx_seq2(g, gx_opt(g, lead), gx_alt2(g, gx_str(g, "0"), gx_str(g, "5")));
+      else pos = gx_seq2(g, gx_opt(g, lead), gx_alt(g, (int32_t[]){gx_str(g, "0"), gx_str(g, "2"), gx_str(g, "4"), gx_str(g, "6"), gx_str(g, "8")}, 5));
+      return gx_seq2(g, gx_opt(g, gx_str(g, "-")), pos);
+    }
+    return fail(c, DI_ERR_UNSUPPORTED, "multipleOf %g on integers is not supported", m);
+  }
+  if (!has_lo && !has_hi) return gj_integer(&c->j);
+  return su_int_range(c->g, L, !has_lo, H, !has_hi);
+}
+
+static int32_t compile_number(sc *c, const json_t *s) {
+  static const char *kws[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
+  for (size_t i = 0; i < 5; i++) {
+    const json_t *v = json_object_get(s, kws[i]);
+    if (v && !json_is_false(v)) {
+      /* x >= 0 / x > 0 are regular and common */
+      double d;
+      if (i == 0 && get_num(s, "minimum", &d) && d == 0 && !json_is_true(json_object_get(s, "exclusiveMinimum"))) {
+        bool other = false;
+        for (size_t k = 1; k < 5; k++) other |= json_object_get(s, kws[k]) && !json_is_false(json_object_get(s, kws[k]));
+        if (!other) {
+          gx *g = c->g;
+          int32_t ip = gx_alt2(g, gx_str(g, "0"), gx_seq2(g, gx_bytes(g, '1', '9'), gx_star(g, gx_bytes(g, '0', '9'))));
+          int32_t frac = gx_opt(g, gx_seq2(g, gx_str(g, "."), gx_plus(g, gx_bytes(g, '0', '9'))));
+          int32_t ex = gx_opt(g, gx_seq3(g, gx_alt2(g, gx_str(g, "e"), gx_str(g, "E")),
+                                         gx_opt(g, gx_alt2(g, gx_str(g, "+"), gx_str(g, "-"))), gx_plus(g, gx_bytes(g, '0', '9'))));
+          return gx_seq3(g, ip, frac, ex);
+        }
+      }
+      return fail(c, DI_ERR_UNSUPPORTED, "'%s' on a number (not integer) is not supported", kws[i]);
+    }
+  }
+  return gj_number(&c->j);
+}
+
+/* ---- objects ---- */
+
+/* Keys that are not one of names[] (quoted, escaped). Walks a trie of the
+ * names code point by code point: leaving it at any point gives a free string. */
+typedef struct kt {
+  const char **names;
+  size_t n;
+} kt;
+
+static int32_t key_excl(sc *c, const kt *t, const size_t *idx, size_t n_idx, size_t off, int depth) {
+  gx *g = c->g;
+  gx_cpset all = {0};
+  gx_cpset_add(&all, 0, 0x10FFFF);
+  int32_t anych = gj_encode_chars(g, &all, NULL);
+  gx_cpset_free(&all);
+  int32_t rest = gx_seq2(g, gx_star(g, anych), gx_str(g, "\""));
+  if (n_idx == 0 || depth > 256) return rest;
+  int32_t *alts = malloc(sizeof *alts * (n_idx + 2));
+  size_t na = 0;
+  bool ends = false;
+  gx_cpset used = {0};
+  size_t *sub = malloc(sizeof *sub * n_idx);
+  for (size_t i = 0; i < n_idx; i++) {
+    const char *nm = t->names[idx[i]];
+    if (!nm[off]) {
+      ends = true;
+      continue;
+    }
+    /* the next code point of this name */
+    unsigned char b0 = (unsigned char)nm[off];
+    size_t L = b0 < 0x80 ? 1 : b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4;
+    uint32_t cp = L == 1 ? b0 : b0 & (0x3F >> (L - 1));
+    for (size_t k = 1; k < L && nm[off + k]; k++) cp = cp << 6 | ((unsigned char)nm[off + k] & 0x3F);
+    bool seen = false;
+    for (size_t u = 0; u < used.n; u++) seen |= used.r[u][0] == cp;
+    if (seen) continue;
+    gx_cpset_add(&used, cp, cp);
+    size_t ns = 0;
+    for (size_t k = 0; k < n_idx; k++)
+      if (!strncmp(t->names[idx[k]] + off, nm + off, L) && strlen(t->names[idx[k]] + off) >= L) sub[ns++] = idx[k];
+    gx_cpset one = {0};
+    gx_cpset_add(&one, cp, cp);
+    int32_t ch = gj_encode_chars(g, &one, NULL);
+    gx_cpset_free(&one);
+    size_t *copy = malloc(sizeof *copy * (ns ? ns : 1));
+    memcpy(copy, sub, ns * sizeof *copy);
+    alts[na++] = gx_seq2(g, ch, key_excl(c, t, copy, ns, off + L, depth + 1));
+    free(copy);
+    if (na + 2 > n_idx + 2) break;
+  }
+  if (!ends) alts[na++] = gx_str(g, "\"");
+  gx_cpset_negate(&used);
+  int32_t other = gj_encode_chars(g, &used, NULL);
+  gx_cpset_free(&used);
+  alts[na++] = gx_seq2(g, other, rest);
+  int32_t r = gx_alt(g, alts, na);
+  free(alts);
+  free(sub);
+  return r;
+}
+
+static int32_t as_rule(sc *c, const char *name, int32_t e, size_t nodes_before) {
+  if (c->g->n_nodes - nodes_before < 24) return e;
+  int32_t r = gx_rule_new(c->g, name);
+  gx_rule_define(c->g, r, e);
+  return gx_ref(c->g, r);
+}
+
+static int32_t compile_object(sc *c, const json_t *s) {
+  gx *g = c->g;
+  static const char *unsupported[] = {"dependencies", "dependentRequired", "dependentSchemas",
+                                      "unevaluatedProperties"};
+  for (size_t i = 0; i < 4; i++) {
+    const json_t *v = json_object_get(s, unsupported[i]);
+    if (v && !(json_is_object(v) && json_object_size(v) == 0) && !json_is_true(v))
+      return fail(c, DI_ERR_UNSUPPORTED, "'%s' is not supported", unsupported[i]);
+  }
+  const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+  const json_t *addl = json_object_get(s, "additionalProperties");
+  const json_t *pprops = json_object_get(s, "patternProperties");
+  const json_t *pnames = json_object_get(s, "propertyNames");
+  if (pnames && !json_is_true(pnames) && !(json_is_object(pnames) && only_annotations_besides(pnames, "type", NULL)))
+    return fail(c, DI_ERR_UNSUPPORTED, "'propertyNames' is not supported");
+  bool addl_false = json_is_false(addl);
+  bool has_pp = json_is_object(pprops) && json_object_size(pprops) > 0;
+  if (has_pp && !addl_false)
+    return fail(c, DI_ERR_UNSUPPORTED, "'patternProperties' is only supported with additionalProperties: false");
+  /* declared properties, in order, then required names not among them */
+  size_t np = json_is_object(props) ? json_object_size(props) : 0, nr = json_array_size(req);
+  const char **names = calloc(np + nr + 1, sizeof *names);
+  const json_t **schemas = calloc(np + nr + 1, sizeof *schemas);
+  bool *required = calloc(np + nr + 1, 1);
+  size_t n = 0;
+  if (np) {
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)props, k, v) {
+      names[n] = k;
+      schemas[n++] = v;
+    }
+  }
+  int32_t result = GX_NOTHING;
+  for (size_t i = 0; i < nr; i++) {
+    const char *rn = json_string_value(json_array_get(req, i));
+    if (!rn) {
+      fail(c, DI_ERR_INVALID, "'required' must list strings");
+      goto out;
+    }
+    size_t k = 0;
+    while (k < n && strcmp(names[k], rn)) k++;
+    if (k == n) {
+      if (addl_false && !has_pp) goto out; /* required but not allowed: no object fits */
+      if (has_pp) {
+        fail(c, DI_ERR_UNSUPPORTED, "required property '%s' that only patternProperties could match", rn);
+        goto out;
+      }
+      names[n] = rn;
+      schemas[n++] = addl ? addl : json_true();
+    }
+    required[k] = true;
+  }
+  const json_t *v;
+  double d;
+  size_t n_req = 0;
+  for (size_t i = 0; i < n; i++) n_req += required[i];
+  if (get_num(s, "minProperties", &d) && d > (double)n_req) {
+    fail(c, DI_ERR_UNSUPPORTED, "'minProperties' beyond the required properties is not supported");
+    goto out;
+  }
+  if (get_num(s, "maxProperties", &d) && (!addl_false || has_pp || d < (double)n)) {
+    fail(c, DI_ERR_UNSUPPORTED, "'maxProperties' is not supported");
+    goto out;
+  }
+  (void)v;
+  /* the extra members */
+  int32_t extra = GX_NOTHING;
+  if (has_pp) {
+    int32_t *alts = malloc(sizeof *alts * json_object_size(pprops));
+    size_t na = 0;
+    const char *pk;
+    json_t *pv;
+    json_object_foreach((json_t *)pprops, pk, pv) {
+      int32_t key = rx_compile(g, pk, strlen(pk), true, gj_encode_chars, NULL, c->st);
+      if (key < 0) {
+        c->err = true;
+        free(alts);
+        goto out;
+      }
+      alts[na++] = gx_seq(g, (int32_t[]){gx_str(g, "\""), key, gx_str(g, "\""), gj_colon(&c->j), compile(c, pv)}, 5);
+    }
+    extra = gx_alt(g, alts, na);
+    free(alts);
+  } else if (!addl_false) {
+    kt t = {.names = names, .n = n};
+    size_t *idx = malloc(sizeof *idx * (n + 1));
+    for (size_t i = 0; i < n; i++) idx[i] = i;
+    size_t before = g->n_nodes;
+    int32_t key = gx_seq2(g, gx_str(g, "\""), key_excl(c, &t, idx, n, 0, 0));
+    free(idx);
+    key = as_rule(c, "key", key, before);
+    before = g->n_nodes;
+    int32_t val = addl && !json_is_true(addl) ? compile(c, addl) : any_value(c);
+    val = as_rule(c, "additional", val, before);
+    extra = gx_seq3(g, key, gj_colon(&c->j), val);
+  }
+  /* members */
+  int32_t *kv = malloc(sizeof *kv * (n + 1));
+  for (size_t i = 0; i < n; i++) {
+    gbuf b = {0};
+    gj_quote(&b, names[i], strlen(names[i]));
+    int32_t key = gx_lit(g, b.p, b.n);
+    free(b.p);
+    size_t before = g->n_nodes;
+    int32_t val = compile(c, schemas[i]);
+    char rn[64];
+    snprintf(rn, sizeof rn, "prop:%.50s", names[i]);
+    val = as_rule(c, rn, val, before);
+    kv[i] = gx_seq3(g, key, gj_colon(&c->j), val);
+  }
+  /* B_i: members i.. after something was written, each preceded by ", "
+   * (rules, so the "first member" choice below shares them) */
+  int32_t comma = gj_comma(&c->j);
+  int32_t tail = extra == GX_NOTHING ? GX_EMPTY : gx_star(g, gx_seq2(g, comma, extra));
+  int32_t *B = malloc(sizeof *B * (n + 2));
+  B[n] = tail;
+  size_t first_req = n;
+  for (size_t i = 0; i < n; i++)
+    if (required[i]) {
+      first_req = i;
+      break;
+    }
+  for (size_t i = n; i-- > 0;) {
+    int32_t m = gx_seq2(g, comma, kv[i]);
+    int32_t e = gx_seq2(g, required[i] ? m : gx_opt(g, m), B[i + 1]);
+    if (i <= first_req + 1 && i > 0 && first_req > 0) {
+      int32_t r = gx_rule_new(g, "members");
+      gx_rule_define(g, r, e);
+      e = gx_ref(g, r);
+    }
+    B[i] = e;
+  }
+  /* the first member written: member j (all before it optional), or an extra */
+  int32_t *alts = malloc(sizeof *alts * (n + 2));
+  size_t na = 0;
+  for (size_t j = 0; j <= first_req && j < n; j++) alts[na++] = gx_seq2(g, kv[j], B[j + 1]);
+  if (first_req == n) {
+    if (extra != GX_NOTHING) alts[na++] = gx_seq2(g, extra, tail);
+    alts[na++] = GX_EMPTY;
+  }
+  result = gx_seq3(g, gj_open(&c->j, '{'), gx_alt(g, alts, na), gj_close(&c->j, '}'));
+  free(alts);
+  free(B);
+  free(kv);
+out:
+  free(names);
+  free(schemas);
+  free(required);
+  return result;
+}
+
+/* ---- arrays ---- */
+
+static int32_t compile_array(sc *c, const json_t *s) {
+  gx *g = c->g;
+  const json_t *v;
+  if ((v = json_object_get(s, "contains")) && !json_is_true(v) && !(json_is_object(v) && json_object_size(v) == 0))
+    return fail(c, DI_ERR_UNSUPPORTED, "'contains' is not supported");
+  if ((v = json_object_get(s, "unevaluatedItems")) && !json_is_true(v))
+    return fail(c, DI_ERR_UNSUPPORTED, "'unevaluatedItems' is not supported");
+  double d;
+  long long mn = get_num(s, "minItems", &d) ? (long long)d : 0;
+  long long mx = get_num(s, "maxItems", &d) ? (long long)d : -1;
+  if (json_is_true(json_object_get(s, "uniqueItems")) && !(mx >= 0 && mx <= 1))
+    return fail(c, DI_ERR_UNSUPPORTED, "'uniqueItems' is not supported");
+  if (mn > 2000 || mx > 2000) return fail(c, DI_ERR_UNSUPPORTED, "minItems/maxItems above 2000 are not supported");
+  const json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
+  const json_t *rest_s = NULL;
+  const json_t *tuple = NULL;
+  if (json_is_array(prefix)) {
+    tuple = prefix;
+    rest_s = items;
+  } else if (json_is_array(items)) {
+    tuple = items;
+    rest_s = json_object_get(s, "additionalItems");
+  } else {
+    rest_s = items;
+  }
+  size_t k = json_array_size(tuple);
+  int32_t rest = rest_s && !json_is_true(rest_s) ? compile(c, rest_s) : any_value(c);
+  if (json_is_false(rest_s) || rest == GX_NOTHING) {
+    if (mx < 0 || mx > (long long)k) mx = (long long)k;
+    rest = GX_NOTHING;
+  }
+  if (mx >= 0 && mn > mx) return GX_NOTHING;
+  int32_t comma = gj_comma(&c->j);
+  /* items after the tuple: rest repeated, each after ", " */
+  long long rlo = mn > (long long)k ? mn - (long long)k : 0, rhi = mx < 0 ? -1 : mx - (long long)k;
+  if (rhi >= 0 && rhi < rlo) return GX_NOTHING;
+  int32_t after = rest == GX_NOTHING ? GX_EMPTY : gx_rep(g, gx_seq2(g, comma, rest), (int32_t)rlo, (int32_t)rhi);
+  int32_t content;
+  if (k == 0) {
+    if (rest == GX_NOTHING) content = GX_EMPTY;
+    else {
+      int32_t more = gx_rep(g, gx_seq2(g, comma, rest), mn > 0 ? (int32_t)mn - 1 : 0, mx < 0 ? -1 : (int32_t)mx - 1);
+      content = gx_seq2(g, rest, more);
+      if (mn == 0) content = gx_opt(g, content);
+    }
+  } else {
+    /* tuple items nest: item i is optional when i >= minItems */
+    int32_t tailx = after;
+    for (size_t i = k; i-- > 0;) {
+      int32_t it = compile(c, json_array_get(tuple, i));
+      int32_t e = gx_seq2(g, i ? gx_seq2(g, comma, it) : it, tailx);
+      tailx = (long long)i >= mn ? gx_opt(g, e) : e;
+      if (mx >= 0 && (long long)i >= mx) tailx = GX_EMPTY;
+    }
+    content = tailx;
+  }
+  return gx_seq3(g, gj_open(&c->j, '['), content, gj_close(&c->j, ']'));
+}
+
+/* ---- dispatch ---- */
+
+static const char *type_names[] = {"null", "boolean", "object", "array", "string", "integer", "number"};
+
+static int32_t compile_type(sc *c, const json_t *s, const char *t) {
+  gx *g = c->g;
+  if (!strcmp(t, "null")) return gx_str(g, "null");
+  if (!strcmp(t, "boolean")) return gx_alt2(g, gx_str(g, "true"), gx_str(g, "false"));
+  if (!strcmp(t, "string")) return compile_string(c, s);
+  if (!strcmp(t, "integer")) return compile_integer(c, s);
+  if (!strcmp(t, "number")) return compile_number(c, s);
+  if (!strcmp(t, "object")) return compile_object(c, s);
+  if (!strcmp(t, "array")) return compile_array(c, s);
+  return fail(c, DI_ERR_INVALID, "unknown type '%s'", t);
+}
+
+static bool value_has_type(const json_t *v, const char *t) {
+  switch (json_typeof(v)) {
+  case JSON_NULL: return !strcmp(t, "null");
+  case JSON_TRUE:
+  case JSON_FALSE: return !strcmp(t, "boolean");
+  case JSON_STRING: return !strcmp(t, "string");
+  case JSON_INTEGER: return !strcmp(t, "integer") || !strcmp(t, "number");
+  case JSON_REAL: return !strcmp(t, "number") || (!strcmp(t, "integer") && json_real_value(v) == floor(json_real_value(v)));
+  case JSON_OBJECT: return !strcmp(t, "object");
+  case JSON_ARRAY: return !strcmp(t, "array");
+  }
+  return false;
+}
+
+static int32_t compile_obj(sc *c, const json_t *s) {
+  gx *g = c->g;
+  const json_t *v;
+  /* $ref */
+  if ((v = json_object_get(s, "$ref"))) {
+    if (!json_is_string(v)) return fail(c, DI_ERR_INVALID, "'$ref' must be a string");
+    const json_t *t = su_resolve(c->root, json_string_value(v), c->st);
+    if (!t) return c->err = true, GX_NOTHING;
+    if (only_annotations_besides(s, "$ref", NULL)) return ref_rule(c, t, json_string_value(v));
+    json_t *rest = without(s, "$ref");
+    json_t *m = su_merge(t, rest, c->st);
+    json_decref(rest);
+    if (!m) return c->err = true, GX_NOTHING;
+    int32_t r = compile(c, m);
+    json_decref(m);
+    return r;
+  }
+  /* allOf: merged into one schema */
+  if ((v = json_object_get(s, "allOf"))) {
+    if (!json_is_array(v)) return fail(c, DI_ERR_INVALID, "'allOf' must be an array");
+    json_t *m = without(s, "allOf");
+    for (size_t i = 0; i < json_array_size(v) && m; i++) {
+      const json_t *e = json_array_get(v, i);
+      json_t *owned = NULL;
+      while (json_is_object(e) && json_is_string(json_object_get(e, "$ref")) && c->depth < MAX_DEPTH) {
+        const json_t *t = su_resolve(c->root, json_string_value(json_object_get(e, "$ref")), c->st);
+        if (!t) {
+          json_decref(m);
+          json_decref(owned);
+          return c->err = true, GX_NOTHING;
+        }
+        json_t *rest = without(e, "$ref");
+        json_t *nx = su_merge(t, rest, c->st);
+        json_decref(rest);
+        json_decref(owned);
+        owned = nx;
+        e = nx;
+        c->depth++;
+        if (!nx) break;
+      }
+      json_t *nm = e ? su_merge(m, e, c->st) : NULL;
+      json_decref(owned);
+      json_decref(m);
+      m = nm;
+    }
+    if (!m) return c->err = true, GX_NOTHING;
+    int32_t r = compile(c, m);
+    json_decref(m);
+    return r;
+  }
+  /* anyOf / oneOf: siblings go into every branch */
+  const char *which = json_object_get(s, "anyOf") ? "anyOf" : json_object_get(s, "oneOf") ? "oneOf" : NULL;
+  if (which) {
+    v = json_object_get(s, which);
+    if (!json_is_array(v) || json_array_size(v) == 0) return fail(c, DI_ERR_INVALID, "'%s' must be a non-empty array", which);
+    json_t *rest = without(s, which);
+    bool plain = only_annotations_besides(rest, "", NULL);
+    size_t n = json_array_size(v);
+    int32_t *alts = malloc(sizeof *alts * n);
+    for (size_t i = 0; i < n && !c->err; i++) {
+      if (plain) {
+        alts[i] = compile(c, json_array_get(v, i));
+        continue;
+      }
+      json_t *m = su_merge(rest, json_array_get(v, i), c->st);
+      if (!m) {
+        c->err = true;
+        alts[i] = GX_NOTHING;
+        break;
+      }
+      alts[i] = compile(c, m);
+      json_decref(m);
+    }
+    json_decref(rest);
+    int32_t r = c->err ? GX_NOTHING : gx_alt(g, alts, n);
+    free(alts);
+    return r;
+  }
+  /* types in play */
+  bool allowed[7];
+  const json_t *t = json_object_get(s, "type");
+  for (int i = 0; i < 7; i++) allowed[i] = t == NULL;
+  if (json_is_string(t) || json_is_array(t)) {
+    for (size_t k = 0; k < (json_is_array(t) ? json_array_size(t) : 1); k++) {
+      const char *tn = json_string_value(json_is_array(t) ? json_array_get(t, k) : t);
+      bool known = false;
+      for (int i = 0; tn && i < 7; i++)
+        if (!strcmp(tn, type_names[i])) allowed[i] = known = true;
+      if (!known) return fail(c, DI_ERR_INVALID, "unknown type '%s'", tn ? tn : "(not a string)");
+    }
+  } else if (t) {
+    return fail(c, DI_ERR_INVALID, "'type' must be a string or an array of strings");
+  }
+  if (json_is_true(json_object_get(s, "nullable"))) allowed[0] = true;
+  if (allowed[6]) allowed[5] = false; /* number covers integer */
+  /* not */
+  if ((v = json_object_get(s, "not"))) {
+    if (json_is_object(v) && json_object_size(v) == 0) return GX_NOTHING;
+    if (json_is_true(v)) return GX_NOTHING;
+    const json_t *nt = json_is_object(v) ? json_object_get(v, "type") : NULL;
+    if (!json_is_false(v) && !(nt && only_annotations_besides(v, "type", NULL)))
+      return fail(c, DI_ERR_UNSUPPORTED, "'not' is only supported with a bare 'type'");
+    for (size_t k = 0; nt && k < (json_is_array(nt) ? json_array_size(nt) : 1); k++) {
+      const char *tn = json_string_value(json_is_array(nt) ? json_array_get(nt, k) : nt);
+      for (int i = 0; tn && i < 7; i++)
+        if (!strcmp(tn, type_names[i])) {
+          allowed[i] = false;
+          if (i == 6) allowed[5] = false;
+        }
+    }
+  }
+  if ((v = json_object_get(s, "if")) && (json_object_get(s, "then") || json_object_get(s, "else")))
+    return fail(c, DI_ERR_UNSUPPORTED, "'if'/'then'/'else' is not supported");
+  /* const / enum */
+  const json_t *cv = json_object_get(s, "const"), *ev = json_object_get(s, "enum");
+  if (cv || ev) {
+    size_t n = cv ? 1 : json_array_size(ev);
+    if (ev && !json_is_array(ev)) return fail(c, DI_ERR_INVALID, "'enum' must be an array");
+    int32_t *alts = malloc(sizeof *alts * (n + 1));
+    size_t na = 0;
+    for (size_t i = 0; i < n; i++) {
+      const json_t *x = cv ? cv : json_array_get(ev, i);
+      bool ok = false;
+      for (int k = 0; k < 7; k++) ok |= allowed[k] && value_has_type(x, type_names[k]);
+      if (allowed[6] && json_is_integer(x)) ok = true;
+      if (ok) alts[na++] = gj_literal(&c->j, x);
+    }
+    int32_t r = gx_alt(g, alts, na);
+    free(alts);
+    return r;
+  }
+  int32_t alts[7];
+  size_t na = 0;
+  for (int i = 0; i < 7 && !c->err; i++)
+    if (allowed[i]) alts[na++] = compile_type(c, s, type_names[i]);
+  return c->err ? GX_NOTHING : gx_alt(g, alts, na);
+}
+
+static int32_t compile(sc *c, const json_t *s) {
+  if (c->err) return GX_NOTHING;
+  if (++c->steps > MAX_STEPS) return fail(c, DI_ERR_RANGE, "schema too large (over %d subschemas expanded)", MAX_STEPS);
+  if (json_is_true(s)) return any_value(c);
+  if (json_is_false(s)) return GX_NOTHING;
+  if (!json_is_object(s)) return fail(c, DI_ERR_INVALID, "a schema must be an object or a boolean");
+  if (++c->depth > MAX_DEPTH) return fail(c, DI_ERR_RANGE, "schema nested more than %d levels deep", MAX_DEPTH);
+  int32_t r = compile_obj(c, s);
+  c->depth--;
+  return r;
+}
+
+int32_t gfe_json_schema(gx *g, const char *src, size_t len, const di_grammar_opts *o, di_status *st) {
+  json_error_t je;
+  json_t *root = json_loadb(src, len, JSON_DECODE_ANY, &je);
+  if (!root) {
+    di_errorf(st, DI_ERR_INVALID, "JSON Schema: not JSON: %s at line %d column %d", je.text, je.line, je.column);
+    return -1;
+  }
+  sc c = {.g = g, .root = root, .st = st};
+  gj_init(&c.j, g, o->ws);
+  int32_t rule = gx_rule_new(g, "root");
+  int32_t body = compile(&c, root);
+  if (o->ws == DI_JSON_WS_FREE) /* a little leading whitespace, as models like to write */
+    body = gx_seq2(g, gx_rep(g, gx_alt(g, (int32_t[]){gx_str(g, " "), gx_str(g, "\n"), gx_str(g, "\t")}, 3), 0, 4), body);
+  gx_rule_define(g, rule, body);
+  free(c.refs);
+  json_decref(root);
+  return c.err ? -1 : rule;
+}
+
+int32_t gfe_json_any(gx *g, const di_grammar_opts *o) {
+  gjson j;
+  gj_init(&j, g, o->ws);
+  int32_t rule = gx_rule_new(g, "root");
+  int32_t member = gx_seq3(g, gj_any_string(&j), gj_colon(&j), gj_any_value(&j));
+  int32_t obj = gx_seq3(g, gj_open(&j, '{'), gx_opt(g, gx_seq2(g, member, gx_star(g, gx_seq2(g, gj_comma(&j), member)))),
+                        gj_close(&j, '}'));
+  gx_rule_define(g, rule, obj);
+  return rule;
+}

@@ -1,0 +1,99 @@
+/* Vocabulary byte tries, one per tokenizer for the life of the process. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/internal.h"
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static gvocab **g_v;
+static size_t g_n;
+
+static const gvocab *cmp_v;
+static int cmp_tok(const void *x, const void *y) {
+  int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+  uint32_t la = cmp_v->tlen[a], lb = cmp_v->tlen[b];
+  int c = memcmp(cmp_v->tb[a], cmp_v->tb[b], la < lb ? la : lb);
+  if (c) return c;
+  if (la != lb) return la < lb ? -1 : 1;
+  return a < b ? -1 : a > b;
+}
+
+static gvocab *build(const di_tokenizer *tok, di_status *st) {
+  gvocab *v = calloc(1, sizeof *v);
+  v->tok = tok;
+  v->n_vocab = di_tokenizer_n_vocab(tok);
+  int32_t n = v->n_vocab;
+  v->tb = calloc((size_t)n, sizeof *v->tb);
+  v->tlen = calloc((size_t)n, sizeof *v->tlen);
+  v->sorted = malloc(sizeof *v->sorted * (size_t)n);
+  size_t ns = 0, total = 0;
+  for (int32_t i = 0; i < n; i++) {
+    size_t len = 0;
+    const char *b = di_tokenizer_token_bytes(tok, i, &len);
+    if (!b || !len || di_tokenizer_is_special(tok, i) || len > 65535) continue;
+    v->tb[i] = (const uint8_t *)b;
+    v->tlen[i] = (uint32_t)len;
+    if (len > v->max_len) v->max_len = (uint32_t)len;
+    v->sorted[ns++] = i;
+    total += len;
+  }
+  pthread_mutex_lock(&g_mu); /* cmp_v: qsort has no context argument */
+  cmp_v = v;
+  qsort(v->sorted, ns, sizeof *v->sorted, cmp_tok);
+  pthread_mutex_unlock(&g_mu);
+  size_t cap = total + 1;
+  v->byte = malloc(cap);
+  v->depth = malloc(cap * sizeof *v->depth);
+  v->end = malloc(cap * sizeof *v->end);
+  v->t_off = malloc(cap * sizeof *v->t_off);
+  v->t_n = calloc(cap, sizeof *v->t_n);
+  uint32_t *path = malloc(sizeof *path * (v->max_len + 1));
+  uint32_t plen = 0, nn = 0;
+  const uint8_t *prev = NULL;
+  uint32_t prevlen = 0;
+  for (size_t k = 0; k < ns; k++) {
+    int32_t t = v->sorted[k];
+    const uint8_t *b = v->tb[t];
+    uint32_t len = v->tlen[t], l = 0;
+    while (prev && l < len && l < prevlen && b[l] == prev[l]) l++;
+    while (plen > l) v->end[path[--plen]] = nn;
+    for (uint32_t d = l; d < len; d++) {
+      v->byte[nn] = b[d];
+      v->depth[nn] = (uint16_t)(d + 1);
+      v->t_off[nn] = 0;
+      path[plen++] = nn++;
+    }
+    uint32_t last = path[len - 1];
+    if (v->t_n[last] == 0) v->t_off[last] = (uint32_t)k;
+    v->t_n[last]++;
+    prev = b;
+    prevlen = len;
+  }
+  while (plen) v->end[path[--plen]] = nn;
+  free(path);
+  v->n_nodes = nn;
+  const int32_t *eos;
+  v->n_eos = di_tokenizer_eos(tok, &eos);
+  v->eos = malloc(sizeof *v->eos * (v->n_eos + 1));
+  memcpy(v->eos, eos, sizeof *eos * v->n_eos);
+  (void)st;
+  return v;
+}
+
+const gvocab *gvocab_get(const di_tokenizer *tok, di_status *st) {
+  pthread_mutex_lock(&g_mu);
+  for (size_t i = 0; i < g_n; i++)
+    if (g_v[i]->tok == tok) {
+      pthread_mutex_unlock(&g_mu);
+      return g_v[i];
+    }
+  pthread_mutex_unlock(&g_mu);
+  gvocab *v = build(tok, st);
+  pthread_mutex_lock(&g_mu);
+  gvocab **nv = realloc(g_v, sizeof *g_v * (g_n + 1));
+  if (!nv) abort();
+  g_v = nv;
+  g_v[g_n++] = v;
+  pthread_mutex_unlock(&g_mu);
+  return v;
+}

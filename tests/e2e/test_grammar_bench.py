@@ -1,0 +1,57 @@
+"""`deepinfer grammar-bench` on MaskBench's CI sample (300 schemas of the
+development split, ../shared/data/maskbench/ci-sample.txt) with the Llama 3
+tokenizer: the summary line keeps its contract, no invalid instance is ever
+accepted, and the pass count does not fall below the recorded floor."""
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+from tok_common import SHARED, binary, tokenizer_dir
+
+MB = SHARED / "maskbench"
+CACHE = Path.home() / ".cache" / "deepinfer" / "maskbench-ci"
+# Measured when this floor was recorded (see docs/BENCHMARKS.md, "Structured output").
+PASS_FLOOR = int(os.environ.get("DI_MASKBENCH_CI_FLOOR", "0"))
+KEYS = {"schemas", "passing", "compile_error", "validation_error", "invalidation_error", "timeout",
+        "tbm_us", "ttfm_us", "tokens"}
+
+
+def ci_files():
+    names = [n.strip() for n in (MB / "ci-sample.txt").read_text().splitlines() if n.strip()]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    missing = {n for n in names if not (CACHE / n).exists()}
+    if missing:
+        with tarfile.open(MB / "dev.tar.xz", "r:xz") as tf:
+            for m in tf:
+                base = m.name.rsplit("/", 1)[-1]
+                if base in missing and m.isfile():
+                    tmp = CACHE / (base + ".tmp")
+                    tmp.write_bytes(tf.extractfile(m).read())
+                    tmp.rename(CACHE / base)
+    return names
+
+
+def test_ci_sample():
+    names = ci_files()
+    p = subprocess.run([binary(), "grammar-bench", "--tokenizer", str(tokenizer_dir("llama3")), str(CACHE),
+                        "--list", str(MB / "ci-sample.txt"), "--json", "--timeout-s", "30"],
+                       capture_output=True, timeout=900)
+    assert p.returncode == 0, p.stderr.decode()
+    last = p.stdout.decode().strip().splitlines()[-1]
+    r = json.loads(last)
+    assert set(r) == KEYS
+    assert set(r["tbm_us"]) == {"p50", "p90", "p99", "max"} and set(r["ttfm_us"]) == set(r["tbm_us"])
+    assert r["schemas"] == len(names) == 300
+    assert (r["passing"] + r["compile_error"] + r["validation_error"] + r["invalidation_error"]
+            + r["timeout"]) == r["schemas"]
+    assert r["invalidation_error"] == 0, r
+    assert r["passing"] >= PASS_FLOOR, r
+    assert r["tokens"] > 10000
+
+
+def test_errors():
+    p = subprocess.run([binary(), "grammar-bench", "--tokenizer", str(tokenizer_dir("llama3"))],
+                       capture_output=True)
+    assert p.returncode == 2 and b"no MaskBench files" in p.stderr

@@ -1,0 +1,181 @@
+/* Grammar engine: front ends (JSON Schema, regex, GBNF) on byte strings,
+ * masks checked token by token against the matcher itself (the cached
+ * context-free decisions must equal a plain walk of every token), rollback,
+ * fork, and the compile errors bad input must give. Llama 3 tokenizer. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "grammar/grammar.h"
+#include "tokenizer/tokenizer.h"
+
+static di_tokenizer *tok;
+
+static di_tokenizer *load_llama3(void) {
+  const char *home = getenv("HOME");
+  char dir[1024], f[1200], src[1024], cmd[16384];
+  snprintf(dir, sizeof dir, "%s/.cache/deepinfer/tokenizers/llama3", home ? home : "/tmp");
+  snprintf(f, sizeof f, "%s/tokenizer.json", dir);
+  struct stat sb;
+  if (stat(f, &sb)) {
+    di_test_data("tokenizers/llama3", src, sizeof src);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && cp '%s'/*.json '%s'/ 2>/dev/null; xz -dc '%s/tokenizer.json.xz' > '%s.tmp' && mv '%s.tmp' '%s'",
+             dir, src, dir, src, f, f, f);
+    if (system(cmd) != 0) return NULL;
+  }
+  di_tokenizer *t = NULL;
+  di_status st = {0};
+  if (di_tokenizer_load(dir, &t, &st)) {
+    fprintf(stderr, "llama3 tokenizer: %s\n", st.msg);
+    return NULL;
+  }
+  return t;
+}
+
+static di_grammar *compile(di_grammar_kind kind, const char *src, di_json_ws ws, di_status *st) {
+  di_grammar *g = NULL;
+  di_grammar_opts o = {.ws = ws};
+  di_status_clear(st);
+  if (di_grammar_compile(tok, kind, src, src ? strlen(src) : 0, &o, &g, st)) return NULL;
+  return g;
+}
+
+/* Whole-string match through the byte interface. */
+static bool matches(di_grammar *g, const char *s) {
+  di_gmatcher *m;
+  di_status st = {0};
+  di_gmatcher_new(g, &m, &st);
+  bool ok = di_gmatcher_accept_bytes(m, s, strlen(s)) && di_gmatcher_is_accepting(m);
+  di_gmatcher_free(m);
+  return ok;
+}
+
+static void expect(di_grammar_kind kind, const char *src, const char *const *yes, const char *const *no) {
+  di_status st;
+  di_grammar *g = compile(kind, src, DI_JSON_WS_PYTHON, &st);
+  CHECKF(g, "%s: %s", src, st.msg);
+  if (!g) return;
+  for (size_t i = 0; yes[i]; i++) CHECKF(matches(g, yes[i]), "%s should match %s", src, yes[i]);
+  for (size_t i = 0; no[i]; i++) CHECKF(!matches(g, no[i]), "%s should not match %s", src, no[i]);
+  di_grammar_release(g);
+}
+
+static void expect_error(di_grammar_kind kind, const char *src, const char *needle) {
+  di_status st;
+  di_grammar *g = compile(kind, src, DI_JSON_WS_PYTHON, &st);
+  CHECKF(!g, "%s should not compile", src);
+  CHECKF(strstr(st.msg, needle), "%s: error '%s' should mention '%s'", src, st.msg, needle);
+  di_grammar_release(g);
+}
+
+/* Walks text token by token; at each step every token's mask bit must equal
+ * whether the matcher accepts it (accept + rollback). */
+static void check_masks(const char *schema, di_grammar_kind kind, const char *text, size_t stride) {
+  di_status st;
+  di_grammar *g = compile(kind, schema, DI_JSON_WS_PYTHON, &st);
+  CHECKF(g, "%s: %s", schema, st.msg);
+  if (!g) return;
+  int32_t *ids;
+  size_t n;
+  di_tokenizer_encode(tok, text, strlen(text), false, false, &ids, &n, &st);
+  int32_t V = di_grammar_n_vocab(g);
+  uint32_t *mask = calloc(di_grammar_mask_words(g), 4);
+  di_gmatcher *m;
+  di_gmatcher_new(g, &m, &st);
+  int bad = 0;
+  for (size_t k = 0; k <= n; k++) {
+    di_gmatcher_fill_mask(m, mask);
+    for (int32_t t = (int32_t)(k % stride); t < V && bad < 5; t += (int32_t)stride) {
+      bool in = mask[t >> 5] >> (t & 31) & 1;
+      bool acc = di_gmatcher_accept_token(m, t);
+      if (acc) di_gmatcher_rollback(m, 1);
+      if (in != acc) {
+        bad++;
+        size_t l;
+        const char *b = di_tokenizer_token_bytes(tok, t, &l);
+        fprintf(stderr, "step %zu token %d '%.*s': mask %d matcher %d\n", k, t, (int)l, b, in, acc);
+      }
+    }
+    if (k == n) break;
+    CHECKF(mask[ids[k] >> 5] >> (ids[k] & 31) & 1, "token %zu of %s not in the mask", k, text);
+    CHECK(di_gmatcher_accept_token(m, ids[k]));
+  }
+  CHECKF(bad == 0, "%d mask/matcher disagreements for %s", bad, schema);
+  CHECK(di_gmatcher_is_accepting(m));
+  /* rollback and fork replay the same states */
+  size_t total = di_gmatcher_n_accepted(m);
+  di_gmatcher *f = di_gmatcher_fork(m);
+  di_gmatcher_rollback(m, total / 2);
+  CHECK(di_gmatcher_n_accepted(m) == total - total / 2);
+  for (size_t k = total - total / 2; k < n; k++) CHECK(di_gmatcher_accept_token(m, ids[k]));
+  CHECK(di_gmatcher_is_accepting(m) && di_gmatcher_is_accepting(f));
+  di_gmatcher_free(f);
+  di_gmatcher_free(m);
+  free(mask);
+  free(ids);
+  di_grammar_release(g);
+}
+
+int main(void) {
+  tok = load_llama3();
+  if (!tok) {
+    fprintf(stderr, "test_grammar: llama3 tokenizer not available\n");
+    return 77;
+  }
+  /* regex (whole output) */
+  expect(DI_GRAMMAR_REGEX, "a(b|c)*d{2,3}", (const char *const[]){"add", "abcbddd", NULL},
+         (const char *const[]){"ad", "abdddd", "xadd", NULL});
+  expect(DI_GRAMMAR_REGEX, "[^a-c\\d]+\\.\\u00e9\\p{Lu}", (const char *const[]){"xyz.\xc3\xa9\xc3\x89", NULL},
+         (const char *const[]){"a.\xc3\xa9X", "x1.\xc3\xa9X", "x.\xc3\xa9x", NULL});
+  expect(DI_GRAMMAR_REGEX, "(?:ab)?c.", (const char *const[]){"cx", "abc\xe2\x82\xac", NULL},
+         (const char *const[]){"c\n", "abab", NULL});
+  expect_error(DI_GRAMMAR_REGEX, "a(?=b)", "lookahead");
+  expect_error(DI_GRAMMAR_REGEX, "(?<!a)b", "lookbehind");
+  expect_error(DI_GRAMMAR_REGEX, "(a)\\1", "backreference");
+  expect_error(DI_GRAMMAR_REGEX, "(a|b)*a(a|b){24}", "too large");
+  expect_error(DI_GRAMMAR_REGEX, "[]", "no string");
+  /* GBNF */
+  expect(DI_GRAMMAR_GBNF, "root ::= \"x\" item+ # comment\nitem ::= [0-9] | \"(\" root \")\"\n",
+         (const char *const[]){"x1", "x(x12)3", NULL}, (const char *const[]){"x", "x(x)", "y1", NULL});
+  expect_error(DI_GRAMMAR_GBNF, "root ::= root \"a\" | \"b\"\n", "left recursion");
+  expect_error(DI_GRAMMAR_GBNF, "root ::= item\n", "never defined");
+  expect_error(DI_GRAMMAR_GBNF, "root ::= \"a\" root\n", "no string");
+  /* JSON Schema, Python spacing */
+  const char *obj = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":5},"
+                    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},\"tags\":{\"type\":\"array\","
+                    "\"items\":{\"enum\":[\"a\",\"b\"]},\"maxItems\":2}},\"required\":[\"age\"],"
+                    "\"additionalProperties\":false}";
+  expect(DI_GRAMMAR_JSON_SCHEMA, obj,
+         (const char *const[]){"{\"age\": 7}", "{\"name\": \"bo\", \"age\": 150, \"tags\": [\"a\", \"b\"]}",
+                               "{\"age\": 0, \"tags\": []}", NULL},
+         (const char *const[]){"{}", "{\"age\": 151}", "{\"age\": 07}", "{\"name\": \"toolong\", \"age\": 1}",
+                               "{\"age\": 1, \"x\": 1}", "{\"age\":1}", "{\"age\": 1, \"tags\": [\"a\", \"b\", \"a\"]}", NULL});
+  const char *rec = "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"number\"},"
+                    "\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/n\"},{\"type\":\"null\"}]}},\"required\":[\"v\",\"next\"]}},"
+                    "\"$ref\":\"#/$defs/n\"}";
+  expect(DI_GRAMMAR_JSON_SCHEMA, rec,
+         (const char *const[]){"{\"v\": 1.5e-05, \"next\": {\"v\": -2, \"next\": null}}", NULL},
+         (const char *const[]){"{\"v\": 1, \"next\": {\"v\": 2}}", "{\"v\": 1.}", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"^a+$\"}", (const char *const[]){"\"aa\"", NULL},
+         (const char *const[]){"\"ab\"", "\"\"", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"date\"}", (const char *const[]){"\"2024-02-29\"", NULL},
+         (const char *const[]){"\"2024-13-01\"", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"properties\":{\"a\":{\"const\":1}}}",
+         (const char *const[]){"{\"a\": 1}", "{\"b\": [1, {}]}", "{}", "\"s\"", "3", NULL},
+         (const char *const[]){"{\"a\": 2}", "{\"b\": 1, \"a\": 1}", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\"}", (const char *const[]){"\"a\\\"\\n\\u001f\\\\\"", NULL},
+         (const char *const[]){"\"a\nb\"", "\"\\u0041\"", NULL});
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"$ref\":\"#/nowhere\"}", "nowhere");
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems");
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"$ref\":\"#\"}", "no string");
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"required\":[\"a\"],\"additionalProperties\":false}", "no string");
+  /* masks equal the matcher's own decisions, token by token */
+  check_masks(obj, DI_GRAMMAR_JSON_SCHEMA, "{\"name\": \"bo\", \"age\": 150, \"tags\": [\"a\", \"b\"]}", 7);
+  check_masks(rec, DI_GRAMMAR_JSON_SCHEMA, "{\"v\": 1.5, \"next\": {\"v\": -2, \"next\": null}}", 11);
+  check_masks(NULL, DI_GRAMMAR_JSON_ANY, "{\"k\": [1, true, {\"x\": \"y z\"}], \"m\": null}", 13);
+  di_tokenizer_free(tok);
+  return di_test_finish("test_grammar");
+}
