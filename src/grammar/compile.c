@@ -278,7 +278,7 @@ static di_code determinize(dfa_build *b, int32_t rule, int32_t ns, int32_t ne, o
     size_t nc = 0;
     for (size_t j = 0; j < ne_; j++)
       if (ed[j].kind == E_CALL) ed[nc++] = ed[j];
-    qsort(ed, nc, sizeof *ed, cmp_call);
+    if (nc > 1) qsort(ed, nc, sizeof *ed, cmp_call);
     for (size_t j = 0; j < nc;) {
       size_t k = j, nt = 0;
       while (k < nc && ed[k].rule == ed[j].rule) {
@@ -451,7 +451,7 @@ di_code ga_compile(const gx *g, int32_t root, const ga_limits *lim, ga *a, di_st
                    lim->max_nfa_states);
     goto out;
   }
-  qsort(n.e, n.n_e, sizeof *n.e, cmp_from);
+  if (n.n_e > 1) qsort(n.e, n.n_e, sizeof *n.e, cmp_from);
   b.off = calloc((size_t)n.n_st + 1, sizeof *b.off);
   for (size_t i = 0; i < n.n_e; i++) b.off[n.e[i].from + 1]++;
   for (int32_t i = 0; i < n.n_st; i++) b.off[i + 1] += b.off[i];

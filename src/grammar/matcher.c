@@ -43,7 +43,7 @@ static void push_hist(di_gmatcher *m, const gset *s, bool acc) {
     m->cap_h = m->cap_h ? m->cap_h * 2 : 64;
     m->h = xre(m->h, m->cap_h * sizeof *m->h);
   }
-  memcpy(m->sets + m->n_sets, s->v, s->n * sizeof *s->v);
+  if (s->n) memcpy(m->sets + m->n_sets, s->v, s->n * sizeof *s->v);
   m->h[m->n_h++] = (hist){.off = (uint32_t)m->n_sets, .n = (uint32_t)s->n, .pool_n = m->pool.n,
                           .accepting = acc};
   m->n_sets += s->n;

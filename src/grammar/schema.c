@@ -258,6 +258,46 @@ static int32_t as_rule(sc *c, const char *name, int32_t e, size_t nodes_before) 
   return gx_ref(c->g, r);
 }
 
+/* The members of an object in the order perm: each optional one may be
+ * left out, the extras (if any) come last. */
+static int32_t members(sc *c, const int32_t *kv, const bool *required, const size_t *perm, size_t n, int32_t extra) {
+  gx *g = c->g;
+  /* B_i: members i.. after something was written, each preceded by ", "
+   * (rules, so the "first member" choice below shares them) */
+  int32_t comma = gj_comma(&c->j);
+  int32_t tail = extra == GX_NOTHING ? GX_EMPTY : gx_star(g, gx_seq2(g, comma, extra));
+  int32_t *B = malloc(sizeof *B * (n + 2));
+  B[n] = tail;
+  size_t first_req = n;
+  for (size_t i = 0; i < n; i++)
+    if (required[perm[i]]) {
+      first_req = i;
+      break;
+    }
+  for (size_t i = n; i-- > 0;) {
+    int32_t m = gx_seq2(g, comma, kv[perm[i]]);
+    int32_t e = gx_seq2(g, required[perm[i]] ? m : gx_opt(g, m), B[i + 1]);
+    if (i <= first_req + 1 && i > 0 && first_req > 0) {
+      int32_t r = gx_rule_new(g, "members");
+      gx_rule_define(g, r, e);
+      e = gx_ref(g, r);
+    }
+    B[i] = e;
+  }
+  /* the first member written: member j (all before it optional), or an extra */
+  int32_t *alts = malloc(sizeof *alts * (n + 2));
+  size_t na = 0;
+  for (size_t j = 0; j <= first_req && j < n; j++) alts[na++] = gx_seq2(g, kv[perm[j]], B[j + 1]);
+  if (first_req == n) {
+    if (extra != GX_NOTHING) alts[na++] = gx_seq2(g, extra, tail);
+    alts[na++] = GX_EMPTY;
+  }
+  int32_t r = gx_alt(g, alts, na);
+  free(alts);
+  free(B);
+  return r;
+}
+
 static int32_t compile_object(sc *c, const json_t *s) {
   gx *g = c->g;
   static const char *unsupported[] = {"dependencies", "dependentRequired", "dependentSchemas",
@@ -277,20 +317,14 @@ static int32_t compile_object(sc *c, const json_t *s) {
   bool has_pp = json_is_object(pprops) && json_object_size(pprops) > 0;
   if (has_pp && !addl_false)
     return fail(c, DI_ERR_UNSUPPORTED, "'patternProperties' is only supported with additionalProperties: false");
-  /* declared properties, in order, then required names not among them */
+  /* Member order: the required properties in the order `required` lists
+   * them, then the optional ones in the order of `properties` (what
+   * MaskBench's instances and common engines use). */
   size_t np = json_is_object(props) ? json_object_size(props) : 0, nr = json_array_size(req);
   const char **names = calloc(np + nr + 1, sizeof *names);
   const json_t **schemas = calloc(np + nr + 1, sizeof *schemas);
   bool *required = calloc(np + nr + 1, 1);
   size_t n = 0;
-  if (np) {
-    const char *k;
-    json_t *v;
-    json_object_foreach((json_t *)props, k, v) {
-      names[n] = k;
-      schemas[n++] = v;
-    }
-  }
   int32_t result = GX_NOTHING;
   for (size_t i = 0; i < nr; i++) {
     const char *rn = json_string_value(json_array_get(req, i));
@@ -298,18 +332,32 @@ static int32_t compile_object(sc *c, const json_t *s) {
       fail(c, DI_ERR_INVALID, "'required' must list strings");
       goto out;
     }
-    size_t k = 0;
-    while (k < n && strcmp(names[k], rn)) k++;
-    if (k == n) {
+    bool dup = false;
+    for (size_t k = 0; k < n; k++) dup |= !strcmp(names[k], rn);
+    if (dup) continue;
+    const json_t *ps = np ? json_object_get(props, rn) : NULL;
+    if (!ps) {
       if (addl_false && !has_pp) goto out; /* required but not allowed: no object fits */
       if (has_pp) {
         fail(c, DI_ERR_UNSUPPORTED, "required property '%s' that only patternProperties could match", rn);
         goto out;
       }
-      names[n] = rn;
-      schemas[n++] = addl ? addl : json_true();
+      ps = addl ? addl : json_true();
     }
-    required[k] = true;
+    names[n] = rn;
+    schemas[n] = ps;
+    required[n++] = true;
+  }
+  if (np) {
+    const char *k;
+    json_t *pv;
+    json_object_foreach((json_t *)props, k, pv) {
+      bool dup = false;
+      for (size_t i = 0; i < n && !dup; i++) dup = required[i] && !strcmp(names[i], k);
+      if (dup) continue;
+      names[n] = k;
+      schemas[n++] = pv;
+    }
   }
   const json_t *v;
   double d;
@@ -369,39 +417,31 @@ static int32_t compile_object(sc *c, const json_t *s) {
     val = as_rule(c, rn, val, before);
     kv[i] = gx_seq3(g, key, gj_colon(&c->j), val);
   }
-  /* B_i: members i.. after something was written, each preceded by ", "
-   * (rules, so the "first member" choice below shares them) */
-  int32_t comma = gj_comma(&c->j);
-  int32_t tail = extra == GX_NOTHING ? GX_EMPTY : gx_star(g, gx_seq2(g, comma, extra));
-  int32_t *B = malloc(sizeof *B * (n + 2));
-  B[n] = tail;
-  size_t first_req = n;
-  for (size_t i = 0; i < n; i++)
-    if (required[i]) {
-      first_req = i;
-      break;
-    }
-  for (size_t i = n; i-- > 0;) {
-    int32_t m = gx_seq2(g, comma, kv[i]);
-    int32_t e = gx_seq2(g, required[i] ? m : gx_opt(g, m), B[i + 1]);
-    if (i <= first_req + 1 && i > 0 && first_req > 0) {
-      int32_t r = gx_rule_new(g, "members");
-      gx_rule_define(g, r, e);
-      e = gx_ref(g, r);
-    }
-    B[i] = e;
+  /* Two member orders are accepted: required-first (above) and the order of
+   * `properties`; instances in the wild use both, and both are valid. */
+  size_t *perm = malloc(sizeof *perm * (n + 1)), *perm2 = malloc(sizeof *perm2 * (n + 1)), k2 = 0;
+  for (size_t i = 0; i < n; i++) perm[i] = i;
+  if (np) {
+    const char *pk;
+    json_t *pv;
+    json_object_foreach((json_t *)props, pk, pv)
+      for (size_t i = 0; i < n; i++)
+        if (!strcmp(names[i], pk)) {
+          perm2[k2++] = i;
+          break;
+        }
   }
-  /* the first member written: member j (all before it optional), or an extra */
-  int32_t *alts = malloc(sizeof *alts * (n + 2));
-  size_t na = 0;
-  for (size_t j = 0; j <= first_req && j < n; j++) alts[na++] = gx_seq2(g, kv[j], B[j + 1]);
-  if (first_req == n) {
-    if (extra != GX_NOTHING) alts[na++] = gx_seq2(g, extra, tail);
-    alts[na++] = GX_EMPTY;
+  for (size_t i = 0; i < n; i++) {
+    bool in = false;
+    for (size_t k = 0; k < k2 && !in; k++) in = perm2[k] == i;
+    if (!in) perm2[k2++] = i;
   }
-  result = gx_seq3(g, gj_open(&c->j, '{'), gx_alt(g, alts, na), gj_close(&c->j, '}'));
-  free(alts);
-  free(B);
+  int32_t content = members(c, kv, required, perm, n, extra);
+  if (memcmp(perm, perm2, n * sizeof *perm))
+    content = gx_alt2(g, content, members(c, kv, required, perm2, n, extra));
+  free(perm);
+  free(perm2);
+  result = gx_seq3(g, gj_open(&c->j, '{'), content, gj_close(&c->j, '}'));
   free(kv);
 out:
   free(names);
