@@ -31,6 +31,7 @@ APT_PACKAGES=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libxxhash-dev libsimde-dev
   python3 python3-venv python3-pip xz-utils prometheus git ca-certificates
+  chromium chromium-driver python3-selenium
 )
 
 missing_packages() {

@@ -20,6 +20,7 @@ static const struct {
   int (*fn)(int, char **);
   const char *help;
 } commands[] = {
+    {"chat", di_cmd_chat, "interactive conversation in the terminal"},
     {"run", di_cmd_run, "generate text or ids from a prompt"},
     {"serve", di_cmd_serve, "OpenAI/DeepSeek-compatible HTTP server"},
     {"batch", di_cmd_batch, "offline batch of OpenAI Batch API requests"},

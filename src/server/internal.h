@@ -90,6 +90,8 @@ typedef struct di_srv_req {
   di_srv_gen *gen;   /* generation requests: usage for the log line */
 } di_srv_req;
 
+extern const char di_srv_chat_page[]; /* chat_page.c */
+extern const size_t di_srv_chat_page_len;
 enum MHD_Result di_srv_reply(di_srv_req *r, int status, const char *ctype, const char *body,
                              size_t len);
 enum MHD_Result di_srv_reply_json(di_srv_req *r, int status, json_t *body); /* steals body */

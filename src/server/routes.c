@@ -133,12 +133,18 @@ static enum MHD_Result h_detokenize(di_srv_req *r, json_t *body) {
   return di_srv_reply_json(r, 200, json_pack("{s:o}", "prompt", s));
 }
 
+/* The page itself holds no secret; its API calls carry the key. */
+static enum MHD_Result h_page(di_srv_req *r, json_t *body) {
+  return di_srv_reply(r, 200, "text/html; charset=utf-8", di_srv_chat_page, di_srv_chat_page_len);
+}
+
 static const struct route {
   const char *method, *path;
   int prefix;      /* path is a prefix (/v1/models/{id}) */
   int auth, json, needs_ready;
   handler_fn fn;
 } routes[] = {
+    {"GET", "/", 0, 0, 0, 0, h_page},
     {"GET", "/health", 0, 0, 0, 0, h_health},
     {"GET", "/metrics", 0, 0, 0, 0, h_metrics},
     {"GET", "/v1/models", 0, 1, 0, 0, h_models},
