@@ -30,7 +30,9 @@ static void key_of(const di_tokenizer *tok, di_grammar_kind kind, const char *sr
 
 static void grammar_destroy(di_grammar *g) {
   if (g->cache)
-    for (uint32_t i = 0; i < g->a.n_st; i++) gcache_free(g->cache[i]);
+    for (uint32_t i = 0; i < g->a.n_st; i++)
+      if (g->cache[i] && !g->cache[i]->shared) gcache_free(g->cache[i]);
+  free(g->local);
   free(g->cache);
   gp_free(&g->scratch);
   ga_free(&g->a);
@@ -77,6 +79,8 @@ static di_code build(const di_tokenizer *tok, di_grammar_kind kind, const char *
   g->v = v;
   pthread_mutex_init(&g->mu, NULL);
   g->cache = calloc(g->a.n_st, sizeof *g->cache);
+  g->local = malloc(sizeof *g->local * g->a.n_st);
+  memset(g->local, 0xff, sizeof *g->local * g->a.n_st);
   gp_init(&g->scratch);
   *out = g;
   return DI_OK;

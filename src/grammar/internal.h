@@ -43,6 +43,7 @@ typedef struct gcache {
   int32_t *unc;        /* uncertain tokens in trie order */
   uint16_t *unc_lcp;   /* bytes shared with the previous uncertain token */
   uint32_t n_unc;
+  bool shared; /* owned by the process-wide cache, not by a grammar */
 } gcache;
 
 struct di_grammar {
@@ -54,6 +55,7 @@ struct di_grammar {
   gcache **cache;     /* per automaton state, filled on first use */
   gp scratch;
   size_t cache_bytes;
+  int32_t *local; /* per state, -1: scratch numbering for state keys */
 };
 
 const gcache *grammar_state_cache(di_grammar *g, int32_t state);
