@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "cli/gen.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
 static const char *usage =
@@ -27,6 +28,10 @@ static const char *usage =
     "      --kv-type T       KV cache dtype: f16 (default), bf16, f32\n"
     "      --mmap            memory-map the weights instead of reading them\n"
     "      --ignore-eos      keep generating past EOS\n"
+    "      --json-schema FILE  constrain the output to JSON valid under the JSON Schema in FILE\n"
+    "      --grammar FILE    constrain the output to the GBNF grammar in FILE (root rule \"root\")\n"
+    "      --regex RE        constrain the output to match RE (ECMAScript syntax) as a whole\n"
+    "      --json-ws MODE    whitespace in constrained JSON: free (default), compact, python\n"
     "      --print-ids       print the generated ids as a JSON array on the last line instead of text\n"
     "      --dump-logits F   write logits of every prompt position and generated token to F\n"
     "                        (little-endian float32 rows [positions, vocab])\n"
@@ -34,6 +39,8 @@ static const char *usage =
 
 int di_cmd_run(int argc, char **argv) {
   const char *model = NULL, *prompt = NULL, *ids_arg = NULL, *dump = NULL;
+  const char *schema_path = NULL, *gbnf_path = NULL, *regex = NULL;
+  di_grammar_opts gopts = {.ws = DI_JSON_WS_FREE};
   long long n_predict = 128, top_k = 40, threads = 0, ctx = 0, seed = 1;
   double temp = 0.8, top_p = 0.95;
   bool print_ids = false, use_mmap = false, ignore_eos = false;
@@ -86,6 +93,21 @@ int di_cmd_run(int argc, char **argv) {
     } else if (!strcmp(a, "--dump-logits")) {
       NEED();
       dump = v;
+    } else if (!strcmp(a, "--json-schema")) {
+      NEED();
+      schema_path = v;
+    } else if (!strcmp(a, "--grammar")) {
+      NEED();
+      gbnf_path = v;
+    } else if (!strcmp(a, "--regex")) {
+      NEED();
+      regex = v;
+    } else if (!strcmp(a, "--json-ws")) {
+      NEED();
+      if (!strcmp(v, "free")) gopts.ws = DI_JSON_WS_FREE;
+      else if (!strcmp(v, "compact")) gopts.ws = DI_JSON_WS_COMPACT;
+      else if (!strcmp(v, "python")) gopts.ws = DI_JSON_WS_PYTHON;
+      else return di_cli_fail("run", "--json-ws: '%s' must be free, compact or python", v);
     } else if (!strcmp(a, "--print-ids")) {
       print_ids = true;
     } else if (!strcmp(a, "--mmap")) {
@@ -99,6 +121,9 @@ int di_cmd_run(int argc, char **argv) {
   }
   if (!model) return di_cli_fail("run", "missing -m MODEL (see --help)");
   if (prompt && ids_arg) return di_cli_fail("run", "give either -p or --ids, not both");
+  if (!!schema_path + !!gbnf_path + !!regex > 1)
+    return di_cli_fail("run", "give at most one of --json-schema, --grammar, --regex");
+  bool constrained = schema_path || gbnf_path || regex;
 
   di_status st = {0};
   di_tokenizer *tok = NULL;
@@ -108,9 +133,9 @@ int di_cmd_run(int argc, char **argv) {
     if (!di_arg_ids(ids_arg, &ids, &n_ids)) return di_cli_fail("run", "--ids: '%s' is not a list of ids", ids_arg);
   }
   /* The tokenizer is needed for -p and to print text. */
-  if (prompt || !print_ids) {
+  if (prompt || !print_ids || constrained) {
     if (di_tokenizer_load(model, &tok, &st)) {
-      if (prompt) {
+      if (prompt || constrained) {
         free(ids);
         return di_cli_fail("run", "%s", st.msg);
       }
@@ -130,6 +155,37 @@ int di_cmd_run(int argc, char **argv) {
     free(ids);
     di_tokenizer_free(tok);
     return di_cli_fail("run", "empty prompt: give -p TEXT or --ids LIST");
+  }
+
+  di_grammar *grammar = NULL;
+  di_gmatcher *gm = NULL;
+  uint32_t *gmask = NULL;
+  if (constrained) {
+    char *src = NULL;
+    size_t len = 0;
+    const char *path = schema_path ? schema_path : gbnf_path;
+    if (path) {
+      FILE *f = fopen(path, "rb");
+      if (!f || fseek(f, 0, SEEK_END) || (long)(len = (size_t)ftell(f)) < 0 || fseek(f, 0, SEEK_SET) ||
+          !(src = malloc(len + 1)) || fread(src, 1, len, f) != len) {
+        if (f) fclose(f);
+        free(src);
+        free(ids);
+        di_tokenizer_free(tok);
+        return di_cli_fail("run", "cannot read %s", path);
+      }
+      fclose(f);
+    }
+    di_grammar_kind kind = schema_path ? DI_GRAMMAR_JSON_SCHEMA : gbnf_path ? DI_GRAMMAR_GBNF : DI_GRAMMAR_REGEX;
+    di_code rc = di_grammar_compile(tok, kind, path ? src : regex, path ? len : strlen(regex), &gopts, &grammar, &st);
+    free(src);
+    if (rc == DI_OK) rc = di_gmatcher_new(grammar, &gm, &st);
+    if (rc) {
+      free(ids);
+      di_grammar_release(grammar);
+      di_tokenizer_free(tok);
+      return di_cli_fail("run", "%s: %s", schema_path ? "--json-schema" : gbnf_path ? "--grammar" : "--regex", st.msg);
+    }
   }
 
   di_gen g;
@@ -161,7 +217,12 @@ int di_cmd_run(int argc, char **argv) {
   }
   logits = malloc((size_t)(dump ? n_ids : 1) * V * sizeof(float));
   out_ids = malloc(((size_t)n_ids + (size_t)n_predict + 1) * sizeof *out_ids);
-  if (!logits || !out_ids || di_sampler_init(&sampler, V, &st)) {
+  if (grammar && di_grammar_n_vocab(grammar) > V) {
+    ret = di_cli_fail("run", "the tokenizer has %d tokens, the model %d", di_grammar_n_vocab(grammar), V);
+    goto done;
+  }
+  if (grammar) gmask = calloc(((size_t)V + 31) / 32, sizeof *gmask);
+  if (!logits || !out_ids || (grammar && !gmask) || di_sampler_init(&sampler, V, &st)) {
     ret = di_cli_fail("run", "out of memory");
     goto done;
   }
@@ -185,7 +246,13 @@ int di_cmd_run(int argc, char **argv) {
   for (long long k = 0; k < n_predict; k++) {
     di_sample_in in = {.p = &sp, .history = out_ids, .n_history = n_out, .n_prompt = n_ids, .rng = &rng};
     di_sample_out so;
+    if (gm) {
+      di_gmatcher_fill_mask(gm, gmask);
+      in.mask = gmask;
+    }
     di_sampler_sample(&sampler, last, &in, &so);
+    /* the mask allows EOS only where the grammar accepts; stop once no byte can follow */
+    bool grammar_done = gm && (!di_gmatcher_accept_token(gm, so.token) || di_gmatcher_is_finished(gm));
     bool is_eos = so.token == g.model->hp.eos_id;
     for (size_t e = 0; e < n_eos; e++) is_eos |= so.token == eos_ids[e];
     if (is_eos && !ignore_eos) break;
@@ -198,6 +265,7 @@ int di_cmd_run(int argc, char **argv) {
         fflush(stdout);
       }
     }
+    if (grammar_done) break;
     if (k + 1 == n_predict && !df) break; /* the last token's logits are not needed */
     if (n_out >= g.ctx) break;
     if (di_gen_feed(&g, &so.token, 1, false, logits, &st)) {
@@ -228,6 +296,9 @@ done:
   if (df && fclose(df) != 0 && !ret) ret = di_cli_fail("run", "write to %s failed", dump);
   di_detok_stream_free(ds);
   di_sampler_free(&sampler);
+  di_gmatcher_free(gm);
+  di_grammar_release(grammar);
+  free(gmask);
   free(logits);
   free(out_ids);
   free(ids);

@@ -235,11 +235,14 @@ void di_sampler_sample(di_sampler *s, const float *logits, const di_sample_in *i
   const di_sampling *p = in->p;
   int n = s->n_vocab;
   bool greedy = p->temperature == 0 || p->top_k == 1;
-  if (greedy && p->n_logit_bias == 0 && p->repetition_penalty == 1.0f && p->frequency_penalty == 0 &&
+  if (greedy && !in->mask && p->n_logit_bias == 0 && p->repetition_penalty == 1.0f && p->frequency_penalty == 0 &&
       p->presence_penalty == 0) {
     out->token = argmax(logits, n); /* nothing modifies the logits: no copy */
   } else {
     memcpy(s->logits, logits, (size_t)n * sizeof *logits);
+    if (in->mask) /* grammar first: temperature, top-k/p and penalties see allowed tokens only */
+      for (int i = 0; i < n; i++)
+        if (!(in->mask[i >> 5] >> (i & 31) & 1)) s->logits[i] = -INFINITY;
     for (int i = 0; i < p->n_logit_bias; i++) s->logits[p->logit_bias_ids[i]] += p->logit_bias_values[i];
     apply_penalties(s, in);
     out->token = greedy ? argmax(s->logits, n) : sample_dist(s, in);

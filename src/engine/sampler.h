@@ -42,6 +42,7 @@ typedef struct di_sample_in {
   uint64_t *rng;
   int top_logprobs;       /* 0..DI_MAX_TOP_LOGPROBS */
   bool logprob;           /* compute the sampled token's logprob */
+  const uint32_t *mask;   /* allowed tokens (bit i of word i/32), applied first; NULL = all */
 } di_sample_in;
 
 typedef struct di_sample_out {

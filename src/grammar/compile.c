@@ -48,7 +48,7 @@ static void edge(nfa *n, int32_t from, int32_t to, uint8_t kind, uint8_t lo, uin
 static void build(nfa *n, const gx *g, int32_t x, int32_t from, int32_t to) {
   if (n->overflow) return;
   const gx_node *d = &g->nodes[x];
-  const int32_t *k = g->kids + d->kid_off;
+  const int32_t *k = g->kids ? g->kids + d->kid_off : NULL;
   switch (d->kind) {
   case GXK_NOTHING:
     return;

@@ -13,7 +13,7 @@ static size_t g_cache_next;
 
 /* Budgets that bound compile time and memory whatever the input. */
 static const size_t GX_MAX_NODES = 4u << 20;
-static const ga_limits LIMITS = {.max_nfa_states = 2u << 20, .max_dfa_states = 1u << 19};
+static const ga_limits LIMITS = {.max_nfa_states = 1u << 20, .max_dfa_states = 1u << 18};
 
 static void key_of(const di_tokenizer *tok, di_grammar_kind kind, const char *src, size_t len,
                    const di_grammar_opts *o, uint64_t key[2]) {
@@ -44,11 +44,17 @@ void di_grammar_release(di_grammar *g) {
   if (g && __atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL) == 0) grammar_destroy(g);
 }
 
+di_grammar *di_grammar_retain(di_grammar *g) {
+  __atomic_add_fetch(&g->refs, 1, __ATOMIC_ACQ_REL);
+  return g;
+}
+
 int32_t di_grammar_n_vocab(const di_grammar *g) { return g->v->n_vocab; }
 
 static di_code build(const di_tokenizer *tok, di_grammar_kind kind, const char *src, size_t len,
                      const di_grammar_opts *o, di_grammar **out, di_status *st) {
-  const gvocab *v = gvocab_get(tok, st);
+  static const gvocab no_vocab; /* tok NULL: bytes only (validation, fuzzing) */
+  const gvocab *v = tok ? gvocab_get(tok, st) : &no_vocab;
   if (!v) return st->code;
   gx x;
   gx_init(&x, GX_MAX_NODES);

@@ -38,11 +38,13 @@ typedef struct di_grammar di_grammar;
 typedef struct di_gmatcher di_gmatcher;
 
 /* Compiles src (a JSON Schema text, a regex, a GBNF text; ignored for
- * JSON_ANY) for tokenizer tok. Returns a reference; release it. Errors name
+ * JSON_ANY) for tokenizer tok (NULL: a byte-level grammar whose matchers take
+ * di_gmatcher_accept_bytes only, for validation and fuzzing). Returns a reference; release it. Errors name
  * the keyword / position at fault (DI_ERR_INVALID or DI_ERR_UNSUPPORTED). */
 di_code di_grammar_compile(const di_tokenizer *tok, di_grammar_kind kind, const char *src, size_t len,
                            const di_grammar_opts *opts, di_grammar **out, di_status *st);
 void di_grammar_release(di_grammar *g);
+di_grammar *di_grammar_retain(di_grammar *g); /* another reference; returns g */
 int32_t di_grammar_n_vocab(const di_grammar *g);
 /* Number of 32-bit words in a mask. */
 size_t di_grammar_mask_words(const di_grammar *g);

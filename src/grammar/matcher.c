@@ -114,7 +114,7 @@ size_t di_gmatcher_n_accepted(const di_gmatcher *m) { return m->n_h - 1; }
 /* Walks bytes from the current set; on success pushes a history entry. */
 static bool advance(di_gmatcher *m, const uint8_t *b, size_t n) {
   const hist *h = cur(m);
-  gset a = {.v = m->sets + h->off, .n = h->n, .cap = h->n};
+  gset a = {.v = m->sets ? m->sets + h->off : NULL, .n = h->n, .cap = h->n};
   gset x = {0}, y = {0};
   bool pop = h->accepting && n == 0, ok = true;
   const gset *in = &a;
