@@ -3,7 +3,10 @@
  * each output line (in input order) is
  * {"id", "custom_id", "response": {"status_code": 200, "body": <completion>}, "error": null}
  * or, for a line that cannot run, {"id", "custom_id", "response": null,
- * "error": {"code", "message"}}. A bad line never stops the run. */
+ * "error": {"code", "message", "param"}}. Every input line (blank ones too)
+ * gets exactly one output line. Bodies are read by the server's own parsers
+ * (server/oai.h: the same fields, limits and messages) and chat messages are
+ * rendered by the server's backend. A bad line never stops the run. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +17,8 @@
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
 #include "recipe/chat.h"
+#include "server/engine_backend.h"
+#include "server/oai.h"
 #include "tokenizer/tokenizer.h"
 
 static const char *usage =
@@ -27,13 +32,15 @@ static const char *usage =
     "  -o, --output PATH        result lines (JSONL)\n"
     "      --concurrency N      requests in flight (default 16; also the engine's max-seqs)\n"
     "      --stats-json PATH    write the engine's final counters as JSON\n"
+    "      --served-model-name NAME  the model id lines may name (default: the file name)\n"
     "  -q, --quiet              no progress lines\n" DI_CLI_ENGINE_OPTS_HELP
     "  -h, --help               this help\n"
     "\n"
-    "Body fields: prompt (string or array of ids), max_tokens (16), temperature (1),\n"
-    "top_p, n, stop (string or array), seed, frequency_penalty, presence_penalty,\n"
-    "logit_bias, logprobs (0..20); extensions: top_k, min_p, repetition_penalty,\n"
-    "ignore_eos, priority, return_token_ids.\n";
+    "Bodies are read exactly as `deepinfer serve` reads them (same fields, limits and\n"
+    "errors; max_tokens defaults to the rest of the context), plus return_token_ids\n"
+    "and priority; one prompt per completions line; no streaming. Every input line\n"
+    "gets one output line: blank lines, unknown models and missing or repeated\n"
+    "custom_id values are per-line errors.\n";
 
 typedef struct choice {
   char *text;
@@ -61,11 +68,14 @@ typedef struct job {
 
 typedef struct batch {
   const char *model_name;
+  di_srv_engine x;           /* tokenizer and chat template, as the server holds them */
+  di_srv_backend be;
+  bool attached;
+  int n_ctx, n_vocab;
+  json_t *seen;              /* custom_id -> first line number */
   char **results;            /* [n_lines] pending output lines */
   int n_done, n_errors;
   int jobs_finished;         /* submitted requests that finished */
-  di_chat_template *tmpl;    /* compiled on the first chat line */
-  char tmpl_err[600];
   long long tokens;
 } batch;
 
@@ -114,11 +124,11 @@ static const char *finish_name(di_finish f) {
   }
 }
 
-static char *error_line(int line, json_t *custom_id, const char *code, const char *msg) {
+static char *error_line(int line, json_t *custom_id, const char *code, const char *msg, const char *param) {
   char id[32];
   snprintf(id, sizeof id, "batch_req_%d", line + 1);
-  json_t *o = json_pack("{s:s, s:O?, s:n, s:{s:s, s:s}}", "id", id, "custom_id", custom_id, "response", "error",
-                        "code", code, "message", msg);
+  json_t *o = json_pack("{s:s, s:O?, s:n, s:{s:s, s:s, s:s?}}", "id", id, "custom_id", custom_id, "response", "error",
+                        "code", code, "message", msg, "param", param && *param ? param : NULL);
   char *s = json_dumps(o, JSON_COMPACT);
   json_decref(o);
   return s;
@@ -148,7 +158,7 @@ static void job_finish(job *j) {
   char id[32];
   snprintf(id, sizeof id, "batch_req_%d", j->line + 1);
   if (err) {
-    j->result = error_line(j->line, j->custom_id, "engine_error", err);
+    j->result = error_line(j->line, j->custom_id, "engine_error", err, NULL);
     b->n_errors++;
   } else {
     json_t *body = json_pack(
@@ -219,220 +229,169 @@ static void on_event(const di_event *ev, void *user) {
   if (++j->n_done == j->n) job_finish(j);
 }
 
-/* Fills p from an OpenAI completions body; returns an error message or NULL.
- * Arrays referenced by p live in `keep` (freed after submission). */
-static const char *parse_body(json_t *body, di_request_params *p, job *j, json_t *keep, int32_t **ids_buf,
-                              const char ***stops_buf, int32_t **bias_ids, float **bias_vals, char *msg, size_t msglen) {
+/* The prompt of a completions line: a string (tokenized as the server does)
+ * or one array of token ids. */
+static bool line_prompt(batch *b, json_t *body, int32_t **ids, size_t *n, di_srv_err *e) {
   json_t *prompt = json_object_get(body, "prompt");
   if (json_is_array(prompt) && json_array_size(prompt) == 1 && json_is_string(json_array_get(prompt, 0)))
     prompt = json_array_get(prompt, 0);
-  if (j->chat) {
-    /* the caller rendered the messages into p->prompt_ids */
-  } else if (json_is_string(prompt)) {
-    p->prompt_text = json_string_value(prompt);
-    p->prompt_text_len = json_string_length(prompt);
-  } else if (json_is_array(prompt) && json_array_size(prompt) > 0 && json_is_integer(json_array_get(prompt, 0))) {
-    size_t n = json_array_size(prompt);
-    *ids_buf = malloc(n * sizeof **ids_buf);
-    for (size_t i = 0; i < n; i++) {
+  if (json_is_string(prompt)) {
+    di_status st = {0};
+    if (!b->attached) return di_srv_bad(e, "prompt", "this model has no tokenizer; send token ids");
+    if (b->be.tokenize(b->be.ctx, json_string_value(prompt), json_string_length(prompt), 1, 1, ids, n, &st))
+      return di_srv_bad(e, "prompt", "%s", st.msg);
+    return true;
+  }
+  if (json_is_array(prompt) && json_array_size(prompt) > 0 && json_is_integer(json_array_get(prompt, 0))) {
+    size_t k = json_array_size(prompt);
+    *ids = malloc(k * sizeof **ids);
+    if (!*ids) return di_srv_fail(e, 500, "server_error", NULL, "out of memory");
+    for (size_t i = 0; i < k; i++) {
       json_t *v = json_array_get(prompt, i);
-      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
-        snprintf(msg, msglen, "prompt[%zu] is not a token id", i);
-        return msg;
-      }
-      (*ids_buf)[i] = (int32_t)json_integer_value(v);
+      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= b->n_vocab)
+        return di_srv_bad(e, "prompt", "prompt[%zu] is not a token id in [0, %d)", i, b->n_vocab);
+      (*ids)[i] = (int32_t)json_integer_value(v);
     }
-    p->prompt_ids = *ids_buf;
-    p->n_prompt = n;
-  } else if (json_is_array(prompt) && json_array_size(prompt) > 1) {
-    return "one prompt per batch line (split arrays of prompts into lines)";
-  } else {
-    return "body.prompt must be a string or an array of token ids";
+    *n = k;
+    return true;
   }
-  (void)keep;
-  json_t *v;
-#define NUM(key, dst, type)                                                            \
-  if ((v = json_object_get(body, key)) && !json_is_null(v)) {                          \
-    if (!json_is_number(v)) return "body." key " must be a number";                    \
-    dst = (type)json_number_value(v);                                                  \
-  }
-  p->max_tokens = 16; /* OpenAI's default */
-  p->sampling.temperature = 1.0f;
-  NUM("max_tokens", p->max_tokens, int);
-  NUM("max_completion_tokens", p->max_tokens, int);
-  NUM("temperature", p->sampling.temperature, float);
-  NUM("top_p", p->sampling.top_p, float);
-  NUM("top_k", p->sampling.top_k, int);
-  NUM("min_p", p->sampling.min_p, float);
-  NUM("repetition_penalty", p->sampling.repetition_penalty, float);
-  NUM("frequency_penalty", p->sampling.frequency_penalty, float);
-  NUM("presence_penalty", p->sampling.presence_penalty, float);
-  NUM("n", p->n, int);
-  NUM("priority", p->priority, int);
-  if ((v = json_object_get(body, "max_tokens")) && json_is_integer(v) && json_integer_value(v) == 0)
-    return "body.max_tokens must be >= 1";
-  if ((v = json_object_get(body, "seed")) && !json_is_null(v)) {
-    if (!json_is_integer(v)) return "body.seed must be an integer";
-    p->sampling.seed = (uint64_t)json_integer_value(v);
-  }
-  if ((v = json_object_get(body, "ignore_eos"))) p->ignore_eos = json_is_true(v);
-  if ((v = json_object_get(body, "echo")) && json_is_true(v)) return "body.echo is not supported";
-  if ((v = json_object_get(body, "best_of")) && json_is_integer(v) && json_integer_value(v) > 1)
-    return "body.best_of is not supported";
-  if (j->chat && (v = json_object_get(body, "logprobs")) && json_is_true(v))
-    return "body.logprobs is not supported for chat lines in batch mode yet";
-  if (!j->chat && (v = json_object_get(body, "logprobs")) && !json_is_null(v)) {
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 20)
-      return "body.logprobs must be an integer in [0, 20]";
-    j->logprobs = (int)json_integer_value(v);
-    p->logprobs = 1;
-    p->top_logprobs = j->logprobs;
-  }
-  j->want_ids = (v = json_object_get(body, "return_token_ids")) && json_is_true(v);
-  json_t *stop = json_object_get(body, "stop");
-  if (json_is_string(stop)) {
-    *stops_buf = malloc(sizeof **stops_buf);
-    (*stops_buf)[0] = json_string_value(stop);
-    p->stop = *stops_buf;
-    p->n_stop = 1;
-  } else if (json_is_array(stop)) {
-    size_t n = json_array_size(stop);
-    *stops_buf = malloc((n ? n : 1) * sizeof **stops_buf);
-    for (size_t i = 0; i < n; i++) {
-      if (!json_is_string(json_array_get(stop, i))) return "body.stop must be a string or an array of strings";
-      (*stops_buf)[i] = json_string_value(json_array_get(stop, i));
-    }
-    p->stop = *stops_buf;
-    p->n_stop = (int)n;
-  } else if (stop && !json_is_null(stop)) {
-    return "body.stop must be a string or an array of strings";
-  }
-  json_t *bias = json_object_get(body, "logit_bias");
-  if (json_is_object(bias)) {
-    size_t n = json_object_size(bias), k = 0;
-    *bias_ids = malloc((n ? n : 1) * sizeof **bias_ids);
-    *bias_vals = malloc((n ? n : 1) * sizeof **bias_vals);
-    const char *key;
-    json_t *val;
-    json_object_foreach(bias, key, val) {
-      long long id;
-      if (!di_arg_int(key, 0, INT32_MAX, &id) || !json_is_number(val)) return "body.logit_bias must map token ids to numbers";
-      (*bias_ids)[k] = (int32_t)id;
-      (*bias_vals)[k++] = (float)json_number_value(val);
-    }
-    p->sampling.n_logit_bias = (int)k;
-    p->sampling.logit_bias_ids = *bias_ids;
-    p->sampling.logit_bias_values = *bias_vals;
-  } else if (bias && !json_is_null(bias)) {
-    return "body.logit_bias must be an object";
-  }
-#undef NUM
-  return NULL;
+  if (json_is_array(prompt) && json_array_size(prompt) > 1)
+    return di_srv_bad(e, "prompt", "one prompt per batch line (split arrays of prompts into lines)");
+  return di_srv_bad(e, "prompt", "'prompt' must be a string or an array of token ids");
 }
 
-/* Renders body.messages with the model's chat template into prompt ids. */
-static const char *render_chat(di_engine *e, batch *b, json_t *body, int32_t **ids, di_request_params *p, char *msg,
-                               size_t msglen) {
-  const di_tokenizer *tok = di_engine_tokenizer(e);
-  if (!b->tmpl && !b->tmpl_err[0]) {
-    const char *src = tok ? di_tokenizer_chat_template(tok, NULL) : NULL;
+/* A body into a submitted request: the server's checks, then the engine. */
+static bool submit_body(di_engine *eng, batch *b, job *j, json_t *body, di_srv_err *e) {
+  di_srv_sampling q = {0};
+  di_request_params_default(&q.params);
+  int32_t *ids = NULL;
+  size_t n_ids = 0;
+  long long n = 1, logprobs = -1;
+  int flag = 0;
+  bool ok = di_srv_model_ok(body, b->model_name, e);
+  if (ok && j->chat) {
+    di_srv_chat_req cq;
+    int think_open = 0;
     di_status st = {0};
-    if (!src) snprintf(b->tmpl_err, sizeof b->tmpl_err, "this model has no chat template; use /v1/completions");
-    else if (di_chat_template_compile(src, strlen(src), &b->tmpl, &st) != DI_OK)
-      snprintf(b->tmpl_err, sizeof b->tmpl_err, "the chat template is unusable: %.500s", st.msg);
+    ok = di_srv_chat_parse(body, &cq, e);
+    if (ok && cq.logprobs) ok = di_srv_bad(e, "logprobs", "logprobs on chat lines are not supported in batch mode yet");
+    if (ok && !b->attached) ok = di_srv_bad(e, "messages", "this model has no tokenizer");
+    if (ok && b->be.render_chat(b->be.ctx, cq.messages, cq.tools, cq.prefix, &ids, &n_ids, &think_open, &st))
+      ok = di_srv_bad(e, "messages", "%s", st.msg);
+    n = cq.n;
+  } else if (ok) {
+    ok = di_srv_get_int(body, "n", 1, 128, &n, e) && di_srv_get_int(body, "logprobs", 0, 20, &logprobs, e) &&
+         di_srv_get_bool(body, "echo", &flag, e);
+    if (ok && flag) ok = di_srv_bad(e, "echo", "'echo' is not supported in batch mode");
+    long long best_of = 0;
+    if (ok && !di_srv_get_int(body, "best_of", 1, 128, &best_of, e)) ok = false;
+    if (ok && best_of && best_of != n) ok = di_srv_bad(e, "best_of", "'best_of' different from 'n' is not supported");
+    if (ok) ok = line_prompt(b, body, &ids, &n_ids, e);
   }
-  if (!b->tmpl) return b->tmpl_err;
-  json_t *messages = json_object_get(body, "messages");
-  if (!json_is_array(messages) || json_array_size(messages) == 0) return "body.messages must be a non-empty array";
-  di_chat_opts o = {0};
-  o.tools = json_object_get(body, "tools");
-  o.add_generation_prompt = true;
-  o.bos_token = di_tokenizer_special_text(tok, "bos_token");
-  o.eos_token = di_tokenizer_special_text(tok, "eos_token");
-  di_render_out r = {0};
-  di_status st = {0};
-  size_t n = 0;
-  if (di_chat_render_ex(b->tmpl, messages, &o, &r, &st) != DI_OK ||
-      di_chat_assemble_ids(tok, &r, false, ids, &n, &st) != DI_OK) {
-    di_render_out_free(&r);
-    snprintf(msg, msglen, "messages: %.400s", st.msg);
-    return msg;
+  if (ok) ok = di_srv_sampling_parse(body, b->n_vocab, &q, e);
+  if (ok && q.stream) ok = di_srv_bad(e, "stream", "'stream' is not supported in batch mode");
+  flag = 0;
+  if (ok && !di_srv_get_bool(body, "return_token_ids", &flag, e)) ok = false;
+  long long priority = 0;
+  if (ok && !di_srv_get_int(body, "priority", -1000000, 1000000, &priority, e)) ok = false;
+  int max_tokens = 0;
+  if (ok) ok = di_srv_context_fits(b->n_ctx, (long long)n_ids, q.max_tokens, j->chat ? "messages" : "prompt",
+                                   &max_tokens, e);
+  if (ok) {
+    j->want_ids = flag;
+    j->logprobs = (int)logprobs;
+    j->n = (int)n;
+    j->ch = calloc((size_t)j->n, sizeof *j->ch);
+    if (!j->ch) ok = di_srv_fail(e, 500, "server_error", NULL, "out of memory");
+    for (int i = 0; ok && i < j->n; i++) {
+      j->ch[i].ids = json_array();
+      j->ch[i].lp_tokens = json_array();
+      j->ch[i].lp_values = json_array();
+      j->ch[i].lp_top = json_array();
+    }
   }
-  di_render_out_free(&r);
-  p->prompt_ids = *ids;
-  p->n_prompt = n;
-  return NULL;
+  if (ok) {
+    di_request_params p = q.params;
+    p.prompt_ids = ids;
+    p.n_prompt = n_ids;
+    p.max_tokens = max_tokens;
+    p.n = j->n;
+    p.priority = (int)priority;
+    p.logprobs = logprobs >= 0;
+    p.top_logprobs = logprobs > 0 ? (int)logprobs : 0;
+    p.cb = on_event;
+    p.user = j;
+    char eerr[512];
+    if (di_engine_submit(eng, &p, NULL, eerr, sizeof eerr) != DI_OK) ok = di_srv_bad(e, NULL, "%s", eerr);
+  }
+  free(ids);
+  di_srv_sampling_free(&q);
+  return ok;
 }
 
 /* Parses and submits one line; on failure stores an error result. */
 static bool submit_line(di_engine *e, batch *b, int line, const char *text, job **out) {
   *out = NULL;
   json_error_t jerr;
-  json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+  const char *p = text;
+  while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\v' || *p == '\f') p++;
+  json_t *root = *p ? json_loads(text, JSON_REJECT_DUPLICATES, &jerr) : NULL;
   char msg[512];
-  const char *err = NULL;
+  di_srv_err err = {0};
+  const char *code = "invalid_request";
   json_t *custom_id = NULL;
-  if (!root || !json_is_object(root)) {
-    snprintf(msg, sizeof msg, "line %d: not a JSON object%s%s", line + 1, root ? "" : ": ", root ? "" : jerr.text);
-    err = msg;
+  bool ok = false;
+  if (!*p) {
+    snprintf(err.msg, sizeof err.msg, "line %d is empty: one request object per line", line + 1);
+  } else if (!root || !json_is_object(root)) {
+    snprintf(err.msg, sizeof err.msg, "line %d: not a JSON object%s%s", line + 1, root ? "" : ": ", root ? "" : jerr.text);
   } else {
     custom_id = json_object_get(root, "custom_id");
     const char *url = json_string_value(json_object_get(root, "url"));
     const char *method = json_string_value(json_object_get(root, "method"));
     json_t *body = json_object_get(root, "body");
-    if (method && strcmp(method, "POST")) err = "method must be POST";
-    else if (!url) err = "missing url";
-    else if (strcmp(url, "/v1/completions") && strcmp(url, "/v1/chat/completions"))
-      err = "url must be /v1/completions or /v1/chat/completions";
-    else if (!json_is_object(body)) err = "missing body object";
-    if (!err) {
-      job *j = calloc(1, sizeof *j);
-      j->line = line;
-      j->b = b;
-      j->custom_id = json_incref(custom_id);
-      j->logprobs = -1;
-      j->tok = di_engine_tokenizer(e);
-      di_request_params p;
-      di_request_params_default(&p);
-      int32_t *ids = NULL, *bias_ids = NULL;
-      const char **stops = NULL;
-      float *bias_vals = NULL;
-      j->chat = !strcmp(url, "/v1/chat/completions");
-      if (j->chat) err = render_chat(e, b, body, &ids, &p, msg, sizeof msg);
-      if (!err) err = parse_body(body, &p, j, root, &ids, &stops, &bias_ids, &bias_vals, msg, sizeof msg);
-      if (!err) {
-        j->n = p.n > 0 ? p.n : 1;
-        j->ch = calloc((size_t)(j->n > 0 ? j->n : 1), sizeof *j->ch);
-        for (int i = 0; i < j->n; i++) {
-          j->ch[i].ids = json_array();
-          j->ch[i].lp_tokens = json_array();
-          j->ch[i].lp_values = json_array();
-          j->ch[i].lp_top = json_array();
-        }
-        p.cb = on_event;
-        p.user = j;
-        char eerr[512];
-        if (p.n >= 0 && p.n <= 4096 && di_engine_submit(e, &p, NULL, eerr, sizeof eerr) == DI_OK) {
+    json_t *first = json_is_string(custom_id) ? json_object_get(b->seen, json_string_value(custom_id)) : NULL;
+    if (!json_is_string(custom_id) || !json_string_length(custom_id)) {
+      snprintf(err.msg, sizeof err.msg, "custom_id (a non-empty string) is required");
+      snprintf(err.param, sizeof err.param, "custom_id");
+    } else if (first) {
+      snprintf(err.msg, sizeof err.msg, "duplicate custom_id '%.200s' (first on line %d)", json_string_value(custom_id),
+               (int)json_integer_value(first));
+      snprintf(err.param, sizeof err.param, "custom_id");
+      code = "duplicate_custom_id";
+    } else {
+      json_object_set_new(b->seen, json_string_value(custom_id), json_integer(line + 1));
+      if (method && strcmp(method, "POST")) snprintf(err.msg, sizeof err.msg, "method must be POST");
+      else if (!url) snprintf(err.msg, sizeof err.msg, "missing url");
+      else if (strcmp(url, "/v1/completions") && strcmp(url, "/v1/chat/completions"))
+        snprintf(err.msg, sizeof err.msg, "url must be /v1/completions or /v1/chat/completions");
+      else if (!json_is_object(body)) snprintf(err.msg, sizeof err.msg, "missing body object");
+      else {
+        job *j = calloc(1, sizeof *j);
+        j->line = line;
+        j->b = b;
+        j->custom_id = json_incref(custom_id);
+        j->logprobs = -1;
+        j->tok = di_engine_tokenizer(e);
+        j->chat = !strcmp(url, "/v1/chat/completions");
+        if (submit_body(e, b, j, body, &err)) {
           *out = j;
+          ok = true;
         } else {
-          snprintf(msg, sizeof msg, "%s", p.n < 0 || p.n > 4096 ? "n must be >= 1" : eerr);
-          err = msg;
+          if (err.code) code = err.code;
+          job_free(j);
         }
       }
-      free(ids);
-      free(stops);
-      free(bias_ids);
-      free(bias_vals);
-      if (!*out) job_free(j);
     }
   }
-  if (err) {
-    b->results[line] = error_line(line, custom_id, "invalid_request", err);
+  (void)msg;
+  if (!ok) {
+    b->results[line] = error_line(line, custom_id, code, err.msg, err.param);
     b->n_done++;
     b->n_errors++;
   }
   json_decref(root);
-  return err == NULL;
+  return ok;
 }
 
 static double now_s(void) {
@@ -463,7 +422,7 @@ int di_cmd_batch(int argc, char **argv) {
   di_engine_opts o;
   di_engine_opts_default(&o);
   o.max_seqs = 0; /* 0 after parsing = not given: follows --concurrency */
-  const char *in_path = NULL, *out_path = NULL, *stats_path = NULL;
+  const char *in_path = NULL, *out_path = NULL, *stats_path = NULL, *served = NULL;
   long long conc = 16;
   bool quiet = false;
   for (int i = 1; i < argc; i++) {
@@ -478,12 +437,13 @@ int di_cmd_batch(int argc, char **argv) {
     } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
       quiet = true;
     } else if (!strcmp(a, "-i") || !strcmp(a, "--input") || !strcmp(a, "-o") || !strcmp(a, "--output") ||
-               !strcmp(a, "--concurrency") || !strcmp(a, "--stats-json")) {
+               !strcmp(a, "--concurrency") || !strcmp(a, "--stats-json") || !strcmp(a, "--served-model-name")) {
       if (!v) return di_cli_fail("batch", "option %s needs a value", a);
       i++;
-      if (a[1] == 'i' || !strcmp(a, "--input")) in_path = v;
-      else if (a[1] == 'o' || !strcmp(a, "--output")) out_path = v;
+      if (!strcmp(a, "-i") || !strcmp(a, "--input")) in_path = v;
+      else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out_path = v;
       else if (!strcmp(a, "--stats-json")) stats_path = v;
+      else if (!strcmp(a, "--served-model-name")) served = v;
       else if (!di_arg_int(v, 1, 4096, &conc)) return di_cli_fail("batch", "--concurrency: '%s' must be 1..4096", v);
     } else {
       return di_cli_fail("batch", "unknown option '%s' (see --help)", a);
@@ -500,7 +460,6 @@ int di_cmd_batch(int argc, char **argv) {
   ssize_t got;
   while ((got = getline(&buf, &cap, in)) >= 0) {
     while (got > 0 && (buf[got - 1] == '\n' || buf[got - 1] == '\r')) buf[--got] = 0;
-    if (got == 0) continue;
     if (n_lines == lines_cap) {
       lines_cap = lines_cap ? lines_cap * 2 : 256;
       lines = realloc(lines, lines_cap * sizeof *lines);
@@ -521,9 +480,15 @@ int di_cmd_batch(int argc, char **argv) {
     free(lines);
     return rc;
   }
-  batch b = {.model_name = o.model_path};
+  batch b = {.model_name = o.model_path, .seen = json_object()};
   const char *slash = strrchr(o.model_path, '/');
   if (slash && slash[1]) b.model_name = slash + 1;
+  if (served) b.model_name = served;
+  di_status ast = {0};
+  b.attached = di_srv_engine_attach(&b.x, e, &ast) == DI_OK;
+  di_srv_engine_backend(&b.x, &b.be);
+  b.n_ctx = di_engine_ctx(e);
+  b.n_vocab = di_engine_n_vocab(e);
   b.results = calloc(n_lines ? n_lines : 1, sizeof *b.results);
   job **jobs = calloc(n_lines ? n_lines : 1, sizeof *jobs);
   size_t next = 0, written = 0;
@@ -555,8 +520,9 @@ int di_cmd_batch(int argc, char **argv) {
   int ret = 0;
   if (fclose(out) != 0) ret = di_cli_fail("batch", "writing %s failed", out_path);
   if (stats_path && write_stats(stats_path, e, now_s() - t0, &b) != 0) ret = di_cli_fail("batch", "cannot write %s", stats_path);
+  di_srv_engine_detach(&b.x);
   di_engine_destroy(e);
-  di_chat_template_free(b.tmpl);
+  json_decref(b.seen);
   for (size_t i = 0; i < n_lines; i++) free(lines[i]);
   free(lines);
   free(jobs);

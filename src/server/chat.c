@@ -117,21 +117,31 @@ static bool parse_tools(json_t *body, di_srv_err *e) {
   return true;
 }
 
+bool di_srv_chat_parse(json_t *body, di_srv_chat_req *q, di_srv_err *e) {
+  long long n = 1, top = 0;
+  int logprobs = 0;
+  if (!di_srv_get_int(body, "n", 1, 128, &n, e) || !di_srv_get_bool(body, "logprobs", &logprobs, e) ||
+      !di_srv_get_int(body, "top_logprobs", 0, 20, &top, e) || !parse_tools(body, e))
+    return false;
+  if (top && !logprobs) return di_srv_bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs': true");
+  q->prefix = 0;
+  if (!parse_messages(body, &q->prefix, e)) return false;
+  q->n = (int)n;
+  q->logprobs = logprobs;
+  q->top_logprobs = (int)top;
+  q->messages = json_object_get(body, "messages");
+  json_t *tools = json_object_get(body, "tools");
+  q->tools = json_is_array(tools) ? tools : NULL;
+  return true;
+}
+
 enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
   di_server *s = r->s;
   di_srv_err e = {0};
-  long long n = 1, top = 0;
-  int logprobs = 0;
-  if (!di_srv_check_model(s, body, &e) || !di_srv_get_int(body, "n", 1, 128, &n, &e) ||
-      !di_srv_get_bool(body, "logprobs", &logprobs, &e) ||
-      !di_srv_get_int(body, "top_logprobs", 0, 20, &top, &e) || !parse_tools(body, &e))
-    return di_srv_reply_err(r, &e);
-  if (top && !logprobs) {
-    di_srv_bad(&e, "top_logprobs", "'top_logprobs' requires 'logprobs': true");
-    return di_srv_reply_err(r, &e);
-  }
-  int prefix = 0;
-  if (!parse_messages(body, &prefix, &e)) return di_srv_reply_err(r, &e);
+  di_srv_chat_req q;
+  if (!di_srv_check_model(s, body, &e) || !di_srv_chat_parse(body, &q, &e)) return di_srv_reply_err(r, &e);
+  int prefix = q.prefix, logprobs = q.logprobs;
+  long long n = q.n, top = q.top_logprobs;
   di_srv_gen *g = di_srv_gen_new(r, DI_SRV_CHAT, 1, (int)n);
   if (!g) return MHD_NO;
   r->gen = g; /* the request's reference; dropped when the request completes */
@@ -142,9 +152,8 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
   di_srv_sub *sub = &g->subs[0];
   di_status st = {0};
   bool ok = di_srv_parse_sampling(body, g, &e);
-  json_t *tools = json_object_get(body, "tools");
-  if (ok && s->be.render_chat(s->be.ctx, json_object_get(body, "messages"), json_is_array(tools) ? tools : NULL,
-                              prefix, &sub->prompt_ids, &sub->n_prompt, &g->think_open, &st) != DI_OK) {
+  if (ok && s->be.render_chat(s->be.ctx, q.messages, q.tools, prefix, &sub->prompt_ids, &sub->n_prompt,
+                              &g->think_open, &st) != DI_OK) {
     ok = di_srv_bad(&e, "messages", "%s", st.msg);
     if (st.code == DI_ERR_INTERNAL || st.code == DI_ERR_NOMEM) e.status = 500, e.type = "server_error";
   }

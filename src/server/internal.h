@@ -11,6 +11,7 @@
 #include <stdbool.h>
 
 #include "server/metrics.h"
+#include "server/oai.h"
 #include "server/server.h"
 #include "server/think.h"
 
@@ -43,36 +44,6 @@ struct di_server {
   uint64_t id_salt;
   di_srv_metrics metrics;
 };
-
-/* ---- errors in OpenAI's shape ---- */
-typedef struct di_srv_err {
-  int status;       /* HTTP status */
-  const char *type; /* "invalid_request_error", ... */
-  const char *code; /* may be NULL */
-  char param[96];   /* "" = null */
-  char msg[512];
-  int retry_after;  /* seconds, 0 = no header */
-} di_srv_err;
-
-/* Fills e (status 400 unless said) and returns false, so validators can
- * `return di_srv_bad(e, "temperature", "...")`. */
-bool di_srv_bad(di_srv_err *e, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-bool di_srv_fail(di_srv_err *e, int status, const char *type, const char *code, const char *fmt,
-                 ...) __attribute__((format(printf, 5, 6)));
-json_t *di_srv_err_json(const di_srv_err *e);
-
-/* Returns the offset of the first invalid UTF-8 byte, or (size_t)-1 if valid. */
-size_t di_srv_utf8_invalid_at(const char *s, size_t n);
-
-/* ---- JSON field validation. Each getter leaves *out untouched when the key
- * is absent or null, and fails with the parameter's name when the type or
- * range is wrong. ---- */
-bool di_srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, di_srv_err *e);
-bool di_srv_get_int(json_t *o, const char *key, long long lo, long long hi, long long *out,
-                    di_srv_err *e);
-bool di_srv_get_bool(json_t *o, const char *key, int *out, di_srv_err *e);
-bool di_srv_get_str(json_t *o, const char *key, const char **out, di_srv_err *e);
 
 /* ---- one HTTP request ---- */
 typedef struct di_srv_gen di_srv_gen;

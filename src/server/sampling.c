@@ -1,6 +1,7 @@
 /* The request fields chat and completions share: model, sampling, limits,
  * stop strings, logit bias, streaming options. Every value is checked and a
- * bad one is named in the 400 answer. */
+ * bad one is named in the 400 answer. `deepinfer batch` reads its lines
+ * through the same functions (server/oai.h), so both have one set of limits. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,7 @@
 
 #define MAX_STOPS 16
 
-static bool parse_stop(json_t *body, di_srv_gen *g, di_srv_err *e) {
+static bool parse_stop(json_t *body, di_srv_sampling *g, di_srv_err *e) {
   json_t *v = json_object_get(body, "stop");
   if (!v || json_is_null(v)) return true;
   size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : 0;
@@ -31,7 +32,7 @@ static bool parse_stop(json_t *body, di_srv_gen *g, di_srv_err *e) {
   return true;
 }
 
-static bool parse_bias(json_t *body, di_srv_gen *g, di_srv_err *e) {
+static bool parse_bias(json_t *body, int n_vocab, di_srv_sampling *g, di_srv_err *e) {
   json_t *v = json_object_get(body, "logit_bias");
   if (!v || json_is_null(v)) return true;
   if (!json_is_object(v)) return di_srv_bad(e, "logit_bias", "'logit_bias' must be an object of token id -> bias");
@@ -47,8 +48,8 @@ static bool parse_bias(json_t *body, di_srv_gen *g, di_srv_err *e) {
     char *end = NULL;
     errno = 0;
     long id = strtol(key, &end, 10);
-    if (!*key || *end || errno || id < 0 || id >= g->s->be.n_vocab)
-      return di_srv_bad(e, "logit_bias", "logit_bias key '%.40s' is not a token id in [0, %d)", key, g->s->be.n_vocab);
+    if (!*key || *end || errno || id < 0 || id >= n_vocab)
+      return di_srv_bad(e, "logit_bias", "logit_bias key '%.40s' is not a token id in [0, %d)", key, n_vocab);
     if (!json_is_number(val) || json_number_value(val) < -100 || json_number_value(val) > 100)
       return di_srv_bad(e, "logit_bias", "logit_bias['%s'] must be a number in [-100, 100]", key);
     g->bias_ids[i] = (int32_t)id;
@@ -61,19 +62,21 @@ static bool parse_bias(json_t *body, di_srv_gen *g, di_srv_err *e) {
   return true;
 }
 
-bool di_srv_check_model(di_server *s, json_t *body, di_srv_err *e) {
+bool di_srv_model_ok(json_t *body, const char *served, di_srv_err *e) {
   const char *model = NULL;
   if (!di_srv_get_str(body, "model", &model, e)) return false;
-  if (model && strcmp(model, s->model_name)) {
+  if (model && strcmp(model, served)) {
     di_srv_fail(e, 404, "invalid_request_error", "model_not_found",
-                "The model '%.200s' does not exist; this server serves '%.200s'", model, s->model_name);
+                "The model '%.200s' does not exist; this server serves '%.200s'", model, served);
     snprintf(e->param, sizeof e->param, "model");
     return false;
   }
   return true;
 }
 
-bool di_srv_parse_sampling(json_t *body, di_srv_gen *g, di_srv_err *e) {
+bool di_srv_check_model(di_server *s, json_t *body, di_srv_err *e) { return di_srv_model_ok(body, s->model_name, e); }
+
+bool di_srv_sampling_parse(json_t *body, int n_vocab, di_srv_sampling *g, di_srv_err *e) {
   di_sampling *sp = &g->params.sampling;
   double temperature = sp->temperature, top_p = sp->top_p, min_p = sp->min_p;
   double rep = sp->repetition_penalty, pres = sp->presence_penalty, freq = sp->frequency_penalty;
@@ -104,7 +107,7 @@ bool di_srv_parse_sampling(json_t *body, di_srv_gen *g, di_srv_err *e) {
       return false;
     }
   }
-  if (!parse_stop(body, g, e) || !parse_bias(body, g, e)) return false;
+  if (!parse_stop(body, g, e) || !parse_bias(body, n_vocab, g, e)) return false;
   sp->temperature = (float)temperature;
   sp->top_p = (float)top_p;
   sp->min_p = (float)min_p;
@@ -120,9 +123,34 @@ bool di_srv_parse_sampling(json_t *body, di_srv_gen *g, di_srv_err *e) {
   return true;
 }
 
-bool di_srv_check_context(di_srv_gen *g, di_srv_sub *sub, di_srv_err *e) {
-  long long ctx = g->s->be.n_ctx, np = (long long)sub->n_prompt, want = g->max_tokens;
-  const char *param = g->kind == DI_SRV_CHAT ? "messages" : "prompt";
+void di_srv_sampling_free(di_srv_sampling *q) {
+  for (int i = 0; i < q->n_stops; i++) free(q->stops[i]);
+  free(q->stops);
+  free(q->bias_ids);
+  free(q->bias_vals);
+  q->stops = NULL;
+  q->n_stops = 0;
+  q->bias_ids = NULL;
+  q->bias_vals = NULL;
+}
+
+/* The generation owns the arrays from here on, parsed or not (gen.c frees them). */
+bool di_srv_parse_sampling(json_t *body, di_srv_gen *g, di_srv_err *e) {
+  di_srv_sampling q = {.params = g->params, .max_tokens = g->max_tokens};
+  bool ok = di_srv_sampling_parse(body, g->s->be.n_vocab, &q, e);
+  g->params = q.params;
+  g->stops = q.stops;
+  g->n_stops = q.n_stops;
+  g->bias_ids = q.bias_ids;
+  g->bias_vals = q.bias_vals;
+  g->max_tokens = q.max_tokens;
+  g->stream = q.stream;
+  g->include_usage = q.include_usage;
+  return ok;
+}
+
+bool di_srv_context_fits(long long ctx, long long np, long long want, const char *param, int *max_tokens,
+                         di_srv_err *e) {
   if (np == 0) return di_srv_bad(e, param, "the prompt is empty (0 tokens)");
   if (np >= ctx || np + want > ctx) {
     if (want)
@@ -139,6 +167,11 @@ bool di_srv_check_context(di_srv_gen *g, di_srv_sub *sub, di_srv_err *e) {
     e->code = "context_length_exceeded";
     return false;
   }
-  sub->max_tokens = (int)(want ? want : ctx - np);
+  *max_tokens = (int)(want ? want : ctx - np);
   return true;
+}
+
+bool di_srv_check_context(di_srv_gen *g, di_srv_sub *sub, di_srv_err *e) {
+  return di_srv_context_fits(g->s->be.n_ctx, (long long)sub->n_prompt, g->max_tokens,
+                             g->kind == DI_SRV_CHAT ? "messages" : "prompt", &sub->max_tokens, e);
 }

@@ -236,3 +236,63 @@ def test_hostile_lines(tmp_path):
     for r in res[1:-1]:
         assert r["response"] is None and r["error"]["message"], r
     assert st["errors"] == len(hostile)
+
+
+def test_one_output_line_per_input_line(tmp_path):
+    """Issue 34 row 16: blank and whitespace-only lines, an unknown model and a
+    missing or repeated custom_id each get their own error line, in order; the
+    good lines around them run."""
+    need(STORIES)
+    ok = {"prompt": "Lily", "max_tokens": 3, "temperature": 0}
+    lines = [
+        line("a", ok),
+        "   \t ",
+        "",
+        line("m", {**ok, "model": "gpt-4"}),
+        line("a", ok),
+        json.dumps({"method": "POST", "url": "/v1/completions", "body": ok}),
+        json.dumps({"custom_id": 7, "method": "POST", "url": "/v1/completions", "body": ok}),
+        line("b", {**ok, "model": "stories260K.gguf"}),
+        line("t", {**ok, "temperature": 5}),
+    ]
+    res, st = run_batch(tmp_path, STORIES, lines, tag="lines")
+    assert [r["id"] for r in res] == [f"batch_req_{i + 1}" for i in range(len(lines))]
+    assert res[0]["error"] is None and res[7]["error"] is None
+    assert "empty" in res[1]["error"]["message"] and "empty" in res[2]["error"]["message"]
+    assert res[3]["error"]["code"] == "model_not_found" and "gpt-4" in res[3]["error"]["message"]
+    assert res[3]["error"]["param"] == "model" and res[3]["custom_id"] == "m"
+    assert res[4]["error"]["code"] == "duplicate_custom_id" and "line 1" in res[4]["error"]["message"]
+    assert res[5]["error"]["param"] == "custom_id" and res[6]["error"]["param"] == "custom_id"
+    # the server's own validation and message
+    assert res[8]["error"]["param"] == "temperature" and "temperature" in res[8]["error"]["message"]
+    assert st["errors"] == 7
+
+
+def test_batch_errors_match_the_server(tmp_path):
+    """One parser for both: a bad body gets the same param and message from
+    `deepinfer batch` as from `deepinfer serve`."""
+    need(SMOL)
+    from server_util import start_real
+    import urllib.request
+    import urllib.error
+    bodies = [{"prompt": "a", "top_p": 0}, {"prompt": "a", "stop": ["x"] * 17}, {"prompt": "a", "n": 0},
+              {"prompt": "a", "logit_bias": {"99999999": 1}}, {"prompt": "a", "max_tokens": 10 ** 6},
+              {"prompt": "a", "model": "gpt-4"}]
+    chat = [{"messages": [{"role": "robot", "content": "x"}]}, {"messages": []}]
+    res, _ = run_batch(tmp_path, SMOL, [line(f"c{i}", b) for i, b in enumerate(bodies)] +
+                       [line(f"h{i}", b, url="/v1/chat/completions") for i, b in enumerate(chat)],
+                       "--served-model-name", "smollm2", "--ctx", "1024", tag="parity")
+    s = start_real()
+    try:
+        for r, (b, url) in zip(res, [(b, "/v1/completions") for b in bodies] +
+                               [(b, "/v1/chat/completions") for b in chat]):
+            req = urllib.request.Request(s.base + url, data=json.dumps(b).encode(), method="POST",
+                                         headers={"Authorization": "Bearer sk-test-key",
+                                                  "Content-Type": "application/json"})
+            with pytest.raises(urllib.error.HTTPError) as ei:
+                urllib.request.urlopen(req, timeout=60)
+            err = json.loads(ei.value.read())["error"]
+            assert r["error"]["message"] == err["message"], (b, r["error"], err)
+            assert r["error"]["param"] == err["param"], (b, r["error"], err)
+    finally:
+        s.stop()
