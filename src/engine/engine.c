@@ -59,7 +59,7 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
       int swa_pos = be->window + e->max_batch_tokens < e->ctx ? be->window + e->max_batch_tokens : e->ctx;
       per_seq += (size_t)be->n_swa_tables * (size_t)((swa_pos + bs - 1) / bs + 1);
     }
-    kv_mem = di_kv_block_bytes(bs, be->n_layers, be->kv_dim, (di_kv_type)o->kv_type) * per_seq *
+    kv_mem = di_kv_block_bytes(bs, be->n_layers, be->kv_dim, o->kv_type) * per_seq *
              (size_t)e->max_seqs;
     if (kv_mem > DI_ENGINE_DEFAULT_KV_CAP) kv_mem = DI_ENGINE_DEFAULT_KV_CAP;
   }
@@ -68,7 +68,7 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
     return di_errorf(st, DI_ERR_INVALID, "engine: %d sliding-window tables (at most %d)", be->n_swa_tables,
                      DI_KV_MAX_SWA_TABLES);
   }
-  di_code rc = di_kv_pool_create(&e->pool, kv_mem, bs, be->n_layers, be->kv_dim, (di_kv_type)o->kv_type, st);
+  di_code rc = di_kv_pool_create(&e->pool, kv_mem, bs, be->n_layers, be->kv_dim, o->kv_type, st);
   if (rc == DI_OK && o->prefix_cache && be->policy != DI_KV_POLICY_WINDOW) rc = di_kv_prefix_enable(e->pool, st);
   if (rc == DI_OK) rc = di_sampler_init(&e->sampler, be->n_vocab, st);
   if (rc != DI_OK) {

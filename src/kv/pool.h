@@ -17,9 +17,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "deepinfer.h"
 #include "util/status.h"
 
-typedef enum di_kv_type { DI_KV_F16 = 0, DI_KV_F32 = 1, DI_KV_BF16 = 2 } di_kv_type;
+/* The element type is the public API's one enum (di_kv_dtype); the engine,
+ * kernels and tests spell it with these shorter names. */
+typedef di_kv_dtype di_kv_type;
+#define DI_KV_F16 DI_KV_DTYPE_F16
+#define DI_KV_F32 DI_KV_DTYPE_F32
+#define DI_KV_BF16 DI_KV_DTYPE_BF16
 
 typedef struct di_kv_pool {
   int block_size;     /* token positions per block */

@@ -470,8 +470,9 @@ static void test_text_prompt_thread(void) {
   di_engine_destroy(e);
 }
 
-/* Scheduler cost per step with 64 running sequences (printed for
- * docs/BENCHMARKS.md; asserted only loosely: well under a millisecond). */
+/* Scheduler cost per step with 64 running sequences: printed for
+ * docs/BENCHMARKS.md, not asserted (a benchmark measures time; this test
+ * checks that all 64 sequences ran to their length). */
 static void test_sched_overhead(void) {
   make_prompts(0);
   cfg c = {.max_seqs = 64, .max_batch_tokens = 512, .block_size = 16, .prefix = 1};
@@ -485,7 +486,7 @@ static void test_sched_overhead(void) {
   di_engine_stats_get(e, &s);
   double us = 1e6 * s.sched_seconds / (double)s.steps;
   printf("scheduler: %.1f us per step over %llu steps (64 sequences)\n", us, (unsigned long long)s.steps);
-  CHECK(us < 1000);
+  CHECK(s.generated_tokens == 64 * 64 && s.finished == 64 && s.running == 0 && s.waiting == 0);
   free(o);
   di_engine_destroy(e);
 }
