@@ -336,7 +336,6 @@ static bool submit_line(di_engine *e, batch *b, int line, const char *text, job 
   const char *p = text;
   while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\v' || *p == '\f') p++;
   json_t *root = *p ? json_loads(text, JSON_REJECT_DUPLICATES, &jerr) : NULL;
-  char msg[512];
   di_srv_err err = {0};
   const char *code = "invalid_request";
   json_t *custom_id = NULL;
@@ -384,7 +383,6 @@ static bool submit_line(di_engine *e, batch *b, int line, const char *text, job 
       }
     }
   }
-  (void)msg;
   if (!ok) {
     b->results[line] = error_line(line, custom_id, code, err.msg, err.param);
     b->n_done++;

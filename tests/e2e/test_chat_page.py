@@ -115,3 +115,31 @@ def test_chat_in_browser_send_and_stop(server):
         assert not logs, json.dumps(logs)
     finally:
         d.quit()
+
+
+def test_reasoning_is_folded(tmp_path):
+    """The fake-engine server (tests/unit/test_server_http.c) answers "THINK"
+    with reasoning "plan" and content "answer": the page shows the answer and
+    keeps the reasoning in a closed <details>."""
+    from server_util import Server, fake_server_bin
+    fake = fake_server_bin()
+    if not fake.exists():
+        pytest.skip(f"{fake} not built")
+    s = Server([str(fake), "serve", "0"])
+    d = browser_or_skip()
+    try:
+        from selenium.webdriver.common.by import By
+        d.get(s.base + "/")
+        wait(lambda: d.find_element(By.ID, "model").text not in ("", "…"), 20, "model name shown")
+        d.find_element(By.ID, "prompt").send_keys("THINK")
+        d.find_element(By.ID, "send").click()
+        replies = lambda: d.find_elements(By.CSS_SELECTOR, ".msg.assistant")
+        wait(lambda: replies() and d.find_element(By.ID, "send").is_enabled(), 30, "reply finished")
+        r = replies()[0]
+        det = r.find_element(By.CSS_SELECTOR, "details.reasoning")
+        assert det.get_attribute("open") is None  # folded
+        assert det.get_attribute("textContent").endswith("plan")
+        assert r.text.strip().endswith("answer") and "plan" not in r.text.replace("reasoning", "")
+    finally:
+        d.quit()
+        s.stop()
