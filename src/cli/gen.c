@@ -17,9 +17,10 @@ di_code di_gen_open(di_gen *g, const di_gen_opts *o, di_status *st) {
   if (g->chunk > g->ctx) g->chunk = g->ctx;
   const int bs = 16;
   g->n_blocks = (g->ctx + bs - 1) / bs;
-  size_t bb = di_kv_block_bytes(bs, hp->n_layer, hp->n_head_kv * hp->head_dim, o->kv_type);
-  if ((rc = di_kv_pool_create(&g->kv, bb * (size_t)g->n_blocks, bs, hp->n_layer, hp->n_head_kv * hp->head_dim,
-                              o->kv_type, st)))
+  di_kv_spec spec;
+  di_forward_kv_spec(g->model, &spec);
+  spec.type = o->kv_type;
+  if ((rc = di_kv_pool_create_spec(&g->kv, di_kv_spec_block_bytes(&spec, bs) * (size_t)g->n_blocks, bs, &spec, st)))
     return rc;
   g->blocks = malloc((size_t)g->n_blocks * sizeof *g->blocks);
   g->logits = malloc((size_t)g->chunk * hp->n_vocab * sizeof(float));

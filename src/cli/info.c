@@ -3,8 +3,10 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "graph/forward.h"
 #include "kv/pool.h"
 #include "model/model.h"
+#include "model/tensors.h"
 
 static const char *usage =
     "usage: deepinfer info -m MODEL [--ctx N]\n"
@@ -19,6 +21,8 @@ static const char *usage =
 static void count_dtype(int counts[DI_DTYPE_COUNT], const di_tensor *t) {
   if (t->data && (unsigned)t->type < DI_DTYPE_COUNT) counts[t->type]++;
 }
+
+static void count_each(di_tensor *t, void *u) { count_dtype(u, t); }
 
 int di_cmd_info(int argc, char **argv) {
   const char *path = NULL;
@@ -45,21 +49,37 @@ int di_cmd_info(int argc, char **argv) {
   int counts[DI_DTYPE_COUNT] = {0};
   count_dtype(counts, &m->tok_embd);
   if (m->output.data != m->tok_embd.data) count_dtype(counts, &m->output);
+  /* parameters a token reads: all but the routed experts it does not choose */
+  uint64_t inactive = 0;
   for (int il = 0; il < hp->n_layer; il++) {
-    const di_layer_weights *L = &m->layers[il];
-    const di_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    for (int i = 0; i < 7; i++) count_dtype(counts, ts[i]);
+    di_layer_weights *L = &m->layers[il];
+    di_layer_each_matrix(hp, L, count_each, counts);
+    if (L->ffn == DI_FFN_MOE)
+      inactive += (uint64_t)(hp->n_expert - hp->n_expert_used) * 3 * (uint64_t)hp->n_ff_exp * (uint64_t)hp->n_embd;
   }
   static const char *rope_names[] = {"normal", "neox"};
   static const char *scale_names[] = {"none", "linear", "yarn", "llama3"};
   printf("model:          %s\n", path);
   printf("architecture:   %s\n", hp->arch);
-  printf("parameters:     %.1f M\n", (double)m->n_params / 1e6);
+  printf("parameters:     %.1f M", (double)m->n_params / 1e6);
+  if (inactive) printf(" (%.1f M active per token)", (double)(m->n_params - inactive) / 1e6);
+  printf("\n");
   printf("vocab:          %d\n", hp->n_vocab);
   printf("embedding:      %d\n", hp->n_embd);
   printf("layers:         %d\n", hp->n_layer);
   printf("heads:          %d query, %d kv, head dim %d\n", hp->n_head, hp->n_head_kv, hp->head_dim);
   printf("ffn:            %d (%s)\n", hp->n_ff, hp->act == DI_ACT_SILU ? "SwiGLU" : "GeGLU");
+  if (hp->attn_kind == DI_ATTN_MLA)
+    printf("attention:      MLA, q_lora_rank %d, kv_lora_rank %d, qk nope %d + rope %d, v %d\n", hp->q_lora_rank,
+           hp->kv_lora_rank, hp->qk_nope_dim, hp->rope_dim, hp->v_head_dim);
+  if (hp->n_expert > 0) {
+    static const char *score[] = {"softmax", "sigmoid"}, *topk[] = {"greedy", "group_limited_greedy", "noaux_tc"};
+    printf("experts:        %d routed (%d per token, width %d), %d shared; first %d layers dense; %s, %s, "
+           "groups %d/%d%s, scale %g\n",
+           hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->n_expert_shared, hp->first_k_dense,
+           score[hp->moe_score], topk[hp->moe_topk], hp->topk_group, hp->n_group, hp->moe_norm_topk ? ", normalized" : "",
+           hp->moe_scale);
+  }
   printf("context:        %d (trained)\n", hp->n_ctx_train);
   printf("rope:           %s, dim %d, base %g", rope_names[hp->rope_type], hp->rope_dim, hp->rope_base);
   if (hp->rope_base_local != hp->rope_base) printf(", local base %g", hp->rope_base_local);
@@ -79,7 +99,16 @@ int di_cmd_info(int argc, char **argv) {
   for (int t = 0; t < DI_DTYPE_COUNT; t++)
     if (counts[t]) printf("%s x%d  ", di_dtype_name((di_dtype)t), counts[t]);
   printf("\n");
-  size_t kv = di_kv_block_bytes(16, hp->n_layer, hp->n_head_kv * hp->head_dim, DI_KV_F16) * (size_t)((ctx + 15) / 16);
+  di_kv_spec spec;
+  di_forward_kv_spec(m, &spec);
+  spec.type = DI_KV_F16;
+  size_t kv = di_kv_spec_block_bytes(&spec, 16) * (size_t)((ctx + 15) / 16);
+  size_t per_tok = di_kv_spec_block_bytes(&spec, 1);
+  printf("KV per token:   %zu bytes (f16, %d layers x %d values%s)", per_tok, spec.n_layers, spec.kv_dim,
+         spec.v_in_k ? ": one latent row, read as K and V" : " K + the same V");
+  if (hp->attn_kind == DI_ATTN_MLA) /* per-head K (nope + rope) and V, as MHA would cache them */
+    printf("; MHA would need %zu", (size_t)hp->n_layer * hp->n_head * (hp->head_dim + hp->v_head_dim) * 2);
+  printf("\n");
   printf("memory:         weights %.1f MiB + KV (f16, %ld tokens) %.1f MiB\n", (double)m->weight_bytes / 1048576.0,
          ctx, (double)kv / 1048576.0);
   di_model_free(m);

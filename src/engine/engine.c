@@ -53,13 +53,15 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
     return di_errorf(st, DI_ERR_INVALID, "engine: max_seqs, max_batch_tokens, block_size and ctx must be >= 0");
   }
   size_t kv_mem = o->kv_mem;
+  di_kv_spec spec = {.n_layers = be->n_layers, .kv_dim = be->kv_dim, .v_in_k = be->kv_v_in_k,
+                     .type = o->kv_type};
   if (kv_mem == 0) { /* enough for max_seqs full contexts (sliding-window tables: window + a chunk), capped */
     size_t per_seq = (size_t)((e->ctx + bs - 1) / bs + 1);
     if (be->n_swa_tables > 0) {
       int swa_pos = be->window + e->max_batch_tokens < e->ctx ? be->window + e->max_batch_tokens : e->ctx;
       per_seq += (size_t)be->n_swa_tables * (size_t)((swa_pos + bs - 1) / bs + 1);
     }
-    kv_mem = di_kv_block_bytes(bs, be->n_layers, be->kv_dim, o->kv_type) * per_seq *
+    kv_mem = di_kv_spec_block_bytes(&spec, bs) * per_seq *
              (size_t)e->max_seqs;
     if (kv_mem > DI_ENGINE_DEFAULT_KV_CAP) kv_mem = DI_ENGINE_DEFAULT_KV_CAP;
   }
@@ -68,7 +70,7 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
     return di_errorf(st, DI_ERR_INVALID, "engine: %d sliding-window tables (at most %d)", be->n_swa_tables,
                      DI_KV_MAX_SWA_TABLES);
   }
-  di_code rc = di_kv_pool_create(&e->pool, kv_mem, bs, be->n_layers, be->kv_dim, o->kv_type, st);
+  di_code rc = di_kv_pool_create_spec(&e->pool, kv_mem, bs, &spec, st);
   if (rc == DI_OK && o->prefix_cache && be->policy != DI_KV_POLICY_WINDOW) rc = di_kv_prefix_enable(e->pool, st);
   if (rc == DI_OK) rc = di_sampler_init(&e->sampler, be->n_vocab, st);
   if (rc != DI_OK) {

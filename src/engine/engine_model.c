@@ -76,7 +76,10 @@ di_code di_engine_create(const di_engine_opts *o, di_engine **out, char *err, si
     be.n_vocab = hp->n_vocab;
     be.n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
     be.n_layers = hp->n_layer;
-    be.kv_dim = hp->n_head_kv * hp->head_dim;
+    di_kv_spec spec;
+    di_forward_kv_spec(m->model, &spec);
+    be.kv_dim = spec.kv_dim;
+    be.kv_v_in_k = spec.v_in_k;
     /* Layer groups (kv/table.h): all sliding -> one table under WINDOW; mixed ->
      * the pool's blocks hold the full-attention layers and the sliding ones
      * are spread over ceil(n_swa / n_full) WINDOW tables of the same blocks. */

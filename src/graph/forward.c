@@ -8,51 +8,38 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/attention.h"
+#include "graph/forward_internal.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "model/tensors.h"
 #include "util/mem.h"
 #include "util/threadpool.h"
 
-/* Largest thread count, and tokens per thread, for which a batch is split. */
-#define SPLIT_MAX_PARTS 8
-#define SPLIT_MAX_TOKENS 64
+typedef struct wscan {
+  int T;
+  size_t act_bytes;
+  const di_tensor *bad; /* a weight without a CPU kernel */
+} wscan;
 
-struct di_forward_ctx {
-  const di_model *m;
-  int max_tokens;
-  di_threadpool *tp;
-  float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
-  float *rope_g, *rope_l; /* [T][rope_dim] (cos, sin) pairs per token */
-  void *xq;               /* prepared activations */
-  size_t xq_bytes;
-  /* xq already holds xq_src's rows in activation format xq_fmt (a row stage
-   * prepared them, see prep_rows), so the next matmul of x = xq_src skips its
-   * own preparation pass and the sync after it */
-  const float *xq_src;
-  int xq_fmt;
-  di_attn_sched *attn;
-  const float *freq_factors;
-  /* Batch split (see split_plan): one single-threaded context per thread. */
-  di_forward_ctx *part[SPLIT_MAX_PARTS];
-  int n_parts;
-  bool *split_want; /* [max_tokens] want_logits when the batch leaves it NULL */
-  int split_mode;   /* DI_FORWARD_SPLIT: -1 never, 1 whenever possible, 0 by model size */
-};
-
-/* Largest prepared-activation buffer any matmul of a T-token batch needs. */
-static size_t act_bytes_max(const di_model *m, int T) {
-  size_t best = di_cpu_act_bytes(m->output.type, T, m->output.ne[0]);
-  for (int il = 0; il < m->hp.n_layer; il++) {
-    const di_layer_weights *L = &m->layers[il];
-    const di_tensor *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    for (size_t i = 0; i < 7; i++) {
-      size_t b = di_cpu_act_bytes(lw[i]->type, T, lw[i]->ne[0]);
-      if (b > best) best = b;
-    }
-  }
-  return best;
+static void wscan_one(di_tensor *t, void *u) {
+  wscan *w = u;
+  if (!t->data) return;
+  if (!di_cpu_dtype_supported(t->type) && !w->bad) w->bad = t;
+  size_t b = di_cpu_act_bytes(t->type, w->T, t->ne[0]);
+  if (b > w->act_bytes) w->act_bytes = b;
 }
+
+/* Largest prepared-activation buffer any matmul of a T-token batch needs, and
+ * the first weight without a kernel. */
+static wscan scan_weights(const di_model *m, int T) {
+  wscan w = {.T = T};
+  wscan_one((di_tensor *)&m->tok_embd, &w);
+  wscan_one((di_tensor *)&m->output, &w);
+  for (int il = 0; il < m->hp.n_layer; il++) di_layer_each_matrix(&m->hp, &m->layers[il], wscan_one, &w);
+  return w;
+}
+
+static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
 di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di_forward_ctx **out,
                               di_status *st) {
@@ -60,19 +47,10 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
   const di_hparams *hp = &m->hp;
   if (max_tokens <= 0) return di_errorf(st, DI_ERR_INVALID, "forward: max_tokens must be positive");
   /* Every weight type must have a kernel before we promise to run. */
-  const di_tensor *all[] = {&m->tok_embd, &m->output};
-  for (int i = 0; i < 2; i++)
-    if (!di_cpu_dtype_supported(all[i]->type))
-      return di_errorf(st, DI_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s has no CPU kernel", m->path,
-                       all[i]->name, di_dtype_name(all[i]->type));
-  for (int il = 0; il < hp->n_layer; il++) {
-    const di_layer_weights *L = &m->layers[il];
-    const di_tensor *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    for (int i = 0; i < 7; i++)
-      if (!di_cpu_dtype_supported(lw[i]->type))
-        return di_errorf(st, DI_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s has no CPU kernel", m->path,
-                         lw[i]->name, di_dtype_name(lw[i]->type));
-  }
+  wscan ws = scan_weights(m, max_tokens);
+  if (ws.bad)
+    return di_errorf(st, DI_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s has no CPU kernel", m->path, ws.bad->name,
+                     di_dtype_name(ws.bad->type));
   di_forward_ctx *f = calloc(1, sizeof *f);
   if (!f) return di_errorf(st, DI_ERR_NOMEM, "forward: out of memory");
   f->m = m;
@@ -82,18 +60,40 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
   size_t T = (size_t)max_tokens;
   size_t qd = (size_t)hp->n_head * hp->head_dim, kvd = (size_t)hp->n_head_kv * hp->head_dim;
   size_t wide = qd > (size_t)hp->n_embd ? qd : (size_t)hp->n_embd;
+  size_t ff = max_z((size_t)hp->n_ff, max_z((size_t)hp->n_ff_exp, (size_t)hp->n_ff_shexp));
   f->x = malloc(T * hp->n_embd * sizeof(float));
   f->xn = malloc(T * wide * sizeof(float));
   f->q = malloc(T * qd * sizeof(float));
   f->k = malloc(T * kvd * sizeof(float));
   f->v = malloc(T * kvd * sizeof(float));
-  f->att = malloc(T * qd * sizeof(float));
-  f->gate = malloc(T * (size_t)hp->n_ff * sizeof(float));
-  f->up = malloc(T * (size_t)hp->n_ff * sizeof(float));
+  f->att = malloc(T * max_z(qd, (size_t)hp->n_head * hp->v_head_dim) * sizeof(float)); /* MLA: H x v_head_dim */
+  f->gate = malloc(T * ff * sizeof(float));
+  f->up = malloc(T * ff * sizeof(float));
   f->tmp = malloc(T * wide * sizeof(float));
   f->rope_g = malloc(T * (size_t)hp->rope_dim * sizeof(float));
   f->rope_l = malloc(T * (size_t)hp->rope_dim * sizeof(float));
-  f->xq_bytes = act_bytes_max(m, max_tokens);
+  bool extra_ok = true;
+  if (hp->attn_kind == DI_ATTN_MLA) {
+    size_t lat = (size_t)hp->kv_lora_rank + (size_t)hp->rope_dim;
+    f->qa = malloc(T * max_z((size_t)hp->q_lora_rank, 1) * sizeof(float));
+    f->kva = malloc(T * lat * sizeof(float));
+    f->qm = malloc(T * (size_t)hp->n_head * lat * sizeof(float));
+    f->attm = malloc(T * (size_t)hp->n_head * lat * sizeof(float));
+    extra_ok = f->qa && f->kva && f->qm && f->attm;
+  }
+  if (hp->n_expert > 0) {
+    size_t TK = T * (size_t)hp->n_expert_used;
+    f->rlogit = malloc(T * (size_t)hp->n_expert * sizeof(float));
+    f->selw = malloc(TK * sizeof(float));
+    f->sel = malloc(TK * sizeof(int32_t));
+    f->bucket = malloc(TK * sizeof(int32_t));
+    f->bucket_w = malloc(TK * sizeof(float));
+    f->xg = malloc(T * hp->n_embd * sizeof(float));
+    f->eo = malloc(T * hp->n_embd * sizeof(float));
+    f->acc = malloc(T * hp->n_embd * sizeof(float));
+    extra_ok = extra_ok && f->rlogit && f->selw && f->sel && f->bucket && f->bucket_w && f->xg && f->eo && f->acc;
+  }
+  f->xq_bytes = ws.act_bytes;
   f->xq = di_alloc_aligned(f->xq_bytes, false);
   f->attn = di_attn_sched_create(max_tokens);
   bool split_ok = true;
@@ -107,7 +107,7 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
     for (int i = 0; i < nth && split_ok; i++, f->n_parts++)
       split_ok = di_forward_ctx_create(m, per, 1, &f->part[i], st) == DI_OK;
   }
-  if (!split_ok || !f->tp || !f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
+  if (!split_ok || !extra_ok || !f->tp || !f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->gate || !f->up ||
       !f->tmp || !f->rope_g || !f->rope_l || !f->xq || !f->attn) {
     di_forward_ctx_free(f);
     return di_errorf(st, DI_ERR_NOMEM, "forward: cannot allocate scratch for %d tokens", max_tokens);
@@ -124,6 +124,9 @@ void di_forward_ctx_free(di_forward_ctx *f) {
   di_threadpool_free(f->tp);
   free(f->x), free(f->xn), free(f->q), free(f->k), free(f->v), free(f->att);
   free(f->gate), free(f->up), free(f->tmp), free(f->rope_g), free(f->rope_l);
+  free(f->qa), free(f->kva), free(f->qm), free(f->attm);
+  free(f->rlogit), free(f->selw), free(f->sel), free(f->bucket), free(f->bucket_w), free(f->xg), free(f->eo),
+      free(f->acc);
   di_free_aligned(f->xq, f->xq_bytes);
   free(f);
 }
@@ -182,7 +185,7 @@ static void prep_run(void *p, int ith, int nth) {
 
 /* y_j[M][w_j.rows] = x[M][cols] * w_j^T for each j; matrices of one dtype
  * share one prepared activation. */
-static void matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n, const float *x, int64_t M) {
+void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n, const float *x, int64_t M) {
   for (int j = 0; j < n;) {
     mm_task t = {.x = x, .xq = f->xq, .M = M};
     /* group consecutive matrices of the same type */
@@ -200,23 +203,25 @@ static void matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n,
   }
 }
 
-static void matmul(di_forward_ctx *f, const di_tensor *w, const float *x, int64_t M, float *y) {
-  matmul_n(f, &w, &y, 1, x, M);
+void di_fwd_matmul(di_forward_ctx *f, const di_tensor *w, const float *x, int64_t M, float *y) {
+  di_fwd_matmul_n(f, &w, &y, 1, x, M);
 }
 
 
 /* ---- attention: K/V locations (the work itself: graph/attention.c) ---- */
 
 /* Where layer il's K/V live: a table of the sequence and a layer slot of its
- * blocks. Without per-group tables every layer is in `blocks` at its own index. */
-typedef struct kv_loc {
-  int table, layer;
-} kv_loc;
-
+ * blocks (kv_loc). Without per-group tables every layer is in `blocks` at its own index. */
 /* idx: the layer's index among the layers of its kind (full or sliding-window). */
 static kv_loc layer_kv(const di_kv_pool *kv, const di_batch *b, int il, bool swa, int idx) {
   if (b->n_swa_tables == 0) return (kv_loc){-1, il};
   return swa ? (kv_loc){idx / kv->n_layers, idx % kv->n_layers} : (kv_loc){-1, idx};
+}
+
+void di_forward_kv_spec(const di_model *m, di_kv_spec *s) {
+  const di_hparams *hp = &m->hp;
+  *s = (di_kv_spec){.n_layers = hp->n_layer, .kv_dim = hp->n_head_kv * hp->head_dim};
+  if (hp->attn_kind == DI_ATTN_MLA) s->kv_dim = hp->kv_lora_rank + hp->rope_dim, s->v_in_k = true;
 }
 
 static di_code check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const di_batch *b, di_status *st) {
@@ -226,7 +231,9 @@ static di_code check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const 
   int n_swa = 0;
   for (int il = 0; il < hp->n_layer; il++) n_swa += di_hparams_layer_is_swa(hp, il);
   bool grouped = b->n_swa_tables > 0;
-  if (kv->kv_dim != hp->n_head_kv * hp->head_dim ||
+  di_kv_spec spec;
+  di_forward_kv_spec(f->m, &spec);
+  if (kv->kv_dim != spec.kv_dim || kv->v_in_k != spec.v_in_k ||
       (!grouped && kv->n_layers != hp->n_layer) ||
       (grouped && (kv->n_layers != hp->n_layer - n_swa || b->n_swa_tables > DI_KV_MAX_SWA_TABLES ||
                    b->n_swa_tables * kv->n_layers < n_swa)))
@@ -249,22 +256,6 @@ static di_code check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const 
 
 /* ---- per-token stages between the matmuls, parallel over tokens ---- */
 
-typedef struct stage_ctx {
-  di_forward_ctx *f;
-  di_kv_pool *kv;
-  const di_batch *b;
-  const di_layer_weights *L;
-  kv_loc loc;
-  const float *rope;
-  void (*fn)(struct stage_ctx *c, int t);
-  void (*rows)(struct stage_ctx *c, int t0, int t1); /* par_rows: a thread's tokens at once */
-  const di_layer_weights *next; /* st_ffn_out: the next layer, whose input norm it runs */
-  /* par_rows_prep: the matmul after the stage (prep_w, on prep_x), whose
-   * activation rows the stage prepares as it finishes them */
-  const di_tensor *prep_w;
-  const float *prep_x;
-} stage_ctx;
-
 /* Each thread a contiguous range of tokens: kernels that take several rows
  * at once get them together (par_rows); per-token stages loop over theirs. */
 static void rows_run(void *p, int ith, int nth) {
@@ -284,7 +275,7 @@ static void tokens_rows(stage_ctx *c, int t0, int t1) {
   for (int t = t0; t < t1; t++) c->fn(c, t);
 }
 
-static void par_tokens(stage_ctx *c, void (*fn)(stage_ctx *, int)) {
+void di_fwd_par_tokens(stage_ctx *c, void (*fn)(stage_ctx *, int)) {
   c->fn = fn;
   par_rows(c, tokens_rows);
 }
@@ -443,6 +434,13 @@ static bool split_plan(di_forward_ctx *f, const di_batch *b, float *logits, spli
   return true;
 }
 
+/* The first matmul on a layer's normed input (its activations are prepared
+ * by the norm's stage). */
+static const di_tensor *first_matmul(const di_hparams *hp, const di_layer_weights *L) {
+  if (L->attn == DI_ATTN_MLA) return hp->q_lora_rank > 0 ? &L->wq_a : &L->wq;
+  return &L->wq;
+}
+
 di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
   di_code rc;
   if ((rc = check_batch(f, kv, b, st))) return rc;
@@ -489,22 +487,31 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
                     .next = il + 1 < hp->n_layer ? &m->layers[il + 1] : NULL};
 
     /* attention block (layer 0's input norm; the others' ran in st_ffn_out) */
-    if (il == 0) par_rows_prep(&sc, st_attn_norm, &L->wq, f->xn);
-    const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};
-    float *qkv_y[] = {f->q, f->k, f->v};
-    matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
-    par_tokens(&sc, st_qk);
-    if ((rc = di_attn_run(f->attn, f->tp, hp, kv, b, loc.table, loc.layer, swa, f->q, f->att, st))) return rc;
-    matmul(f, &L->wo, f->att, T, f->tmp);
-    par_rows_prep(&sc, st_attn_out, &L->w_gate, f->xn); /* residual, then the FFN's input norm */
+    if (il == 0) par_rows_prep(&sc, st_attn_norm, first_matmul(hp, L), f->xn);
+    if (L->attn == DI_ATTN_MLA) {
+      if ((rc = di_fwd_attn_mla(&sc, st))) return rc;
+    } else {
+      const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};
+      float *qkv_y[] = {f->q, f->k, f->v};
+      di_fwd_matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
+      di_fwd_par_tokens(&sc, st_qk);
+      if ((rc = di_attn_run(f->attn, f->tp, hp, kv, b, loc.table, loc.layer, swa, f->q, f->att, st))) return rc;
+    }
+    di_fwd_matmul(f, &L->wo, f->att, T, f->tmp);
+    /* residual, then the FFN's input norm */
+    par_rows_prep(&sc, st_attn_out, L->ffn == DI_FFN_MOE ? &L->router : &L->w_gate, f->xn);
 
     /* feed-forward block */
-    const di_tensor *gu_w[] = {&L->w_gate, &L->w_up};
-    float *gu_y[] = {f->gate, f->up};
-    matmul_n(f, gu_w, gu_y, 2, f->xn, T);
-    par_rows_prep(&sc, st_glu, &L->w_down, f->gate);
-    matmul(f, &L->w_down, f->gate, T, f->tmp);
-    par_rows_prep(&sc, st_ffn_out, sc.next ? &sc.next->wq : NULL, f->xn);
+    if (L->ffn == DI_FFN_MOE) {
+      di_fwd_ffn_moe(&sc);
+    } else {
+      const di_tensor *gu_w[] = {&L->w_gate, &L->w_up};
+      float *gu_y[] = {f->gate, f->up};
+      di_fwd_matmul_n(f, gu_w, gu_y, 2, f->xn, T);
+      par_rows_prep(&sc, st_glu, &L->w_down, f->gate);
+      di_fwd_matmul(f, &L->w_down, f->gate, T, f->tmp);
+    }
+    par_rows_prep(&sc, st_ffn_out, sc.next ? first_matmul(hp, sc.next) : NULL, f->xn);
   }
 
   /* classifier for the tokens that want logits */
@@ -516,7 +523,7 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
     n_out++;
   }
   if (n_out) {
-    matmul(f, &m->output, f->xn, n_out, logits);
+    di_fwd_matmul(f, &m->output, f->xn, n_out, logits);
     if (hp->final_softcap > 0) di_cpu_softcap(logits, n_out * hp->n_vocab, hp->final_softcap);
   }
   return DI_OK;

@@ -15,6 +15,9 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
                               di_status *st);
 void di_forward_ctx_free(di_forward_ctx *f);
 
+/* The KV pool geometry the model's layers need (per-head K/V, or MLA's latent row). */
+void di_forward_kv_spec(const di_model *m, di_kv_spec *s);
+
 /* Runs one batch: writes K/V of every token into kv, and the logits of the
  * tokens with want_logits (in batch order) into logits[n_out][n_vocab].
  * Row invariant: a token's logits do not depend on the rest of the batch. */

@@ -6,18 +6,31 @@
 #include "kv/prefix.h"
 #include "util/mem.h"
 
+size_t di_kv_spec_block_bytes(const di_kv_spec *s, int block_size) {
+  size_t elt = s->type == DI_KV_F32 ? 4 : 2;
+  return (size_t)s->n_layers * (s->v_in_k ? 1 : 2) * (size_t)block_size * (size_t)s->kv_dim * elt;
+}
+
 size_t di_kv_block_bytes(int block_size, int n_layers, int kv_dim, di_kv_type type) {
-  size_t elt = type == DI_KV_F32 ? 4 : 2;
-  return (size_t)n_layers * 2 * (size_t)block_size * (size_t)kv_dim * elt;
+  di_kv_spec s = {.n_layers = n_layers, .kv_dim = kv_dim, .type = type};
+  return di_kv_spec_block_bytes(&s, block_size);
 }
 
 di_code di_kv_pool_create(di_kv_pool **out, size_t mem_bytes, int block_size, int n_layers, int kv_dim,
                           di_kv_type type, di_status *st) {
+  di_kv_spec s = {.n_layers = n_layers, .kv_dim = kv_dim, .type = type};
+  return di_kv_pool_create_spec(out, mem_bytes, block_size, &s, st);
+}
+
+di_code di_kv_pool_create_spec(di_kv_pool **out, size_t mem_bytes, int block_size, const di_kv_spec *s,
+                               di_status *st) {
   *out = NULL;
+  const int n_layers = s->n_layers, kv_dim = s->kv_dim;
+  const di_kv_type type = s->type;
   if (block_size <= 0 || n_layers <= 0 || kv_dim <= 0)
     return di_errorf(st, DI_ERR_INVALID, "kv pool: bad geometry (block %d, layers %d, kv_dim %d)", block_size,
                      n_layers, kv_dim);
-  size_t bb = di_kv_block_bytes(block_size, n_layers, kv_dim, type);
+  size_t bb = di_kv_spec_block_bytes(s, block_size);
   size_t n = mem_bytes / bb;
   if (n < 1)
     return di_errorf(st, DI_ERR_INVALID, "kv pool: --kv-mem %zu bytes is less than one block (%zu bytes)",
@@ -33,6 +46,8 @@ di_code di_kv_pool_create(di_kv_pool **out, size_t mem_bytes, int block_size, in
   p->elt_bytes = type == DI_KV_F32 ? 4 : 2;
   p->block_bytes = bb;
   p->layer_bytes = bb / (size_t)n_layers;
+  p->v_in_k = s->v_in_k;
+  p->v_off = s->v_in_k ? 0 : p->layer_bytes / 2;
   /* Small pages: blocks are first touched inside decode steps. On VMs whose
    * host takes back free guest memory (this one: no compaction stalls, but
    * 1 GiB of reclaimed memory faults in at 5-13 s), a 2 MiB fault always

@@ -14,6 +14,7 @@
 #ifndef DI_KV_POOL_H
 #define DI_KV_POOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,14 +28,27 @@ typedef di_kv_dtype di_kv_type;
 #define DI_KV_F32 DI_KV_DTYPE_F32
 #define DI_KV_BF16 DI_KV_DTYPE_BF16
 
+/* What a pool block holds per layer for each position: K of kv_dim values
+ * and V of as many, or (v_in_k) only the K row, from which attention also
+ * reads V: MLA's latent row (kv_lora_rank normalized latent + qk_rope_head_dim
+ * rope key) is both its key and, in its first kv_lora_rank values, its value. */
+typedef struct di_kv_spec {
+  int n_layers;
+  int kv_dim;         /* K row: n_kv_heads * head_dim, or MLA's latent + rope key */
+  bool v_in_k;        /* no V rows: V is read from the K row */
+  di_kv_type type;
+} di_kv_spec;
+
 typedef struct di_kv_pool {
   int block_size;     /* token positions per block */
   int n_blocks;
   int n_layers;
   int kv_dim;         /* n_kv_heads * head_dim */
+  bool v_in_k;        /* see di_kv_spec */
   di_kv_type type;
   size_t elt_bytes;   /* 2 or 4 */
   size_t layer_bytes; /* K + V of one layer in one block */
+  size_t v_off;       /* V's offset inside a layer's bytes (0 when v_in_k) */
   size_t block_bytes;
   uint8_t *base;
   /* bookkeeping */
@@ -50,6 +64,10 @@ di_code di_kv_pool_create(di_kv_pool **out, size_t mem_bytes, int block_size, in
                           di_kv_type type, di_status *st);
 void di_kv_pool_destroy(di_kv_pool *p);
 size_t di_kv_block_bytes(int block_size, int n_layers, int kv_dim, di_kv_type type);
+/* The same from a spec (di_kv_pool_create is this with v_in_k false). */
+di_code di_kv_pool_create_spec(di_kv_pool **out, size_t mem_bytes, int block_size, const di_kv_spec *s,
+                               di_status *st);
+size_t di_kv_spec_block_bytes(const di_kv_spec *s, int block_size);
 
 /* Takes a free block (refcount 1); returns -1 when none is free. */
 int32_t di_kv_alloc(di_kv_pool *p);
@@ -70,7 +88,7 @@ static inline void *di_kv_k(const di_kv_pool *p, int32_t block, int layer) {
   return p->base + (size_t)block * p->block_bytes + (size_t)layer * p->layer_bytes;
 }
 static inline void *di_kv_v(const di_kv_pool *p, int32_t block, int layer) {
-  return p->base + (size_t)block * p->block_bytes + (size_t)layer * p->layer_bytes + p->layer_bytes / 2;
+  return p->base + (size_t)block * p->block_bytes + (size_t)layer * p->layer_bytes + p->v_off;
 }
 
 /* Byte offset of (kv head, slot) inside a block's K or V of one layer. */

@@ -19,6 +19,14 @@ static const di_arch_desc archs[] = {
      .norm_offset_hf = 1.0f,
      .rope_theta_hf = 1e6f,
      .tied_default_hf = true},
+    /* DeepSeek-V2/V3: MLA, MoE after first_k_dense_replace dense layers
+     * (model.c / hf_deepseek.c read the MLA and MoE sizes) */
+    {.name = "deepseek2",
+     .hf_types = {"deepseek_v3", "deepseek_v2"},
+     .gguf_rope = DI_ROPE_NORM,
+     .act = DI_ACT_SILU,
+     .attn = DI_ATTN_MLA,
+     .hf_rope_interleaved = true},
 };
 
 const di_arch_desc *di_arch_find(const char *gguf_name) {
@@ -41,6 +49,7 @@ void di_arch_apply(const di_arch_desc *a, di_hparams *hp) {
   hp->post_norms = a->post_norms;
   hp->embd_scale = a->embd_scale;
   hp->act = a->act;
+  hp->attn_kind = a->attn;
   if (!hp->swa_pattern) hp->swa_pattern = a->swa_pattern;
   if (a->rope_base_local > 0 && hp->rope_base_local == 0) hp->rope_base_local = a->rope_base_local;
 }
@@ -49,4 +58,10 @@ bool di_hparams_layer_is_swa(const di_hparams *hp, int il) {
   if (hp->sliding_window <= 0) return false;
   if (hp->swa_pattern <= 0) return true;
   return (il + 1) % hp->swa_pattern != 0;
+}
+
+di_ffn_kind di_hparams_layer_ffn(const di_hparams *hp, int il) {
+  if (hp->n_expert <= 0 || il < hp->first_k_dense) return DI_FFN_DENSE;
+  int freq = hp->moe_layer_freq > 0 ? hp->moe_layer_freq : 1;
+  return il % freq == 0 ? DI_FFN_MOE : DI_FFN_DENSE; /* as transformers' DeepseekV3DecoderLayer */
 }

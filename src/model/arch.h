@@ -19,6 +19,8 @@ typedef struct di_arch_desc {
   float norm_offset_hf;       /* added to RMSNorm weights read from HF files (gemma: 1) */
   float rope_theta_hf;        /* transformers' default rope_theta; 0 = 10000 */
   bool tied_default_hf;       /* transformers' default for tie_word_embeddings, which it omits when equal */
+  di_attn_kind attn;          /* every layer's attention kind */
+  bool hf_rope_interleaved;   /* HF weights rotate adjacent pairs (DeepSeek's rope sub-head) */
 } di_arch_desc;
 
 const di_arch_desc *di_arch_find(const char *gguf_name);

@@ -10,6 +10,8 @@
 #include "model/arch.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
+#include "model/tensors.h"
+#include "model/tensors.h"
 
 typedef struct di_st_model {
   di_st_file *files;
@@ -77,8 +79,9 @@ static di_code open_shards(di_model *m, bool use_mmap, di_status *st) {
   return rc;
 }
 
-static di_code bind(di_model *m, di_tensor *t, const char *name, int64_t ne0, int64_t ne1, bool required,
-                    di_status *st) {
+static di_code bind(di_model *m, di_tensor *t, const char *name, int64_t ne0, int64_t ne1, int64_t n_sub,
+                    bool required, di_status *st) {
+  (void)n_sub; /* HF files name each expert's matrix */
   memset(t, 0, sizeof *t);
   const di_st_tensor *s = find(m->st, name);
   if (!s) {
@@ -114,52 +117,15 @@ di_code di_hf_load(di_model *m, bool use_mmap, di_status *st) {
   if (rc) return rc;
   if ((rc = open_shards(m, use_mmap, st))) return rc;
   di_hparams *hp = &m->hp;
-  int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
   /* Gemma 3 HF checkpoints prefix the text model. */
   const char *pre = find(m->st, "model.embed_tokens.weight") ? "model" : "language_model.model";
   char n[160];
   snprintf(n, sizeof n, "%s.embed_tokens.weight", pre);
-  if ((rc = bind(m, &m->tok_embd, n, hp->n_embd, hp->n_vocab, true, st))) return rc;
+  if ((rc = bind(m, &m->tok_embd, n, hp->n_embd, hp->n_vocab, 0, true, st))) return rc;
   snprintf(n, sizeof n, "%s.norm.weight", pre);
-  if ((rc = bind(m, &m->output_norm, n, hp->n_embd, 1, true, st))) return rc;
-  if ((rc = bind(m, &m->output, "lm_head.weight", hp->n_embd, hp->n_vocab, !hp->tied_output, st))) return rc;
-  m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-  if (!m->layers) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
-  for (int il = 0; il < hp->n_layer; il++) {
-    di_layer_weights *L = &m->layers[il];
-    bool g = hp->post_norms; /* Gemma names its four norms differently */
-    struct {
-      di_tensor *t;
-      const char *n;
-      int64_t ne0, ne1;
-      bool req, norm;
-    } binds[] = {
-        {&L->attn_norm, "input_layernorm.weight", hp->n_embd, 1, true, true},
-        {&L->wq, "self_attn.q_proj.weight", hp->n_embd, q_dim, true, false},
-        {&L->wk, "self_attn.k_proj.weight", hp->n_embd, kv_dim, true, false},
-        {&L->wv, "self_attn.v_proj.weight", hp->n_embd, kv_dim, true, false},
-        {&L->wo, "self_attn.o_proj.weight", q_dim, hp->n_embd, true, false},
-        {&L->bq, "self_attn.q_proj.bias", q_dim, 1, hp->qkv_bias, false},
-        {&L->bk, "self_attn.k_proj.bias", kv_dim, 1, hp->qkv_bias, false},
-        {&L->bv, "self_attn.v_proj.bias", kv_dim, 1, hp->qkv_bias, false},
-        {&L->q_norm, "self_attn.q_norm.weight", hp->head_dim, 1, hp->qk_norm, true},
-        {&L->k_norm, "self_attn.k_norm.weight", hp->head_dim, 1, hp->qk_norm, true},
-        {g ? &L->attn_post_norm : &L->ffn_norm, "post_attention_layernorm.weight", hp->n_embd, 1, true, true},
-        {g ? &L->ffn_norm : NULL, "pre_feedforward_layernorm.weight", hp->n_embd, 1, g, true},
-        {g ? &L->ffn_post_norm : NULL, "post_feedforward_layernorm.weight", hp->n_embd, 1, g, true},
-        {&L->w_gate, "mlp.gate_proj.weight", hp->n_embd, hp->n_ff, true, false},
-        {&L->w_up, "mlp.up_proj.weight", hp->n_embd, hp->n_ff, true, false},
-        {&L->w_down, "mlp.down_proj.weight", hp->n_ff, hp->n_embd, true, false},
-    };
-    for (size_t i = 0; i < sizeof binds / sizeof binds[0]; i++) {
-      if (!binds[i].t) continue;
-      snprintf(n, sizeof n, "%s.layers.%d.%s", pre, il, binds[i].n);
-      if ((rc = bind(m, binds[i].t, n, binds[i].ne0, binds[i].ne1, binds[i].req, st))) return rc;
-      if (binds[i].norm && binds[i].t->data && norm_offset != 0 &&
-          (rc = di_model_to_f32(m, binds[i].t, norm_offset, st)))
-        return rc;
-    }
-  }
+  if ((rc = bind(m, &m->output_norm, n, hp->n_embd, 1, 0, true, st))) return rc;
+  if ((rc = bind(m, &m->output, "lm_head.weight", hp->n_embd, hp->n_vocab, 0, !hp->tied_output, st))) return rc;
+  if ((rc = di_model_bind_layers(m, pre, bind, norm_offset, st))) return rc;
   if (norm_offset != 0 && (rc = di_model_to_f32(m, &m->output_norm, norm_offset, st))) return rc;
   return DI_OK;
 }

@@ -306,6 +306,67 @@ static di_code read_act(cfgr *c, const di_arch_desc *ad) {
   return DI_OK;
 }
 
+/* DeepSeek-V2/V3 (and R1, V3.1, V2-Lite, Moonlight, Kimi-K2): MLA sizes and MoE routing. */
+static di_code read_mla_moe(cfgr *c, di_hparams *hp) {
+  di_code rc;
+  int n_shared = 0, nextn = 0;
+  hp->moe_layer_freq = 1;
+  hp->n_group = hp->topk_group = 1;
+  if ((rc = get_int(c, "kv_lora_rank", &hp->kv_lora_rank, true)) ||
+      (rc = get_int(c, "qk_nope_head_dim", &hp->qk_nope_dim, true)) ||
+      (rc = get_int(c, "qk_rope_head_dim", &hp->rope_dim, true)) ||
+      (rc = get_int(c, "v_head_dim", &hp->v_head_dim, true)) || (rc = get_int(c, "q_lora_rank", &hp->q_lora_rank, false)) ||
+      (rc = get_int(c, "n_routed_experts", &hp->n_expert, false)) ||
+      (rc = get_int(c, "num_experts_per_tok", &hp->n_expert_used, false)) ||
+      (rc = get_int(c, "n_shared_experts", &n_shared, false)) ||
+      (rc = get_int(c, "moe_intermediate_size", &hp->n_ff_exp, hp->n_expert > 0)) ||
+      (rc = get_int(c, "first_k_dense_replace", &hp->first_k_dense, false)) ||
+      (rc = get_int(c, "moe_layer_freq", &hp->moe_layer_freq, false)) || (rc = get_int(c, "n_group", &hp->n_group, false)) ||
+      (rc = get_int(c, "topk_group", &hp->topk_group, false)) ||
+      /* the MTP layer (stored as layer num_hidden_layers) is not part of the main model's forward */
+      (rc = get_int(c, "num_nextn_predict_layers", &nextn, false)))
+    return rc;
+  if (hp->kv_lora_rank <= 0 || hp->qk_nope_dim <= 0 || hp->rope_dim <= 0 || hp->rope_dim % 2 || hp->v_head_dim <= 0)
+    return bad(c, "kv_lora_rank", "and qk_nope_head_dim, qk_rope_head_dim (even), v_head_dim must be positive");
+  hp->head_dim = hp->qk_nope_dim + hp->rope_dim;
+  hp->n_head_kv = hp->n_head; /* num_key_value_heads: MLA has none of its own */
+  hp->n_expert_shared = n_shared;
+  hp->n_ff_shexp = n_shared * hp->n_ff_exp;
+  /* training-only (auxiliary loss) and expert-parallel settings */
+  take(c, "aux_loss_alpha"), take(c, "seq_aux"), take(c, "ep_size");
+  bool interleave = true;
+  if ((rc = get_bool(c, "rope_interleave", &interleave))) return rc;
+  if (!interleave) hp->rope_type = DI_ROPE_NEOX;
+  if (take(c, "quantization_config"))
+    return unsupported(c, "quantization_config", "quantized checkpoints (FP8) are not supported; use BF16 or GGUF");
+  const char *sf = "softmax", *tm = "greedy";
+  json_t *v;
+  if ((v = take(c, "scoring_func")) && !(sf = json_string_value(v))) return bad(c, "scoring_func", "must be a string");
+  if ((v = take(c, "topk_method")) && !(tm = json_string_value(v))) return bad(c, "topk_method", "must be a string");
+  bool norm = false;
+  double scale = 1;
+  if ((rc = get_bool(c, "norm_topk_prob", &norm)) || (rc = get_num(c, "routed_scaling_factor", &scale, NULL))) return rc;
+  if (hp->n_expert <= 0) return DI_OK;
+  if (hp->n_expert > DI_MOE_MAX_EXPERTS) return unsupported(c, "n_routed_experts", "over the limit of 1024");
+  if (hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert)
+    return bad(c, "num_experts_per_tok", "must be in 1..n_routed_experts");
+  if (hp->moe_layer_freq <= 0) return bad(c, "moe_layer_freq", "must be positive");
+  if (hp->n_group <= 0 || hp->n_expert % hp->n_group) return bad(c, "n_group", "must divide n_routed_experts");
+  if (hp->topk_group <= 0 || hp->topk_group > hp->n_group) return bad(c, "topk_group", "must be in 1..n_group");
+  if (!strcmp(sf, "softmax")) hp->moe_score = DI_MOE_SOFTMAX;
+  else if (!strcmp(sf, "sigmoid")) hp->moe_score = DI_MOE_SIGMOID;
+  else return unsupported(c, "scoring_func", "is not supported (softmax, sigmoid are)");
+  if (!strcmp(tm, "greedy")) hp->moe_topk = DI_MOE_GREEDY;
+  else if (!strcmp(tm, "group_limited_greedy")) hp->moe_topk = DI_MOE_GROUP_LIMITED;
+  else if (!strcmp(tm, "noaux_tc")) hp->moe_topk = DI_MOE_NOAUX_TC;
+  else return unsupported(c, "topk_method", "is not supported (greedy, group_limited_greedy, noaux_tc are)");
+  if (hp->moe_topk == DI_MOE_NOAUX_TC && hp->n_group > 1 && hp->n_expert / hp->n_group < 2)
+    return bad(c, "n_group", "leaves fewer than 2 experts per group (noaux_tc sums each group's best two)");
+  hp->moe_norm_topk = norm;
+  hp->moe_scale = (float)scale;
+  return DI_OK;
+}
+
 static di_code read_text_config(cfgr *c, const di_arch_desc *ad, di_hparams *hp, di_status *st) {
   di_code rc;
   const char *path = c->path;
@@ -327,6 +388,7 @@ static di_code read_text_config(cfgr *c, const di_arch_desc *ad, di_hparams *hp,
     return rc;
   if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv != 0)
     return bad(c, "num_key_value_heads", "must divide num_attention_heads");
+  if (hp->attn_kind == DI_ATTN_MLA && (rc = read_mla_moe(c, hp))) return rc;
   float qpas = 0;
   if ((rc = get_float(c, "query_pre_attn_scalar", &qpas))) return rc;
   if (qpas > 0) hp->attn_scale = 1.0f / sqrtf(qpas);
@@ -343,7 +405,7 @@ static di_code read_text_config(cfgr *c, const di_arch_desc *ad, di_hparams *hp,
   if ((rc = read_layer_kinds(c, ad, hp, &any_sliding, &any_full))) return rc;
 
   /* RoPE: global (full-attention) and local (sliding-window) parameter sets */
-  hp->rope_dim = hp->head_dim;
+  if (hp->attn_kind != DI_ATTN_MLA) hp->rope_dim = hp->head_dim; /* MLA: qk_rope_head_dim */
   rope_spec full = {0}, slide = {0}, flat = {0};
   bool has_full = false, has_slide = false;
   json_t *rs = take(c, "rope_scaling"), *rp = take(c, "rope_parameters");
@@ -383,6 +445,15 @@ static di_code read_text_config(cfgr *c, const di_arch_desc *ad, di_hparams *hp,
   if (!full.has_theta) full.theta = theta;
   hp->rope_base = (float)full.theta;
   apply_rope(hp, &full);
+  if (hp->attn_kind == DI_ATTN_MLA) {
+    /* DeepSeek's softmax scale: under YaRN times mscale(factor, mscale_all_dim)^2 */
+    double scale = 1.0 / sqrt((double)hp->head_dim);
+    if (full.scaling == DI_ROPE_SCALE_YARN && full.has_mscale_all_dim && full.mscale_all_dim != 0 && full.factor > 1) {
+      double ms = 0.1 * full.mscale_all_dim * log(full.factor) + 1.0;
+      scale *= ms * ms;
+    }
+    hp->attn_scale = (float)scale;
+  }
   /* Sliding layers: gemma3 4.x gives their base apart and leaves them
    * unscaled; 5.x spells both sets out; other models use one set for all. */
   double local = ad->rope_base_local > 0 ? ad->rope_base_local : full.theta;
@@ -426,7 +497,8 @@ di_code di_hf_read_config(di_hparams *hp, json_t *cfg, const char *path, float *
     return di_errorf(st, DI_ERR_UNSUPPORTED, "%s/config.json: unknown model_type '%s'", path, json_string_value(mt));
   di_arch_apply(ad, hp);
   *norm_offset = ad->norm_offset_hf;
-  hp->rope_type = DI_ROPE_NEOX; /* HF applies rotate-half RoPE to unpermuted weights */
+  /* HF applies rotate-half RoPE to unpermuted weights; DeepSeek's rope sub-head rotates adjacent pairs */
+  hp->rope_type = ad->hf_rope_interleaved ? DI_ROPE_NORM : DI_ROPE_NEOX;
   cfgr c;
   cfgr_init(&c, cfg, path, "", st);
   take(&c, "model_type");

@@ -12,6 +12,7 @@
 #include "backend/cpu/matmul.h"
 #include "model/arch.h"
 #include "model/hf.h"
+#include "model/tensors.h"
 #include "util/fp16.h"
 
 /* ---- owned f32 copies (norm weights, biases, converted tensors) ---- */
@@ -81,8 +82,8 @@ static bool gk_f(const di_gguf *g, const char *arch, const char *suffix, float *
   return true;
 }
 
-static di_code bind_gguf(di_model *m, di_tensor *t, const char *name, int64_t ne0, int64_t ne1, bool required,
-                         di_status *st) {
+static di_code bind_gguf(di_model *m, di_tensor *t, const char *name, int64_t ne0, int64_t ne1, int64_t n_sub,
+                         bool required, di_status *st) {
   const di_gguf_tensor *gt = di_gguf_find_tensor(m->gguf, name);
   memset(t, 0, sizeof *t);
   if (!gt) {
@@ -90,6 +91,11 @@ static di_code bind_gguf(di_model *m, di_tensor *t, const char *name, int64_t ne
     return DI_OK;
   }
   int64_t rows = gt->ne[1] * gt->ne[2] * gt->ne[3];
+  if (n_sub > 0 && (gt->ne[1] != ne1 || gt->ne[2] != n_sub || gt->ne[3] != 1))
+    return di_errorf(st, DI_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld, %lld]",
+                     m->path, name, (long long)gt->ne[0], (long long)gt->ne[1], (long long)gt->ne[2], (long long)ne0,
+                     (long long)ne1, (long long)n_sub);
+  if (n_sub > 0) ne1 = rows;
   if (gt->ne[0] != ne0 || (ne1 > 0 && rows != ne1))
     return di_errorf(st, DI_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld], expected [%lld, %lld]", m->path,
                      name, (long long)gt->ne[0], (long long)rows, (long long)ne0, (long long)ne1);
@@ -101,6 +107,75 @@ static di_code bind_gguf(di_model *m, di_tensor *t, const char *name, int64_t ne
   t->name = gt->name;
   m->weight_bytes += gt->nbytes;
   m->n_params += (uint64_t)(gt->ne[0] * rows);
+  return DI_OK;
+}
+
+/* deepseek2 keys as llama.cpp's converter writes them: MLA sizes (newer files
+ * store the absorbed MQA view in key_length/value_length and the per-head
+ * sizes in *_mla), MoE routing, YaRN's log multiplier (0.1 mscale_all_dim). */
+static di_code gguf_mla_moe(di_model *m, const char *arch, di_status *st) {
+  di_hparams *hp = &m->hp;
+  const di_gguf *g = m->gguf;
+  int key_len = 0, val_len = 0;
+  if (!gk_i(g, arch, "attention.kv_lora_rank", &hp->kv_lora_rank) || hp->kv_lora_rank <= 0)
+    return di_errorf(st, DI_ERR_FORMAT, "%s: missing or invalid key %s.attention.kv_lora_rank", m->path, arch);
+  gk_i(g, arch, "attention.q_lora_rank", &hp->q_lora_rank);
+  if (gk_i(g, arch, "attention.key_length_mla", &key_len)) {
+    gk_i(g, arch, "attention.value_length_mla", &val_len);
+  } else {
+    gk_i(g, arch, "attention.key_length", &key_len);
+    gk_i(g, arch, "attention.value_length", &val_len);
+  }
+  if (key_len <= hp->rope_dim || val_len <= 0)
+    return di_errorf(st, DI_ERR_FORMAT, "%s: invalid MLA head sizes (%s.attention.key_length_mla %d, value_length_mla "
+                     "%d, rope.dimension_count %d)", m->path, arch, key_len, val_len, hp->rope_dim);
+  hp->head_dim = key_len;
+  hp->qk_nope_dim = key_len - hp->rope_dim;
+  hp->v_head_dim = val_len;
+  hp->n_head_kv = hp->n_head;
+  gk_i(g, arch, "leading_dense_block_count", &hp->first_k_dense);
+  gk_i(g, arch, "expert_count", &hp->n_expert);
+  gk_i(g, arch, "expert_used_count", &hp->n_expert_used);
+  gk_i(g, arch, "expert_shared_count", &hp->n_expert_shared);
+  gk_i(g, arch, "expert_feed_forward_length", &hp->n_ff_exp);
+  hp->n_ff_shexp = hp->n_expert_shared * hp->n_ff_exp;
+  hp->moe_layer_freq = 1;
+  hp->n_group = hp->topk_group = 1;
+  gk_i(g, arch, "expert_group_count", &hp->n_group);
+  gk_i(g, arch, "expert_group_used_count", &hp->topk_group);
+  hp->moe_scale = 1;
+  gk_f(g, arch, "expert_weights_scale", &hp->moe_scale);
+  char key[128];
+  snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+  bool norm = false;
+  hp->moe_norm_topk = di_gguf_get_bool(g, key, &norm) && norm;
+  int gating = 1; /* files before the key: softmax (V2) */
+  gk_i(g, arch, "expert_gating_func", &gating);
+  if (gating != 1 && gating != 2)
+    return di_errorf(st, DI_ERR_UNSUPPORTED, "%s: %s.expert_gating_func %d not supported", m->path, arch, gating);
+  hp->moe_score = gating == 2 ? DI_MOE_SIGMOID : DI_MOE_SOFTMAX;
+  if (hp->n_expert > DI_MOE_MAX_EXPERTS || (hp->n_expert > 0 && (hp->n_expert_used <= 0 ||
+      hp->n_expert_used > hp->n_expert || hp->n_ff_exp <= 0 || hp->n_group <= 0 || hp->n_expert % hp->n_group ||
+      hp->topk_group <= 0 || hp->topk_group > hp->n_group)))
+    return di_errorf(st, DI_ERR_FORMAT, "%s: inconsistent expert keys (%s.expert_count %d, expert_used_count %d, "
+                     "expert_group_count %d, expert_group_used_count %d)", m->path, arch, hp->n_expert,
+                     hp->n_expert_used, hp->n_group, hp->topk_group);
+  /* selection: bias-corrected (noaux_tc) where the file has the bias */
+  snprintf(key, sizeof key, "blk.%d.exp_probs_b.bias", hp->first_k_dense);
+  if (di_gguf_find_tensor(g, key)) hp->moe_topk = DI_MOE_NOAUX_TC;
+  else hp->moe_topk = hp->n_group > 1 ? DI_MOE_GROUP_LIMITED : DI_MOE_GREEDY;
+  hp->mla_kv_b_split = !di_gguf_find_tensor(g, "blk.0.attn_kv_b.weight");
+  double scale = 1.0 / sqrt((double)hp->head_dim);
+  float log_mul = 0;
+  gk_f(g, arch, "rope.scaling.yarn_log_multiplier", &log_mul);
+  if (hp->rope_scaling == DI_ROPE_SCALE_YARN) {
+    hp->yarn_attn_factor = 1; /* cos/sin unscaled: mscale / mscale_all_dim = 1 as in DeepSeek's configs */
+    if (log_mul > 0) {
+      double ms = 1.0 + log_mul * log(hp->rope_factor);
+      scale *= ms * ms;
+    }
+  }
+  hp->attn_scale = (float)scale;
   return DI_OK;
 }
 
@@ -156,6 +231,10 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
   }
   if (hp->rope_base_local == 0) hp->rope_base_local = hp->rope_base;
   hp->rope_local_unscaled = hp->swa_pattern > 0;
+  if (hp->attn_kind == DI_ATTN_MLA && (rc = gguf_mla_moe(m, arch, st))) {
+    free(arch);
+    return rc;
+  }
   free(arch);
   int64_t v;
   hp->bos_id = di_gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &v) ? (int32_t)v : -1;
@@ -164,55 +243,64 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
   const di_gguf_tensor *emb = di_gguf_find_tensor(g, "token_embd.weight");
   if (!emb) return di_errorf(st, DI_ERR_FORMAT, "%s: missing tensor token_embd.weight", m->path);
   hp->n_vocab = (int)emb->ne[1];
-  int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
-  if ((rc = bind_gguf(m, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, true, st))) return rc;
-  if ((rc = bind_gguf(m, &m->output_norm, "output_norm.weight", hp->n_embd, 1, true, st))) return rc;
-  if ((rc = bind_gguf(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, false, st))) return rc;
+  if ((rc = bind_gguf(m, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, true, st))) return rc;
+  if ((rc = bind_gguf(m, &m->output_norm, "output_norm.weight", hp->n_embd, 1, 0, true, st))) return rc;
+  if ((rc = bind_gguf(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, 0, false, st))) return rc;
   hp->tied_output = m->output.data == NULL;
-  if ((rc = bind_gguf(m, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 1, false, st))) return rc;
+  if ((rc = bind_gguf(m, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 1, 0, false, st))) return rc;
   if (m->rope_freqs.data && m->rope_freqs.type != DI_F32 && (rc = di_model_to_f32(m, &m->rope_freqs, 0, st)))
     return rc;
-  m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-  if (!m->layers) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
-  for (int il = 0; il < hp->n_layer; il++) {
-    di_layer_weights *L = &m->layers[il];
-    struct {
-      di_tensor *t;
-      const char *n;
-      int64_t ne0, ne1;
-      bool req;
-    } binds[] = {
-        {&L->attn_norm, "attn_norm", hp->n_embd, 1, true},
-        {&L->wq, "attn_q", hp->n_embd, q_dim, true},
-        {&L->wk, "attn_k", hp->n_embd, kv_dim, true},
-        {&L->wv, "attn_v", hp->n_embd, kv_dim, true},
-        {&L->wo, "attn_output", q_dim, hp->n_embd, true},
-        {&L->bq, "attn_q.bias", q_dim, 1, hp->qkv_bias},
-        {&L->bk, "attn_k.bias", kv_dim, 1, hp->qkv_bias},
-        {&L->bv, "attn_v.bias", kv_dim, 1, hp->qkv_bias},
-        {&L->q_norm, "attn_q_norm", hp->head_dim, 1, hp->qk_norm},
-        {&L->k_norm, "attn_k_norm", hp->head_dim, 1, hp->qk_norm},
-        {&L->attn_post_norm, "post_attention_norm", hp->n_embd, 1, hp->post_norms},
-        {&L->ffn_norm, "ffn_norm", hp->n_embd, 1, true},
-        {&L->w_gate, "ffn_gate", hp->n_embd, hp->n_ff, true},
-        {&L->w_up, "ffn_up", hp->n_embd, hp->n_ff, true},
-        {&L->w_down, "ffn_down", hp->n_ff, hp->n_embd, true},
-        {&L->ffn_post_norm, "post_ffw_norm", hp->n_embd, 1, hp->post_norms},
-    };
-    for (size_t i = 0; i < sizeof binds / sizeof binds[0]; i++) {
-      char name[96];
-      const char *n = binds[i].n;
-      /* ".bias" names replace the ".weight" suffix */
-      if (strstr(n, ".bias")) snprintf(name, sizeof name, "blk.%d.%s", il, n);
-      else snprintf(name, sizeof name, "blk.%d.%s.weight", il, n);
-      if ((rc = bind_gguf(m, binds[i].t, name, binds[i].ne0, binds[i].ne1, binds[i].req, st))) return rc;
+  if ((rc = di_model_bind_layers(m, NULL, bind_gguf, 0, st))) return rc;
+  return DI_OK;
+}
+
+/* MLA's kv_b_proj as f32 rows (head-major, each head's qk_nope key rows then
+ * its v rows, kv_lora_rank wide): the forward multiplies queries and latent
+ * outputs by per-head slices of it (absorption). */
+static di_code absorb_prepare(di_model *m, di_layer_weights *L, di_status *st) {
+  const di_hparams *hp = &m->hp;
+  const int H = hp->n_head, nope = hp->qk_nope_dim, vd = hp->v_head_dim, kvl = hp->kv_lora_rank;
+  const di_tensor *ts[] = {&L->wkv_b, &L->wk_b, &L->wv_b};
+  for (int i = 0; i < 3; i++)
+    if (ts[i]->data && !di_cpu_dtype_supported(ts[i]->type))
+      return di_errorf(st, DI_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s not supported", m->path, ts[i]->name,
+                       di_dtype_name(ts[i]->type));
+  float *dst = di_model_alloc_f32(m, (size_t)H * (nope + vd) * kvl);
+  if (!dst) return di_errorf(st, DI_ERR_NOMEM, "%s: out of memory converting %s", m->path, L->wkv_b.name);
+  if (L->wkv_b.data) {
+    const di_tensor *t = &L->wkv_b;
+    for (int64_t r = 0; r < t->ne[1]; r++)
+      di_cpu_dequant_row(t->type, (const uint8_t *)t->data + (size_t)r * t->row_bytes, dst + r * t->ne[0], t->ne[0]);
+  } else {
+    /* attn_k_b: per head kvl rows of nope (W_k transposed); attn_v_b: per head vd rows of kvl */
+    float row[4096];
+    if (nope > 4096) return di_errorf(st, DI_ERR_UNSUPPORTED, "%s: qk_nope_head_dim %d too large", m->path, nope);
+    for (int h = 0; h < H; h++) {
+      float *wh = dst + (size_t)h * (nope + vd) * kvl;
+      for (int c = 0; c < kvl; c++) {
+        const di_tensor *t = &L->wk_b;
+        di_cpu_dequant_row(t->type, (const uint8_t *)t->data + ((size_t)h * kvl + c) * t->row_bytes, row, nope);
+        for (int d = 0; d < nope; d++) wh[(size_t)d * kvl + c] = row[d];
+      }
+      for (int e = 0; e < vd; e++) {
+        const di_tensor *t = &L->wv_b;
+        di_cpu_dequant_row(t->type, (const uint8_t *)t->data + ((size_t)h * vd + e) * t->row_bytes,
+                           wh + (size_t)(nope + e) * kvl, kvl);
+      }
     }
   }
+  L->kv_b = dst;
   return DI_OK;
 }
 
 static di_code finish_load(di_model *m, di_status *st) {
   di_hparams *hp = &m->hp;
+  if (hp->attn_kind == DI_ATTN_MLA &&
+      (hp->kv_lora_rank <= 0 || hp->qk_nope_dim <= 0 || hp->v_head_dim <= 0 || hp->rope_dim <= 0 ||
+       hp->head_dim != hp->qk_nope_dim + hp->rope_dim))
+    return di_errorf(st, DI_ERR_FORMAT, "%s: inconsistent MLA dimensions (kv_lora_rank %d, qk_nope_head_dim %d, "
+                     "qk_rope_head_dim %d, v_head_dim %d)", m->path, hp->kv_lora_rank, hp->qk_nope_dim, hp->rope_dim,
+                     hp->v_head_dim);
   if (hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv)
     return di_errorf(st, DI_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d", m->path,
                      hp->n_head, hp->n_head_kv);
@@ -227,10 +315,13 @@ static di_code finish_load(di_model *m, di_status *st) {
     if (small[i]->data && small[i]->type != DI_F32 && (rc = di_model_to_f32(m, small[i], 0, st))) return rc;
   for (int il = 0; il < hp->n_layer; il++) {
     di_layer_weights *L = &m->layers[il];
-    di_tensor *ts[] = {&L->attn_norm, &L->bq,      &L->bk,       &L->bv,           &L->q_norm,
-                       &L->k_norm,    &L->ffn_norm, &L->attn_post_norm, &L->ffn_post_norm};
-    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
-      if (ts[i]->data && ts[i]->type != DI_F32 && (rc = di_model_to_f32(m, ts[i], 0, st))) return rc;
+    for (size_t i = 0; i < di_n_layer_tensors; i++) {
+      const di_tensor_desc *d = &di_layer_tensors[i];
+      if (d->kind != DI_W_NORM && d->kind != DI_W_BIAS) continue;
+      di_tensor *t = (di_tensor *)((char *)L + d->off);
+      if (t->data && t->type != DI_F32 && (rc = di_model_to_f32(m, t, 0, st))) return rc;
+    }
+    if (L->attn == DI_ATTN_MLA && (rc = absorb_prepare(m, L, st))) return rc;
   }
   if (!m->output.data) m->output = m->tok_embd;
   return DI_OK;
@@ -260,14 +351,22 @@ static di_code pack_one(di_model *m, di_tensor *t, bool mmapped, di_status *st) 
   return DI_OK;
 }
 
+typedef struct pack_ctx {
+  di_model *m;
+  bool mmapped;
+  di_code rc;
+  di_status *st;
+} pack_ctx;
+
+static void pack_each(di_tensor *t, void *u) {
+  pack_ctx *c = u;
+  if (!c->rc) c->rc = pack_one(c->m, t, c->mmapped, c->st);
+}
+
 static di_code pack_weights(di_model *m, bool mmapped, di_status *st) {
-  di_code rc = pack_one(m, &m->output, mmapped, st);
-  for (int il = 0; il < m->hp.n_layer && !rc; il++) {
-    di_layer_weights *L = &m->layers[il];
-    di_tensor *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    for (int i = 0; i < 7 && !rc; i++) rc = pack_one(m, lw[i], mmapped, st);
-  }
-  return rc;
+  pack_ctx c = {m, mmapped, pack_one(m, &m->output, mmapped, st), st};
+  for (int il = 0; il < m->hp.n_layer && !c.rc; il++) di_layer_each_matrix(&m->hp, &m->layers[il], pack_each, &c);
+  return c.rc;
 }
 
 di_code di_model_load(const char *path, const di_model_opts *o, di_model **out, di_status *st) {
@@ -301,6 +400,11 @@ void di_model_free(di_model *m) {
   di_gguf_close(m->gguf);
   di_hf_close(m);
   owned_free(m->owned);
+  for (int il = 0; m->layers && il < m->hp.n_layer; il++) {
+    free(m->layers[il].exp_gate);
+    free(m->layers[il].exp_up);
+    free(m->layers[il].exp_down);
+  }
   free(m->layers);
   free(m->path);
   free(m);

@@ -13,6 +13,18 @@
 typedef enum di_rope_type { DI_ROPE_NORM = 0, DI_ROPE_NEOX = 1 } di_rope_type;
 typedef enum di_rope_scaling { DI_ROPE_SCALE_NONE = 0, DI_ROPE_SCALE_LINEAR, DI_ROPE_SCALE_YARN, DI_ROPE_SCALE_LLAMA3 } di_rope_scaling;
 typedef enum di_act { DI_ACT_SILU = 0, DI_ACT_GELU_TANH = 1 } di_act;
+/* A layer's attention: grouped-query (MHA/GQA/MQA over per-head K/V), or
+ * multi-head latent attention (DeepSeek-V2/V3: one latent row per token). */
+typedef enum di_attn_kind { DI_ATTN_GQA = 0, DI_ATTN_MLA = 1 } di_attn_kind;
+/* A layer's feed-forward: one GLU, or routed experts (+ shared experts). */
+typedef enum di_ffn_kind { DI_FFN_DENSE = 0, DI_FFN_MOE = 1 } di_ffn_kind;
+typedef enum di_moe_score { DI_MOE_SOFTMAX = 0, DI_MOE_SIGMOID = 1 } di_moe_score;
+/* Expert selection: top-k of all (greedy), top-k within the topk_group best
+ * groups by their best score (group_limited_greedy), or by the sum of their two
+ * best bias-corrected scores (noaux_tc). */
+/* Most routed experts a model may have (the router's per-token scratch). */
+#define DI_MOE_MAX_EXPERTS 1024
+typedef enum di_moe_topk { DI_MOE_GREEDY = 0, DI_MOE_GROUP_LIMITED = 1, DI_MOE_NOAUX_TC = 2 } di_moe_topk;
 
 typedef struct di_hparams {
   char arch[32];         /* "llama", "qwen2", "qwen3", "mistral", "gemma3" */
@@ -38,6 +50,21 @@ typedef struct di_hparams {
   float rope_attn_factor; /* yarn cos/sin scale; 0 = 0.1 ln(factor) + 1 */
   bool rope_yarn_no_truncate; /* yarn ramp ends not rounded to whole dims */
   bool rope_local_unscaled; /* sliding-window layers rotate without the scaling (gemma3) */
+  /* MLA (attn_kind DI_ATTN_MLA; head_dim = qk_nope + qk_rope, rope_dim = qk_rope) */
+  di_attn_kind attn_kind;
+  int q_lora_rank;       /* 0 = direct q_proj */
+  int kv_lora_rank, qk_nope_dim, v_head_dim;
+  bool mla_kv_b_split;   /* GGUF: kv_b as attn_k_b + attn_v_b (llama.cpp's converter) */
+  /* MoE (layers whose ffn kind is DI_FFN_MOE) */
+  int n_expert, n_expert_used, n_expert_shared;
+  int n_ff_exp, n_ff_shexp; /* routed / shared expert widths */
+  int first_k_dense;     /* leading dense layers */
+  int moe_layer_freq;    /* after those, every Nth layer is MoE */
+  int n_group, topk_group;
+  di_moe_score moe_score;
+  di_moe_topk moe_topk;
+  bool moe_norm_topk;
+  float moe_scale;       /* routed_scaling_factor */
   /* attention */
   int sliding_window;    /* 0 = none */
   int swa_pattern;       /* gemma3: every Nth layer is global (N=6); 0 = all layers use sliding_window if set */
@@ -57,6 +84,8 @@ typedef struct di_hparams {
 
 /* Is layer il a sliding-window layer? */
 bool di_hparams_layer_is_swa(const di_hparams *hp, int il);
+/* Layer il's feed-forward kind (first_k_dense, moe_layer_freq from the file). */
+di_ffn_kind di_hparams_layer_ffn(const di_hparams *hp, int il);
 
 typedef struct di_tensor {
   di_dtype type;
@@ -68,8 +97,20 @@ typedef struct di_tensor {
 } di_tensor;
 
 typedef struct di_layer_weights {
+  di_attn_kind attn;
+  di_ffn_kind ffn;
   di_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, attn_post_norm;
+  /* MLA: wq (direct) or wq_a -> q_a_norm -> wq_b; wkv_a -> [latent | rope key] */
+  di_tensor wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wkv_b, wk_b, wv_b;
   di_tensor ffn_norm, w_gate, w_up, w_down, ffn_post_norm;
+  /* MoE: router, selection bias, shared expert GLU, and the routed experts'
+   * gate/up/down as [n_expert] views (each its own tensor in HF files, slices
+   * of one 3-D tensor in GGUF) */
+  di_tensor router, router_bias, sh_gate, sh_up, sh_down;
+  di_tensor *exp_gate, *exp_up, *exp_down;
+  /* MLA's kv_b_proj as f32 per head [H][qk_nope + v][kv_lora], absorbed into
+   * the query (k part) and the output (v part) */
+  const float *kv_b;
 } di_layer_weights;
 
 typedef struct di_model {

@@ -1,0 +1,71 @@
+/* What the op program's files share: the forward context (scratch), the
+ * parallel matmul, and per-token stages. forward.c runs the layer sequence;
+ * attn_mla.c and ffn_moe.c are the MLA attention and MoE feed-forward kinds. */
+#ifndef DI_GRAPH_FORWARD_INTERNAL_H
+#define DI_GRAPH_FORWARD_INTERNAL_H
+
+#include "graph/attention.h"
+#include "graph/forward.h"
+
+/* Largest thread count, and tokens per thread, for which a batch is split. */
+#define SPLIT_MAX_PARTS 8
+#define SPLIT_MAX_TOKENS 64
+
+struct di_forward_ctx {
+  const di_model *m;
+  int max_tokens;
+  di_threadpool *tp;
+  float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
+  /* MLA: q_a rows, kv_a rows, absorbed queries and latent outputs */
+  float *qa, *kva, *qm, *attm;
+  /* MoE: router logits, choices, gathered rows, per-token accumulators */
+  float *rlogit, *selw, *xg, *eo, *acc;
+  int32_t *sel, *bucket;
+  float *bucket_w;
+  float *rope_g, *rope_l; /* [T][rope_dim] (cos, sin) pairs per token */
+  void *xq;               /* prepared activations */
+  size_t xq_bytes;
+  /* xq already holds xq_src's rows in activation format xq_fmt (a row stage
+   * prepared them, see prep_rows), so the next matmul of x = xq_src skips its
+   * own preparation pass and the sync after it */
+  const float *xq_src;
+  int xq_fmt;
+  di_attn_sched *attn;
+  const float *freq_factors;
+  /* Batch split (see split_plan): one single-threaded context per thread. */
+  di_forward_ctx *part[SPLIT_MAX_PARTS];
+  int n_parts;
+  bool *split_want; /* [max_tokens] want_logits when the batch leaves it NULL */
+  int split_mode;   /* DI_FORWARD_SPLIT: -1 never, 1 whenever possible, 0 by model size */
+};
+
+typedef struct kv_loc {
+  int table, layer;
+} kv_loc;
+
+typedef struct stage_ctx {
+  di_forward_ctx *f;
+  di_kv_pool *kv;
+  const di_batch *b;
+  const di_layer_weights *L;
+  kv_loc loc;
+  const float *rope;
+  void (*fn)(struct stage_ctx *c, int t);
+  void (*rows)(struct stage_ctx *c, int t0, int t1); /* par_rows: a thread's tokens at once */
+  const di_layer_weights *next; /* st_ffn_out: the next layer, whose input norm it runs */
+  /* par_rows_prep: the matmul after the stage (prep_w, on prep_x), whose
+   * activation rows the stage prepares as it finishes them */
+  const di_tensor *prep_w;
+  const float *prep_x;
+} stage_ctx;
+
+void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n, const float *x, int64_t M);
+void di_fwd_matmul(di_forward_ctx *f, const di_tensor *w, const float *x, int64_t M, float *y);
+void di_fwd_par_tokens(stage_ctx *c, void (*fn)(stage_ctx *, int));
+
+/* MLA attention of layer sc->L: f->xn -> f->att ([T][n_head * v_head_dim]). */
+di_code di_fwd_attn_mla(stage_ctx *sc, di_status *st);
+/* MoE feed-forward of layer sc->L: f->xn -> f->tmp. */
+void di_fwd_ffn_moe(stage_ctx *sc);
+
+#endif

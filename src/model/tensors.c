@@ -1,0 +1,185 @@
+#include "model/tensors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/hf.h"
+
+#define W(f) offsetof(di_layer_weights, f)
+
+/* Gemma names its four HF norms differently: its post_attention_layernorm is
+ * the attention block's post-norm and pre_feedforward_layernorm the FFN's
+ * input norm; GGUF names are the same for every architecture. */
+const di_tensor_desc di_layer_tensors[] = {
+    {W(attn_norm), "attn_norm.weight", "input_layernorm.weight", DIM_EMBD, DIM_ONE, 0, DI_W_NORM, false, DIM_ONE},
+    /* grouped-query attention */
+    {W(wq), "attn_q.weight", "self_attn.q_proj.weight", DIM_EMBD, DIM_Q, DI_T_GQA, DI_W_MAT, false, DIM_ONE},
+    {W(wk), "attn_k.weight", "self_attn.k_proj.weight", DIM_EMBD, DIM_KV, DI_T_GQA, DI_W_MAT, false, DIM_ONE},
+    {W(wv), "attn_v.weight", "self_attn.v_proj.weight", DIM_EMBD, DIM_KV, DI_T_GQA, DI_W_MAT, false, DIM_ONE},
+    {W(wo), "attn_output.weight", "self_attn.o_proj.weight", DIM_Q, DIM_EMBD, DI_T_GQA, DI_W_MAT, false, DIM_ONE},
+    {W(bq), "attn_q.bias", "self_attn.q_proj.bias", DIM_Q, DIM_ONE, DI_T_GQA | DI_T_BIAS, DI_W_BIAS, false, DIM_ONE},
+    {W(bk), "attn_k.bias", "self_attn.k_proj.bias", DIM_KV, DIM_ONE, DI_T_GQA | DI_T_BIAS, DI_W_BIAS, false, DIM_ONE},
+    {W(bv), "attn_v.bias", "self_attn.v_proj.bias", DIM_KV, DIM_ONE, DI_T_GQA | DI_T_BIAS, DI_W_BIAS, false, DIM_ONE},
+    {W(q_norm), "attn_q_norm.weight", "self_attn.q_norm.weight", DIM_HEAD, DIM_ONE, DI_T_QKNORM, DI_W_NORM, false, DIM_ONE},
+    {W(k_norm), "attn_k_norm.weight", "self_attn.k_norm.weight", DIM_HEAD, DIM_ONE, DI_T_QKNORM, DI_W_NORM, false, DIM_ONE},
+    /* multi-head latent attention */
+    {W(wq), "attn_q.weight", "self_attn.q_proj.weight", DIM_EMBD, DIM_QMLA, DI_T_MLA | DI_T_NOQLORA, DI_W_MAT, false, DIM_ONE},
+    {W(wq_a), "attn_q_a.weight", "self_attn.q_a_proj.weight", DIM_EMBD, DIM_QLORA, DI_T_MLA | DI_T_QLORA, DI_W_MAT, false, DIM_ONE},
+    {W(q_a_norm), "attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight", DIM_QLORA, DIM_ONE, DI_T_MLA | DI_T_QLORA,
+     DI_W_NORM, false, DIM_ONE},
+    {W(wq_b), "attn_q_b.weight", "self_attn.q_b_proj.weight", DIM_QLORA, DIM_QMLA, DI_T_MLA | DI_T_QLORA, DI_W_MAT, false, DIM_ONE},
+    {W(wkv_a), "attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight", DIM_EMBD, DIM_KVA, DI_T_MLA, DI_W_MAT,
+     false, DIM_ONE},
+    {W(kv_a_norm), "attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight", DIM_KVLORA, DIM_ONE, DI_T_MLA,
+     DI_W_NORM, false, DIM_ONE},
+    {W(wkv_b), "attn_kv_b.weight", "self_attn.kv_b_proj.weight", DIM_KVLORA, DIM_KVB, DI_T_MLA | DI_T_KVB,
+     DI_W_ABSORB, false, DIM_ONE},
+    {W(wk_b), "attn_k_b.weight", NULL, DIM_NOPE, DIM_KVLORA, DI_T_MLA | DI_T_KVB_SPLIT, DI_W_ABSORB, false, DIM_HEADS},
+    {W(wv_b), "attn_v_b.weight", NULL, DIM_KVLORA, DIM_VHEAD, DI_T_MLA | DI_T_KVB_SPLIT, DI_W_ABSORB, false, DIM_HEADS},
+    {W(wo), "attn_output.weight", "self_attn.o_proj.weight", DIM_VOUT, DIM_EMBD, DI_T_MLA, DI_W_MAT, false, DIM_ONE},
+    /* norms around the blocks */
+    {W(attn_post_norm), "post_attention_norm.weight", "post_attention_layernorm.weight", DIM_EMBD, DIM_ONE, DI_T_POST,
+     DI_W_NORM, false, DIM_ONE},
+    {W(ffn_norm), "ffn_norm.weight", NULL, DIM_EMBD, DIM_ONE, 0, DI_W_NORM, false, DIM_ONE},
+    {W(ffn_norm), NULL, "post_attention_layernorm.weight", DIM_EMBD, DIM_ONE, DI_T_NOPOST, DI_W_NORM, false, DIM_ONE},
+    {W(ffn_norm), NULL, "pre_feedforward_layernorm.weight", DIM_EMBD, DIM_ONE, DI_T_POST, DI_W_NORM, false, DIM_ONE},
+    /* dense GLU */
+    {W(w_gate), "ffn_gate.weight", "mlp.gate_proj.weight", DIM_EMBD, DIM_FF, DI_T_DENSE, DI_W_MAT, false, DIM_ONE},
+    {W(w_up), "ffn_up.weight", "mlp.up_proj.weight", DIM_EMBD, DIM_FF, DI_T_DENSE, DI_W_MAT, false, DIM_ONE},
+    {W(w_down), "ffn_down.weight", "mlp.down_proj.weight", DIM_FF, DIM_EMBD, DI_T_DENSE, DI_W_MAT, false, DIM_ONE},
+    /* mixture of experts */
+    {W(router), "ffn_gate_inp.weight", "mlp.gate.weight", DIM_EMBD, DIM_NEXP, DI_T_MOE, DI_W_MAT, false, DIM_ONE},
+    {W(router_bias), "exp_probs_b.bias", "mlp.gate.e_score_correction_bias", DIM_NEXP, DIM_ONE, DI_T_MOE | DI_T_SELBIAS,
+     DI_W_BIAS, false, DIM_ONE},
+    {W(exp_gate), "ffn_gate_exps.weight", "mlp.experts.%d.gate_proj.weight", DIM_EMBD, DIM_FF_EXP, DI_T_MOE, DI_W_MAT,
+     true, DIM_ONE},
+    {W(exp_up), "ffn_up_exps.weight", "mlp.experts.%d.up_proj.weight", DIM_EMBD, DIM_FF_EXP, DI_T_MOE, DI_W_MAT, true, DIM_ONE},
+    {W(exp_down), "ffn_down_exps.weight", "mlp.experts.%d.down_proj.weight", DIM_FF_EXP, DIM_EMBD, DI_T_MOE, DI_W_MAT,
+     true, DIM_ONE},
+    {W(sh_gate), "ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight", DIM_EMBD, DIM_FF_SHEXP,
+     DI_T_MOE | DI_T_SHARED, DI_W_MAT, false, DIM_ONE},
+    {W(sh_up), "ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight", DIM_EMBD, DIM_FF_SHEXP,
+     DI_T_MOE | DI_T_SHARED, DI_W_MAT, false, DIM_ONE},
+    {W(sh_down), "ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight", DIM_FF_SHEXP, DIM_EMBD,
+     DI_T_MOE | DI_T_SHARED, DI_W_MAT, false, DIM_ONE},
+    /* Gemma's sandwich norm after the FFN */
+    {W(ffn_post_norm), "post_ffw_norm.weight", "post_feedforward_layernorm.weight", DIM_EMBD, DIM_ONE, DI_T_POST,
+     DI_W_NORM, false, DIM_ONE},
+};
+const size_t di_n_layer_tensors = sizeof di_layer_tensors / sizeof di_layer_tensors[0];
+
+int64_t di_dim_value(const di_hparams *hp, di_dim d) {
+  switch (d) {
+    case DIM_ONE: return 1;
+    case DIM_EMBD: return hp->n_embd;
+    case DIM_Q: return (int64_t)hp->n_head * hp->head_dim;
+    case DIM_KV: return (int64_t)hp->n_head_kv * hp->head_dim;
+    case DIM_HEAD: return hp->head_dim;
+    case DIM_FF: return hp->n_ff;
+    case DIM_QLORA: return hp->q_lora_rank;
+    case DIM_QMLA: return (int64_t)hp->n_head * (hp->qk_nope_dim + hp->rope_dim);
+    case DIM_KVA: return hp->kv_lora_rank + hp->rope_dim;
+    case DIM_KVLORA: return hp->kv_lora_rank;
+    case DIM_KVB: return (int64_t)hp->n_head * (hp->qk_nope_dim + hp->v_head_dim);
+    case DIM_VOUT: return (int64_t)hp->n_head * hp->v_head_dim;
+    case DIM_NEXP: return hp->n_expert;
+    case DIM_FF_EXP: return hp->n_ff_exp;
+    case DIM_FF_SHEXP: return hp->n_ff_shexp;
+    case DIM_NOPE: return hp->qk_nope_dim;
+    case DIM_VHEAD: return hp->v_head_dim;
+    case DIM_HEADS: return hp->n_head;
+  }
+  return 0;
+}
+
+unsigned di_layer_bits(const di_hparams *hp, const di_layer_weights *L) {
+  unsigned b = 0;
+  if (L->attn == DI_ATTN_MLA)
+    b |= DI_T_MLA | (hp->q_lora_rank > 0 ? DI_T_QLORA : DI_T_NOQLORA) | (hp->mla_kv_b_split ? DI_T_KVB_SPLIT : DI_T_KVB);
+  else b |= DI_T_GQA;
+  if (L->ffn == DI_FFN_MOE) {
+    b |= DI_T_MOE;
+    if (hp->moe_topk == DI_MOE_NOAUX_TC) b |= DI_T_SELBIAS;
+    if (hp->n_expert_shared > 0) b |= DI_T_SHARED;
+  } else {
+    b |= DI_T_DENSE;
+  }
+  if (hp->qkv_bias) b |= DI_T_BIAS;
+  if (hp->qk_norm) b |= DI_T_QKNORM;
+  b |= hp->post_norms ? DI_T_POST : DI_T_NOPOST;
+  return b;
+}
+
+static di_code bind_experts(di_model *m, const di_tensor_desc *d, di_tensor **slot, const char *hf_prefix, int il, int64_t ne0, int64_t ne1, di_bind_fn bind, di_status *st) {
+  const int E = m->hp.n_expert;
+  di_tensor *t = calloc((size_t)E, sizeof *t);
+  if (!t) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+  *slot = t;
+  char n[192], n2[160];
+  di_code rc;
+  if (hf_prefix) {
+    for (int e = 0; e < E; e++) {
+      snprintf(n2, sizeof n2, d->hf, e);
+      snprintf(n, sizeof n, "%s.layers.%d.%s", hf_prefix, il, n2);
+      if ((rc = bind(m, &t[e], n, ne0, ne1, 0, true, st))) return rc;
+    }
+    return DI_OK;
+  }
+  snprintf(n, sizeof n, "blk.%d.%s", il, d->gguf);
+  di_tensor all;
+  if ((rc = bind(m, &all, n, ne0, ne1, E, true, st))) return rc;
+  for (int e = 0; e < E; e++) {
+    t[e] = all;
+    t[e].ne[1] = ne1;
+    t[e].data = (const uint8_t *)all.data + (size_t)e * (size_t)ne1 * all.row_bytes;
+  }
+  return DI_OK;
+}
+
+di_code di_model_bind_layers(di_model *m, const char *hf_prefix, di_bind_fn bind, float norm_offset, di_status *st) {
+  const di_hparams *hp = &m->hp;
+  m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+  if (!m->layers) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+  di_code rc;
+  for (int il = 0; il < hp->n_layer; il++) {
+    di_layer_weights *L = &m->layers[il];
+    L->attn = hp->attn_kind;
+    L->ffn = di_hparams_layer_ffn(hp, il);
+    unsigned bits = di_layer_bits(hp, L);
+    for (size_t i = 0; i < di_n_layer_tensors; i++) {
+      const di_tensor_desc *d = &di_layer_tensors[i];
+      const char *nm = hf_prefix ? d->hf : d->gguf;
+      if (!nm || (d->need & bits) != d->need) continue;
+      int64_t ne0 = di_dim_value(hp, d->ne0), ne1 = di_dim_value(hp, d->ne1);
+      if (d->experts) {
+        if ((rc = bind_experts(m, d, (di_tensor **)((char *)L + d->off), hf_prefix, il, ne0, ne1, bind, st)))
+          return rc;
+        continue;
+      }
+      di_tensor *t = (di_tensor *)((char *)L + d->off);
+      char n[192];
+      if (hf_prefix) snprintf(n, sizeof n, "%s.layers.%d.%s", hf_prefix, il, nm);
+      else snprintf(n, sizeof n, "blk.%d.%s", il, nm);
+      if ((rc = bind(m, t, n, ne0, ne1, d->sub == DIM_ONE ? 0 : di_dim_value(hp, d->sub), true, st))) return rc;
+      if (hf_prefix && d->kind == DI_W_NORM && t->data && norm_offset != 0 &&
+          (rc = di_model_to_f32(m, t, norm_offset, st)))
+        return rc;
+    }
+  }
+  return DI_OK;
+}
+
+void di_layer_each_matrix(const di_hparams *hp, di_layer_weights *L, void (*fn)(di_tensor *t, void *u), void *u) {
+  unsigned bits = di_layer_bits(hp, L);
+  for (size_t i = 0; i < di_n_layer_tensors; i++) {
+    const di_tensor_desc *d = &di_layer_tensors[i];
+    if (d->kind != DI_W_MAT || (d->need & bits) != d->need) continue;
+    if (d->experts) {
+      di_tensor *t = *(di_tensor **)((char *)L + d->off);
+      for (int e = 0; t && e < hp->n_expert; e++) fn(&t[e], u);
+    } else {
+      fn((di_tensor *)((char *)L + d->off), u);
+    }
+  }
+}
