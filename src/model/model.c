@@ -169,7 +169,7 @@ static di_code gguf_mla_moe(di_model *m, const char *arch, di_status *st) {
   float log_mul = 0;
   gk_f(g, arch, "rope.scaling.yarn_log_multiplier", &log_mul);
   if (hp->rope_scaling == DI_ROPE_SCALE_YARN) {
-    hp->yarn_attn_factor = 1; /* cos/sin unscaled: mscale / mscale_all_dim = 1 as in DeepSeek's configs */
+    hp->rope_attn_factor = 1; /* cos/sin unscaled: mscale / mscale_all_dim = 1 as in DeepSeek's configs */
     if (log_mul > 0) {
       double ms = 1.0 + log_mul * log(hp->rope_factor);
       scale *= ms * ms;
