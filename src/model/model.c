@@ -176,6 +176,8 @@ static di_code gguf_mla_moe(di_model *m, const char *arch, di_status *st) {
     }
   }
   hp->attn_scale = (float)scale;
+  gk_f(g, arch, "rope.scaling.yarn_beta_fast", &hp->rope_yarn_beta_fast);
+  gk_f(g, arch, "rope.scaling.yarn_beta_slow", &hp->rope_yarn_beta_slow);
   return DI_OK;
 }
 
