@@ -298,6 +298,35 @@ static di_code parse_part(di_gguf *g, int part, const char *file, di_status *st,
                        t->name, (unsigned long long)off, (unsigned long long)t->nbytes, pp->size - data_start);
         goto out;
       }
+      /* Tensor data is packed in declaration order, each start aligned
+       * (what writers produce and ggml requires): a type edited to another
+       * of a different size shows up as an overlap or a gap here. */
+      if (i) {
+        const di_gguf_tensor *pt = &g->tensors[first + i - 1];
+        uint64_t end = offsets[i - 1] + pt->nbytes, expect = (end + alignment - 1) / alignment * alignment;
+        if (off != expect) {
+          rc = di_errorf(st, DI_ERR_FORMAT,
+                         "%s: tensor %s (%s) ends at %llu but the next tensor %s starts at %llu: its type or "
+                         "shape does not match the data",
+                         file, pt->name, di_dtype_name(pt->type), (unsigned long long)end, t->name,
+                         (unsigned long long)off);
+          goto out;
+        }
+      } else if (off != 0) {
+        rc = di_errorf(st, DI_ERR_FORMAT, "%s: tensor %s: data starts at offset %llu, not 0", file, t->name,
+                       (unsigned long long)off);
+        goto out;
+      }
+      if (i + 1 == n_tensors) {
+        uint64_t end = off + t->nbytes, room = pp->size - data_start;
+        if (room - end >= alignment) {
+          rc = di_errorf(st, DI_ERR_FORMAT,
+                         "%s: tensor %s (%s), the last, ends %llu bytes before the end of the file: its type "
+                         "or shape does not match the data",
+                         file, t->name, di_dtype_name(t->type), (unsigned long long)(room - end));
+          goto out;
+        }
+      }
       t->data = c.base + data_start + off;
     }
   }
@@ -313,14 +342,10 @@ out:
 }
 
 static di_code load_file(const char *path, bool use_mmap, gguf_part *part, di_status *st) {
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return di_errorf(st, DI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    return di_errorf(st, DI_ERR_IO, "%s: not a regular file", path);
-  }
-  size_t size = (size_t)sb.st_size;
+  int fd;
+  size_t size;
+  di_code orc = di_open_regular(path, &fd, &size, st);
+  if (orc) return orc;
   if (size == 0) {
     close(fd);
     return di_errorf(st, DI_ERR_FORMAT, "%s: empty file", path);

@@ -11,7 +11,7 @@
 #include "model/hf_config.h"
 #include "model/safetensors.h"
 #include "model/tensors.h"
-#include "model/tensors.h"
+#include "util/readall.h"
 
 typedef struct di_st_model {
   di_st_file *files;
@@ -23,6 +23,23 @@ static const di_st_tensor *find(const di_st_model *s, const char *name) {
     for (size_t j = 0; j < s->files[i].n_tensors; j++)
       if (!strcmp(s->files[i].tensors[j].name, name)) return &s->files[i].tensors[j];
   return NULL;
+}
+
+/* A JSON file that must be a regular file of sane size (a FIFO or device
+ * named config.json must not block or stream for ever). NULL with jerr->text
+ * set on failure. */
+static json_t *load_json_file(const char *path, json_error_t *jerr) {
+  char *text = NULL;
+  size_t len = 0;
+  di_status fst = {0};
+  if (di_read_regular(path, (size_t)256 << 20, &text, &len, &fst) != DI_OK) {
+    memset(jerr, 0, sizeof *jerr);
+    snprintf(jerr->text, sizeof jerr->text, "%.150s", fst.msg);
+    return NULL;
+  }
+  json_t *j = json_loadb(text, len, 0, jerr);
+  free(text);
+  return j;
 }
 
 static di_code open_shards(di_model *m, bool use_mmap, di_status *st) {
@@ -40,7 +57,7 @@ static di_code open_shards(di_model *m, bool use_mmap, di_status *st) {
   }
   snprintf(p, sizeof p, "%s/model.safetensors.index.json", m->path);
   json_error_t jerr;
-  json_t *idx = json_load_file(p, 0, &jerr);
+  json_t *idx = load_json_file(p, &jerr);
   if (!idx)
     return di_errorf(st, DI_ERR_FORMAT, "%s: no model.safetensors, and model.safetensors.index.json: %s", m->path,
                      jerr.text);
@@ -108,7 +125,7 @@ di_code di_hf_load(di_model *m, bool use_mmap, di_status *st) {
   char p[4096];
   snprintf(p, sizeof p, "%s/config.json", m->path);
   json_error_t jerr;
-  json_t *cfg = json_load_file(p, 0, &jerr);
+  json_t *cfg = load_json_file(p, &jerr);
   if (!cfg)
     return di_errorf(st, DI_ERR_FORMAT, "%s: %s (line %d, column %d)", p, jerr.text, jerr.line, jerr.column);
   float norm_offset = 0;

@@ -485,6 +485,46 @@ static di_code read_text_config(cfgr *c, const di_arch_desc *ad, di_hparams *hp,
   return cfgr_finish(c);
 }
 
+/* The same ranges as for GGUF keys (model.c): a value outside them would
+ * run into garbage or a huge allocation, so the key is named instead. */
+static di_code check_ranges(const di_hparams *hp, const char *path, di_status *st) {
+  const struct {
+    const char *key;
+    long long v, lo, hi;
+  } ints[] = {
+      {"hidden_size", hp->n_embd, 1, 1 << 20},
+      {"num_hidden_layers", hp->n_layer, 1, 4096},
+      {"intermediate_size", hp->n_ff, 1, 1 << 22},
+      {"num_attention_heads", hp->n_head, 1, 4096},
+      {"num_key_value_heads", hp->n_head_kv, 1, hp->n_head},
+      {"head_dim", hp->head_dim, 1, 4096},
+      {"vocab_size", hp->n_vocab, 1, 1 << 24},
+      {"max_position_embeddings", hp->n_ctx_train, 1, 1 << 24},
+      {"sliding_window", hp->sliding_window, 0, 1 << 24},
+      {"bos_token_id", hp->bos_id, -1, (long long)hp->n_vocab - 1},
+      {"eos_token_id", hp->eos_id, -1, (long long)hp->n_vocab - 1},
+  };
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+    if (ints[i].v < ints[i].lo || ints[i].v > ints[i].hi)
+      return di_errorf(st, DI_ERR_FORMAT, "%s/config.json: key %s = %lld is out of range [%lld, %lld]", path,
+                       ints[i].key, ints[i].v, ints[i].lo, ints[i].hi);
+  const struct {
+    const char *key;
+    double v, lo, hi;
+  } flts[] = {
+      {"rms_norm_eps", hp->rms_eps, 1e-30, 1},
+      {"rope_theta", hp->rope_base, 1e-30, 1e12},
+      {"rope_local_base_freq", hp->rope_base_local, 1e-30, 1e12},
+      {"attn_logit_softcapping", hp->attn_softcap, 0, 1e6},
+      {"final_logit_softcapping", hp->final_softcap, 0, 1e6},
+  };
+  for (size_t i = 0; i < sizeof flts / sizeof flts[0]; i++)
+    if (!isfinite(flts[i].v) || flts[i].v < flts[i].lo || flts[i].v > flts[i].hi)
+      return di_errorf(st, DI_ERR_FORMAT, "%s/config.json: key %s = %g is out of range [%g, %g]", path,
+                       flts[i].key, flts[i].v, flts[i].lo, flts[i].hi);
+  return DI_OK;
+}
+
 di_code di_hf_read_config(di_hparams *hp, json_t *cfg, const char *path, float *norm_offset, di_status *st) {
   if (!json_is_object(cfg)) return di_errorf(st, DI_ERR_FORMAT, "%s/config.json: not a JSON object", path);
   json_t *mt = json_object_get(cfg, "model_type");
@@ -504,5 +544,5 @@ di_code di_hf_read_config(di_hparams *hp, json_t *cfg, const char *path, float *
   take(&c, "model_type");
   di_code rc = read_text_config(&c, ad, hp, st);
   cfgr_done(&c);
-  return rc;
+  return rc ? rc : check_ranges(hp, path, st);
 }

@@ -181,6 +181,84 @@ static di_code gguf_mla_moe(di_model *m, const char *arch, di_status *st) {
   return DI_OK;
 }
 
+/* A key that is present must hold a usable value: a context length of 0 or
+ * 2^32-1, a NaN RoPE base or a token id past the vocabulary would otherwise
+ * fall back to defaults or run into garbage. Every check names its key. */
+static di_code check_int_key(di_model *m, const char *arch, const char *suffix, long long lo, long long hi,
+                             di_status *st) {
+  char key[128];
+  snprintf(key, sizeof key, "%s%s%s", arch ? arch : "", arch ? "." : "", suffix);
+  const di_gguf_kv *kv = di_gguf_find(m->gguf, key);
+  if (!kv) return DI_OK;
+  int64_t v;
+  if (!di_gguf_get_i64(m->gguf, key, &v))
+    return di_errorf(st, DI_ERR_FORMAT, "%s: key %s is not an integer", m->path, key);
+  if (v < lo || v > hi)
+    return di_errorf(st, DI_ERR_FORMAT, "%s: key %s = %lld is out of range [%lld, %lld]", m->path, key,
+                     (long long)v, lo, hi);
+  return DI_OK;
+}
+
+static di_code check_float_key(di_model *m, const char *arch, const char *suffix, double lo, double hi,
+                               bool open_lo, di_status *st) {
+  char key[128];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  if (!di_gguf_find(m->gguf, key)) return DI_OK;
+  double v;
+  if (!di_gguf_get_f64(m->gguf, key, &v))
+    return di_errorf(st, DI_ERR_FORMAT, "%s: key %s is not a number", m->path, key);
+  if (!isfinite(v) || v < lo || v > hi || (open_lo && v == lo))
+    return di_errorf(st, DI_ERR_FORMAT, "%s: key %s = %g is out of range %s%g, %g]", m->path, key, v,
+                     open_lo ? "(" : "[", lo, hi);
+  return DI_OK;
+}
+
+static di_code validate_gguf_keys(di_model *m, const char *arch, di_status *st) {
+  static const struct {
+    const char *k;
+    long long lo, hi;
+  } ints[] = {
+      {"embedding_length", 1, 1 << 20},        {"block_count", 1, 4096},
+      {"feed_forward_length", 1, 1 << 22},     {"attention.head_count", 1, 4096},
+      {"attention.head_count_kv", 1, 4096},    {"attention.key_length", 1, 4096},
+      {"attention.value_length", 1, 4096},     {"context_length", 1, 1 << 24},
+      {"rope.dimension_count", 2, 4096},       {"attention.sliding_window", 0, 1 << 24},
+      {"rope.scaling.original_context_length", 0, 1 << 24},
+  };
+  static const struct {
+    const char *k;
+    double lo, hi;
+    bool open_lo;
+  } flts[] = {
+      {"attention.layer_norm_rms_epsilon", 0, 1, true}, {"rope.freq_base", 0, 1e12, true},
+      {"rope.freq_base_swa", 0, 1e12, true},           {"attn_logit_softcapping", 0, 1e6, false},
+      {"final_logit_softcapping", 0, 1e6, false},      {"rope.scaling.factor", 0, 1e6, false},
+  };
+  di_code rc;
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+    if ((rc = check_int_key(m, arch, ints[i].k, ints[i].lo, ints[i].hi, st))) return rc;
+  for (size_t i = 0; i < sizeof flts / sizeof flts[0]; i++)
+    if ((rc = check_float_key(m, arch, flts[i].k, flts[i].lo, flts[i].hi, flts[i].open_lo, st))) return rc;
+  return DI_OK;
+}
+
+/* Special token ids must name a token: of the embedding and, when the file
+ * carries its vocabulary, of that list. */
+static di_code validate_token_ids(di_model *m, di_status *st) {
+  long long n = m->hp.n_vocab;
+  const di_gguf_kv *toks = di_gguf_find(m->gguf, "tokenizer.ggml.tokens");
+  if (toks && (long long)toks->arr_n < n) n = (long long)toks->arr_n;
+  static const char *keys[] = {"bos_token_id", "eos_token_id", "eot_token_id", "eom_token_id",
+                               "unknown_token_id", "padding_token_id", "separator_token_id"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    char key[64];
+    snprintf(key, sizeof key, "tokenizer.ggml.%s", keys[i]);
+    di_code rc = check_int_key(m, NULL, key, 0, n - 1, st);
+    if (rc) return rc;
+  }
+  return DI_OK;
+}
+
 static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
   di_code rc = di_gguf_open(m->path, use_mmap, &m->gguf, st);
   if (rc) return rc;
@@ -196,6 +274,10 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
   }
   di_arch_apply(ad, hp);
   hp->rope_type = ad->gguf_rope;
+  if ((rc = validate_gguf_keys(m, arch, st))) {
+    free(arch);
+    return rc;
+  }
   static const char *req[] = {"embedding_length", "block_count", "feed_forward_length", "attention.head_count"};
   int *dst[] = {&hp->n_embd, &hp->n_layer, &hp->n_ff, &hp->n_head};
   for (int i = 0; i < 4; i++)
@@ -206,6 +288,12 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
     }
   hp->n_head_kv = hp->n_head;
   gk_i(g, arch, "attention.head_count_kv", &hp->n_head_kv);
+  if (hp->n_head_kv > hp->n_head) {
+    di_errorf(st, DI_ERR_FORMAT, "%s: key %s.attention.head_count_kv = %d exceeds head_count %d", m->path, arch,
+              hp->n_head_kv, hp->n_head);
+    free(arch);
+    return st->code;
+  }
   hp->head_dim = hp->n_embd / hp->n_head;
   gk_i(g, arch, "attention.key_length", &hp->head_dim);
   hp->n_ctx_train = 2048;
@@ -245,6 +333,7 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
   const di_gguf_tensor *emb = di_gguf_find_tensor(g, "token_embd.weight");
   if (!emb) return di_errorf(st, DI_ERR_FORMAT, "%s: missing tensor token_embd.weight", m->path);
   hp->n_vocab = (int)emb->ne[1];
+  if ((rc = validate_token_ids(m, st))) return rc;
   if ((rc = bind_gguf(m, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, true, st))) return rc;
   if ((rc = bind_gguf(m, &m->output_norm, "output_norm.weight", hp->n_embd, 1, 0, true, st))) return rc;
   if ((rc = bind_gguf(m, &m->output, "output.weight", hp->n_embd, hp->n_vocab, 0, false, st))) return rc;
@@ -384,6 +473,8 @@ di_code di_model_load(const char *path, const di_model_opts *o, di_model **out, 
     rc = di_errorf(st, DI_ERR_IO, "%s: no such file or directory", path);
   } else if (S_ISDIR(sb.st_mode)) {
     rc = di_hf_load(m, o->use_mmap, st);
+  } else if (!S_ISREG(sb.st_mode)) {
+    rc = di_errorf(st, DI_ERR_IO, "%s: not a regular file or a model directory", path);
   } else {
     rc = load_gguf(m, o->use_mmap, st);
   }

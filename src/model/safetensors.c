@@ -104,14 +104,13 @@ di_code di_st_parse(di_st_file *f, di_status *st) {
 di_code di_st_open(const char *path, bool use_mmap, di_st_file *f, di_status *st) {
   memset(f, 0, sizeof *f);
   f->path = strdup(path);
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) return di_errorf(st, DI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0) {
+  int fd;
+  di_code orc = di_open_regular(path, &fd, &f->size, st);
+  if (orc) return orc;
+  if (f->size == 0) {
     close(fd);
-    return di_errorf(st, DI_ERR_IO, "%s: not a non-empty regular file", path);
+    return di_errorf(st, DI_ERR_IO, "%s: empty file", path);
   }
-  f->size = (size_t)sb.st_size;
   if (use_mmap) {
     void *p = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "tokenizer/tok_internal.h"
+#include "util/readall.h"
 
 static di_code oom(di_status *st) { return di_errorf(st, DI_ERR_NOMEM, "tokenizer: out of memory"); }
 
@@ -294,28 +295,12 @@ const char *di_tokenizer_special_text(const di_tokenizer *t, const char *name) {
 
 /* ---- loading by path ---- */
 
+/* Tokenizer and template files are JSON of at most a few tens of MiB; the
+ * cap keeps a wrong path (a disk image, a device) from being read whole. */
+#define TOKENIZER_FILE_MAX ((size_t)1 << 30)
+
 static di_code read_file(const char *path, char **data, size_t *len, di_status *st) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return di_errorf(st, DI_ERR_IO, "%s: %s", path, strerror(errno));
-  di_buf b = {0};
-  char tmp[1 << 16];
-  size_t r;
-  while ((r = fread(tmp, 1, sizeof tmp, f)) > 0)
-    if (!di_buf_put(&b, tmp, r)) {
-      fclose(f);
-      free(b.p);
-      return oom(st);
-    }
-  bool err = ferror(f);
-  fclose(f);
-  if (err) {
-    free(b.p);
-    return di_errorf(st, DI_ERR_IO, "%s: read error", path);
-  }
-  if (!b.p && !di_buf_put(&b, "", 0)) return oom(st);
-  *data = b.p;
-  *len = b.n;
-  return DI_OK;
+  return di_read_regular(path, TOKENIZER_FILE_MAX, data, len, st);
 }
 
 static bool file_exists(const char *p) {

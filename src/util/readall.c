@@ -1,5 +1,11 @@
 #include "util/readall.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -68,5 +74,56 @@ di_code di_read_all(int fd, uint8_t *buf, size_t size, const char *path, di_stat
   }
   if (failed != SIZE_MAX) return di_errorf(st, DI_ERR_IO, "%s: read failed at byte %zu", path, failed);
   if (size > ((size_t)256 << 20)) di_progress(path, 1.0);
+  return DI_OK;
+}
+
+di_code di_open_regular(const char *path, int *fd, size_t *size, di_status *st) {
+  *fd = -1;
+  *size = 0;
+  int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (f < 0) return di_errorf(st, DI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(f, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(f);
+    return di_errorf(st, DI_ERR_IO, "%s: not a regular file", path);
+  }
+  int fl = fcntl(f, F_GETFL);
+  if (fl >= 0) fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+  *fd = f;
+  *size = (size_t)sb.st_size;
+  return DI_OK;
+}
+
+di_code di_read_regular(const char *path, size_t max, char **data, size_t *len, di_status *st) {
+  *data = NULL;
+  *len = 0;
+  int fd;
+  size_t size;
+  di_code rc = di_open_regular(path, &fd, &size, st);
+  if (rc) return rc;
+  if (size > max) {
+    close(fd);
+    return di_errorf(st, DI_ERR_FORMAT, "%s: %zu bytes, more than the %zu allowed for this file", path, size, max);
+  }
+  char *p = malloc(size + 1);
+  if (!p) {
+    close(fd);
+    return di_errorf(st, DI_ERR_NOMEM, "%s: out of memory for %zu bytes", path, size);
+  }
+  size_t got = 0;
+  while (got < size) {
+    ssize_t r = read(fd, p + got, size - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  if (got != size) {
+    free(p);
+    return di_errorf(st, DI_ERR_IO, "%s: read %zu of %zu bytes", path, got, size);
+  }
+  p[size] = 0;
+  *data = p;
+  *len = size;
   return DI_OK;
 }
