@@ -655,6 +655,7 @@ static void *engine_thread(void *arg) {
 
 di_code di_engine_start(di_engine *e) {
   if (e->thread_on) return DI_OK;
+  publish_stats(e); /* the pool's size is known before the first step (metrics) */
   e->stop = false;
   if (pthread_create(&e->thread, NULL, engine_thread, e) != 0) return DI_ERR_INTERNAL;
   e->thread_on = true;

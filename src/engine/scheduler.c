@@ -5,7 +5,9 @@
  *  2. the next prompt chunk of running sequences still in prefill;
  *  3. admission of waiting sequences (new requests and preempted ones, which
  *     keep their arrival order so they resume first: no starvation), while
- *     running + n <= max_seqs and the budget lasts.
+ *     running + n <= max_seqs and the budget lasts. While sequences wait,
+ *     pass 2 leaves half of its budget to this pass (chunked prefill
+ *     interleaves: a long prompt cannot starve a short request).
  *
  * Preemption by recompute: when a running sequence needs a block and the pool
  * (free + parked prefix blocks) is empty, the lowest-priority, latest-arrived
@@ -262,8 +264,15 @@ int di_sched_build(di_engine *e, di_batch *b) {
   int budget = e->max_batch_tokens, n_out = 0;
   while (schedule_running(e, b, &budget, &n_out, true)) {
   }
-  while (schedule_running(e, b, &budget, &n_out, false)) {
+  /* A long prompt must not hold the budget for all of its chunks while new
+   * requests wait: while any wait (and a slot is free), running prefills get
+   * half of what decode left and admission the rest, so a short request
+   * starts between two chunks instead of after the whole prompt. */
+  int reserve = e->waiting.n > 0 && running_slots(e) < e->max_seqs ? budget / 2 : 0;
+  int prefill = budget - reserve;
+  while (schedule_running(e, b, &prefill, &n_out, false)) {
   }
+  budget = prefill + reserve;
   admit(e, b, &budget, &n_out);
   return b->n_tokens;
 }
