@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "server/engine_backend.h"
@@ -23,10 +24,16 @@ static const char USAGE[] =
     "  --api-key-file F         read the key from the first line of F\n"
     "  --served-model-name NAME model id clients send and /v1/models lists\n"
     "                           (default: the model file name without extension)\n"
-    "  --max-queue N            requests admitted beyond --max-seqs before 429 (default 256)\n"
+    "  --max-queue N            sequences (prompts x n) admitted beyond --max-seqs before 429 (default 256)\n"
     "  --max-body BYTES         largest request body; larger get 413 (default 4194304)\n"
     "  --request-timeout S      idle-connection timeout and deadline for receiving a body (default 60)\n"
     "  --max-connections N      simultaneous connections (default 1024)\n"
+    "  --max-connections-per-ip N  simultaneous connections from one address (default 0 = no limit)\n"
+    "  --header-timeout S       deadline for a request's headers to arrive complete (default 10)\n"
+    "  --stream-buffer BYTES    unsent output a stream may hold before it is cancelled as stalled\n"
+    "                           (default 1M)\n"
+    "  --drain-timeout S        on SIGTERM/SIGINT, time open requests get to finish before they\n"
+    "                           are cancelled (default 30; a second signal exits at once)\n"
     "  --quiet                  no per-request log lines\n"
     "\n"
     "engine options:\n"
@@ -95,6 +102,7 @@ int di_cmd_serve(int argc, char **argv) {
   di_engine_opts_default(&eo);
   const char *key_file = NULL, *name = NULL;
   long long seed = -1;
+  int drain_s = 30;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -114,7 +122,10 @@ int di_cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--port")) {
       if (!parse_int(v, 0, 65535, &x)) return di_cli_fail("serve", "--port must be 0..65535, got '%s'", v);
       so.port = (int)x;
-    } else if (!strcmp(a, "--api-key")) so.api_key = v;
+    } else if (!strcmp(a, "--api-key")) {
+      if (!*v) return di_cli_fail("serve", "--api-key is empty; give a key, or omit the option to run without one");
+      so.api_key = v;
+    }
     else if (!strcmp(a, "--api-key-file")) key_file = v;
     else if (!strcmp(a, "--served-model-name")) name = v;
     else if (!strcmp(a, "--max-queue")) {
@@ -129,6 +140,18 @@ int di_cmd_serve(int argc, char **argv) {
     } else if (!strcmp(a, "--max-connections")) {
       if (!parse_int(v, 1, 100000, &x)) return di_cli_fail("serve", "--max-connections must be 1..100000, got '%s'", v);
       so.max_connections = (int)x;
+    } else if (!strcmp(a, "--max-connections-per-ip")) {
+      if (!parse_int(v, 0, 100000, &x)) return di_cli_fail("serve", "--max-connections-per-ip must be 0..100000, got '%s'", v);
+      so.max_connections_per_ip = (int)x;
+    } else if (!strcmp(a, "--header-timeout")) {
+      if (!parse_int(v, 1, 86400, &x)) return di_cli_fail("serve", "--header-timeout must be 1..86400 seconds, got '%s'", v);
+      so.header_timeout = (int)x;
+    } else if (!strcmp(a, "--stream-buffer")) {
+      if (!parse_bytes(v, &bytes) || bytes < 1024) return di_cli_fail("serve", "--stream-buffer must be at least 1024 bytes, got '%s'", v);
+      so.stream_buffer = bytes;
+    } else if (!strcmp(a, "--drain-timeout")) {
+      if (!parse_int(v, 0, 86400, &x)) return di_cli_fail("serve", "--drain-timeout must be 0..86400 seconds, got '%s'", v);
+      drain_s = (int)x;
     } else if (!strcmp(a, "--threads")) {
       if (!parse_int(v, 0, 4096, &x)) return di_cli_fail("serve", "--threads must be 0..4096, got '%s'", v);
       eo.threads = (int)x;
@@ -205,8 +228,13 @@ int di_cmd_serve(int argc, char **argv) {
           di_engine_n_vocab(e), eo.max_seqs);
   int sig = 0;
   sigwait(&sigs, &sig);
-  fprintf(stderr, "deepinfer serve: signal %d, shutting down\n", sig);
-  di_server_stop(s); /* cancels open requests while the engine still runs to finish them */
+  fprintf(stderr, "deepinfer serve: signal %d, draining (up to %d s; a second signal exits at once)\n", sig, drain_s);
+  if (!di_server_drain(s, drain_s, &sigs)) {
+    fprintf(stderr, "deepinfer serve: second signal, exiting now\n");
+    _exit(130);
+  }
+  fprintf(stderr, "deepinfer serve: drained, shutting down\n");
+  di_server_stop(s); /* cancels what is left while the engine still runs to finish it */
   di_engine_stop(e);
   di_srv_engine_detach(&x);
   di_engine_destroy(e);

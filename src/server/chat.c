@@ -19,7 +19,10 @@ static bool msg_content(json_t *m, size_t i, const char *role, di_srv_err *e) {
   json_t *c = json_object_get(m, "content");
   if (!c || json_is_null(c)) {
     if (strcmp(role, "assistant")) return di_srv_bad(e, param, "%s is required for role %s", param, role);
-    return true; /* an assistant turn that only made tool calls */
+    /* An assistant turn that only made tool calls: templates that join
+     * content with strings would fail on a missing key, so it becomes ""
+     * (as vLLM does), which every template treats as no content. */
+    return json_object_set_new(m, "content", json_string("")) ? di_srv_fail(e, 500, "server_error", NULL, "out of memory") : true;
   }
   if (json_is_string(c)) return true;
   if (!json_is_array(c)) return di_srv_bad(e, param, "%s must be a string or an array of content parts", param);
@@ -38,6 +41,27 @@ static bool msg_content(json_t *m, size_t i, const char *role, di_srv_err *e) {
   int bad = b.oom || json_object_set_new(m, "content", json_stringn(b.p ? b.p : "", b.len));
   di_srv_buf_free(&b);
   return bad ? di_srv_fail(e, 500, "server_error", NULL, "out of memory") : true;
+}
+
+/* OpenAI sends tool-call arguments as a JSON string; chat templates
+ * (written for transformers) expect a mapping and render it with tojson or
+ * items(), so a string that holds a JSON object is given to them parsed. */
+static bool tool_calls_for_template(json_t *tc, const char *param, di_srv_err *e) {
+  size_t k;
+  json_t *call;
+  json_array_foreach(tc, k, call) {
+    json_t *fn = json_object_get(call, "function");
+    if (!json_is_object(call) || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
+      return di_srv_bad(e, param, "%s[%zu] must be {\"type\":\"function\",\"function\":{\"name\":...,\"arguments\":...}}",
+                        param, k);
+    json_t *args = json_object_get(fn, "arguments");
+    if (json_is_string(args)) {
+      json_t *parsed = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
+      if (json_is_object(parsed)) json_object_set_new(fn, "arguments", parsed);
+      else json_decref(parsed);
+    }
+  }
+  return true;
 }
 
 /* Validates messages in place; *prefix = 1 when the last one asks for
@@ -72,6 +96,7 @@ static bool parse_messages(json_t *body, int *prefix, di_srv_err *e) {
     json_t *tc = json_object_get(m, "tool_calls");
     snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
     if (tc && !json_is_null(tc) && !json_is_array(tc)) return di_srv_bad(e, param, "%s must be an array", param);
+    if (json_is_array(tc) && !tool_calls_for_template(tc, param, e)) return false;
     json_t *pf = json_object_get(m, "prefix");
     snprintf(param, sizeof param, "messages[%zu].prefix", i);
     if (pf && !json_is_null(pf)) {
@@ -102,10 +127,22 @@ static bool parse_tools(json_t *body, di_srv_err *e) {
     json_t *t;
     json_array_foreach(tools, i, t) {
       json_t *fn = json_object_get(t, "function");
-      if (!json_is_object(t) || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
+      json_t *type = json_object_get(t, "type");
+      if (!json_is_object(t) || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")) ||
+          (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "function"))))
         return di_srv_bad(e, "tools", "tools[%zu] must be {\"type\":\"function\",\"function\":{\"name\":...}}", i);
     }
   }
+  /* The legacy form is not translated: a client using it would otherwise
+   * get answers that silently ignore its functions. */
+  json_t *fns = json_object_get(body, "functions");
+  if (fns && !json_is_null(fns))
+    return di_srv_bad(e, "functions", "'functions' is deprecated and not supported; use 'tools'");
+  json_t *fc = json_object_get(body, "function_call");
+  if (fc && !json_is_null(fc))
+    return di_srv_bad(e, "function_call", "'function_call' is deprecated and not supported; use 'tool_choice'");
+  int parallel = 1;
+  if (!di_srv_get_bool(body, "parallel_tool_calls", &parallel, e)) return false;
   json_t *tc = json_object_get(body, "tool_choice");
   if (tc && !json_is_null(tc)) {
     const char *s = json_string_value(tc);
@@ -114,6 +151,24 @@ static bool parse_tools(json_t *body, di_srv_err *e) {
     if (json_is_object(tc) || !strcmp(s, "required"))
       return di_srv_bad(e, "tool_choice", "forced tool calls are not supported by this server yet");
   }
+  return true;
+}
+
+/* A template that never reads `tools` renders the same prompt with and
+ * without them: the model would not see the tools, so the request is refused
+ * rather than silently answered without them. */
+static bool tools_reach_template(di_server *s, json_t *body, int prefix, const di_srv_sub *sub, di_srv_err *e) {
+  int32_t *ids = NULL;
+  size_t n = 0;
+  int think = 0;
+  di_status st = {0};
+  if (s->be.render_chat(s->be.ctx, json_object_get(body, "messages"), NULL, prefix, &ids, &n, &think, &st) != DI_OK)
+    return true; /* the render with tools succeeded; this one is only a comparison */
+  bool same = n == sub->n_prompt && (n == 0 || !memcmp(ids, sub->prompt_ids, n * sizeof *ids));
+  free(ids);
+  if (same)
+    return di_srv_bad(e, "tools", "this model's chat template does not support tools (it renders the same "
+                                  "prompt without them); describe the tools in a system message instead");
   return true;
 }
 
@@ -142,6 +197,11 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
   if (!di_srv_check_model(s, body, &e) || !di_srv_chat_parse(body, &q, &e)) return di_srv_reply_err(r, &e);
   int prefix = q.prefix, logprobs = q.logprobs;
   long long n = q.n, top = q.top_logprobs;
+  if (s->be.max_seqs > 0 && n > s->be.max_seqs) {
+    di_srv_bad(&e, "n", "'n' = %lld exceeds the sequences this server runs at once (--max-seqs %d)", n,
+               s->be.max_seqs);
+    return di_srv_reply_err(r, &e);
+  }
   di_srv_gen *g = di_srv_gen_new(r, DI_SRV_CHAT, 1, (int)n);
   if (!g) return MHD_NO;
   r->gen = g; /* the request's reference; dropped when the request completes */
@@ -157,6 +217,7 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
     ok = di_srv_bad(&e, "messages", "%s", st.msg);
     if (st.code == DI_ERR_INTERNAL || st.code == DI_ERR_NOMEM) e.status = 500, e.type = "server_error";
   }
+  if (ok && json_array_size(q.tools) > 0 && !tools_reach_template(s, body, prefix, sub, &e)) ok = false;
   if (!ok || !di_srv_check_context(g, sub, &e)) return di_srv_reply_err(r, &e);
   for (int i = 0; i < g->n_choices; i++) di_srv_think_init(&g->choices[i].think, g->think_open);
   if (!di_srv_gen_submit(g, &e)) return di_srv_reply_err(r, &e);
@@ -228,7 +289,8 @@ json_t *di_srv_chat_result(di_srv_gen *g) {
   for (int i = 0; i < g->n_choices; i++) {
     di_srv_choice *ch = &g->choices[i];
     json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", ch->text.p ? ch->text.p : "", ch->text.len);
-    if (ch->think.state != 0 || ch->reasoning.len)
+    /* Only reasoning turns carry the field; other models' answers omit it. */
+    if (ch->think.opened || ch->reasoning.len)
       json_object_set_new(msg, "reasoning_content", json_stringn(ch->reasoning.p ? ch->reasoning.p : "", ch->reasoning.len));
     json_t *lp = json_null();
     if (g->logprobs)

@@ -69,7 +69,9 @@ static bool prepare_sub(di_srv_gen *g, di_srv_sub *sub, json_t *item, int as_ids
   } else {
     const char *text = json_string_value(item);
     di_code rc = suffix ? s->be.fim(s->be.ctx, text, suffix, &sub->prompt_ids, &sub->n_prompt, &st)
-                        : s->be.tokenize(s->be.ctx, text, json_string_length(item), 1, 1, &sub->prompt_ids,
+                        /* Text is text: "<|im_start|>" in a prompt is 7 plain tokens, as
+                         * /tokenize gives; special tokens only as token ids. */
+                        : s->be.tokenize(s->be.ctx, text, json_string_length(item), 1, 0, &sub->prompt_ids,
                                          &sub->n_prompt, &st);
     if (rc == DI_ERR_UNSUPPORTED && suffix)
       return di_srv_bad(e, "suffix", "this model's vocabulary has no fill-in-the-middle tokens, so 'suffix' cannot be used");
@@ -93,6 +95,11 @@ enum MHD_Result di_srv_handle_completions(di_srv_req *r, json_t *body) {
       !di_srv_get_int(body, "logprobs", 0, 20, &logprobs, &e) || !di_srv_get_str(body, "suffix", &suffix, &e) ||
       !parse_prompts(body, items, &n_items, &as_ids, &e))
     return di_srv_reply_err(r, &e);
+  if (s->be.max_seqs > 0 && n > s->be.max_seqs) {
+    di_srv_bad(&e, "n", "'n' = %lld exceeds the sequences this server runs at once (--max-seqs %d)", n,
+               s->be.max_seqs);
+    return di_srv_reply_err(r, &e);
+  }
   if (best_of && best_of != n) {
     di_srv_bad(&e, "best_of", "'best_of' different from 'n' is not supported");
     return di_srv_reply_err(r, &e);

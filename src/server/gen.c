@@ -118,7 +118,7 @@ static char *dup_n(const char *s, size_t n) {
 
 /* Called with g->mu held when a submission stops holding engine work. */
 static void engine_released(di_srv_gen *g) {
-  if (--g->engine_live == 0) atomic_fetch_sub(&g->s->inflight, 1);
+  if (--g->engine_live == 0) atomic_fetch_sub(&g->s->inflight, g->n_subs * g->n_per);
 }
 
 static void on_event(const di_event *ev, void *user) {
@@ -148,12 +148,23 @@ static void on_event(const di_event *ev, void *user) {
     if (ev->error) v->error = strdup(ev->error);
   }
   di_srv_metrics *m = &g->s->metrics;
-  int release = 0;
+  int release = 0, stalled = 0;
   pthread_mutex_lock(&g->mu);
-  if (v) {
+  if (v && g->overflow && ev->finish == DI_FINISH_NONE) {
+    di_srv_evt_free(v); /* cancelled for a client that stopped reading: nothing more to keep */
+  } else if (v) {
+    v->bytes = sizeof *v + v->text_len + (size_t)v->n_top * 8;
+    g->queued_bytes += v->bytes;
     if (g->tail) g->tail->next = v;
     else g->head = v;
     g->tail = v;
+    /* A stream whose client does not read holds its events here: past the
+     * limit it is cancelled (freeing its KV) instead of growing. */
+    if (g->stream && !g->overflow && g->queued_bytes > g->s->o.stream_buffer) {
+      g->overflow = 1;
+      stalled = 1;
+      g->refs++; /* for the watchdog's cancel */
+    }
   } else {
     g->lost = 1;
   }
@@ -183,17 +194,23 @@ static void on_event(const di_event *ev, void *user) {
   }
   pthread_cond_broadcast(&g->cv);
   pthread_mutex_unlock(&g->mu);
+  if (stalled) di_srv_guard_cancel_later(g->s, g);
   if (release) di_srv_gen_unref(g);
 }
 
 bool di_srv_gen_submit(di_srv_gen *g, di_srv_err *e) {
   di_server *s = g->s;
-  int limit = s->be.max_seqs + s->o.max_queue;
-  if (atomic_fetch_add(&s->inflight, 1) >= limit) {
-    atomic_fetch_sub(&s->inflight, 1);
+  /* Admission counts sequences (prompts x n), what the engine schedules: a
+   * request of 64 prompts with n = 2 holds 128 slots, not one. */
+  int limit = s->be.max_seqs + s->o.max_queue, need = g->n_subs * g->n_per;
+  int before = atomic_fetch_add(&s->inflight, need);
+  if (before + need > limit) {
+    atomic_fetch_sub(&s->inflight, need);
     di_srv_metrics_rejected(&s->metrics);
     di_srv_fail(e, 429, "rate_limit_error", "rate_limit_exceeded",
-                "the server is at capacity (%d requests); retry later", limit);
+                "the server is at capacity: this request needs %d sequences (prompts x n), %d of %d are "
+                "taken (--max-seqs + --max-queue); retry later",
+                need, before, limit);
     e->retry_after = 1;
     return false;
   }
@@ -281,6 +298,7 @@ di_srv_evt *di_srv_gen_pop(di_srv_gen *g, int ms) {
   }
   di_srv_evt *v = g->head;
   if (v) {
+    g->queued_bytes -= v->bytes;
     g->head = v->next;
     if (!g->head) g->tail = NULL;
     v->next = NULL;
@@ -345,6 +363,10 @@ enum MHD_Result di_srv_gen_answer(di_srv_req *r, di_srv_gen *g) {
   if (g->stream) return di_srv_stream_start(r, g);
   double last_check = di_srv_now();
   while (!di_srv_gen_done(g)) {
+    if (atomic_load(&r->s->cancel_all) && !g->shutdown) {
+      g->shutdown = 1;
+      di_srv_gen_cancel(g);
+    }
     di_srv_evt *v = di_srv_gen_pop(g, POLL_MS);
     if (v) {
       di_srv_gen_apply(g, v);
@@ -353,7 +375,7 @@ enum MHD_Result di_srv_gen_answer(di_srv_req *r, di_srv_gen *g) {
     double now = di_srv_now();
     if (!v || now - last_check >= POLL_MS / 1000.0) {
       last_check = now;
-      if (di_srv_conn_gone(r->c) || atomic_load(&r->s->stopping)) {
+      if (di_srv_client_left(r->c, &r->probed, NULL) || atomic_load(&r->s->stopping)) {
         di_srv_gen_cancel(g);
         return MHD_NO;
       }
@@ -364,6 +386,13 @@ enum MHD_Result di_srv_gen_answer(di_srv_req *r, di_srv_gen *g) {
     di_srv_fail(&e, 500, "server_error", NULL, "out of memory while collecting the completion");
     return di_srv_reply_err(r, &e);
   }
+  for (int i = 0; i < g->n_choices; i++)
+    if (g->shutdown && g->choices[i].finish == DI_FINISH_CANCELLED) {
+      di_srv_fail(&e, 503, "service_unavailable", "server_shutdown",
+                  "the server is shutting down; the request was cancelled");
+      e.retry_after = 5;
+      return di_srv_reply_err(r, &e);
+    }
   for (int i = 0; i < g->n_choices; i++)
     if (g->choices[i].finish == DI_FINISH_ERROR || g->choices[i].finish == DI_FINISH_CANCELLED) {
       di_srv_fail(&e, 500, "server_error", NULL, "generation failed: %s",

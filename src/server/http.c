@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -29,15 +30,33 @@ void di_server_opts_default(di_server_opts *o) {
   o->max_body = (size_t)4 << 20;
   o->request_timeout = 60;
   o->max_connections = 1024;
+  o->max_connections_per_ip = 0;
+  o->header_timeout = 10;
+  o->stream_buffer = (size_t)1 << 20;
   o->keepalive_ms = 5000;
   o->seed = -1;
 }
 
-int di_srv_conn_gone(struct MHD_Connection *c) {
+int di_srv_client_left(struct MHD_Connection *c, int *probed, di_srv_buf *sse_out) {
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
   if (!ci) return 0;
   struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
-  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+  if (poll(&p, 1, 0) <= 0) return 0;
+  if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return 1; /* reset, or both sides closed */
+  if (!(p.revents & POLLRDHUP)) return 0;
+  /* Only a FIN so far: a half-close (still reading) or a full close. Sending
+   * something tells them apart: a closed socket answers with a reset, seen
+   * as POLLERR on a later check. */
+  if (!*probed) {
+    *probed = 1;
+    if (sse_out) {
+      di_srv_buf_puts(sse_out, ": keep-alive\n\n");
+    } else {
+      static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      if (send(ci->connect_fd, cont, sizeof cont - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) return 1;
+    }
+  }
+  return 0;
 }
 
 enum MHD_Result di_srv_reply(di_srv_req *r, int status, const char *ctype, const char *body,
@@ -84,30 +103,109 @@ enum MHD_Result di_srv_reply_err(di_srv_req *r, const di_srv_err *e) {
     MHD_add_response_header(resp, "Retry-After", ra);
   }
   if (e->status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+  if (r->close) MHD_add_response_header(resp, "Connection", "close");
   r->status = e->status;
   enum MHD_Result ret = MHD_queue_response(r->c, (unsigned)e->status, resp);
   MHD_destroy_response(resp);
   return ret;
 }
 
-/* Bodies are answered only once complete, except when they are hopeless. */
+/* Framing checks on the headers (RFC 9112 section 6): a body is framed by
+ * one Content-Length or by chunked Transfer-Encoding, never both, or the
+ * bytes after it could be read as a second request (smuggling). */
+typedef struct hdr_count {
+  int n_cl, n_te;
+} hdr_count;
+
+static enum MHD_Result count_hdr(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  hdr_count *h = cls;
+  (void)kind;
+  (void)value;
+  if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) h->n_cl++;
+  if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) h->n_te++;
+  return MHD_YES;
+}
+
+static bool check_framing(di_srv_req *r, di_srv_err *e) {
+  hdr_count h = {0};
+  MHD_get_connection_values(r->c, MHD_HEADER_KIND, count_hdr, &h);
+  const char *cl = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  const char *te = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+  if (h.n_cl > 1)
+    return di_srv_bad(e, NULL, "more than one Content-Length header");
+  if (h.n_te > 1 || (te && strcasecmp(te, "chunked")))
+    return di_srv_fail(e, 501, "invalid_request_error", "unsupported_transfer_encoding",
+                       "only 'Transfer-Encoding: chunked' is supported");
+  if (te && cl) return di_srv_bad(e, NULL, "both Content-Length and Transfer-Encoding");
+  if (cl) {
+    size_t i = 0;
+    while (cl[i] >= '0' && cl[i] <= '9') i++;
+    if (!i || cl[i] || i > 19) return di_srv_bad(e, NULL, "invalid Content-Length");
+    if (strtoull(cl, NULL, 10) > r->s->o.max_body) r->too_large = 1;
+  }
+  return true;
+}
+
+static enum MHD_Result too_large(di_srv_req *r) {
+  di_srv_err e;
+  di_srv_fail(&e, 413, "invalid_request_error", "request_too_large",
+              "request body exceeds the server's limit of %zu bytes (--max-body)", r->s->o.max_body);
+  return di_srv_reply_err(r, &e);
+}
+
+/* True when the client waits for "100 Continue" before sending its body. */
+static int expects_continue(di_srv_req *r) {
+  const char *ex = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+  return ex && !strcasecmp(ex, "100-continue");
+}
+
+/* The headers alone decide framing, route, authentication and a declared
+ * size past the limit. Framing errors are answered at once and the
+ * connection closed (the body cannot be told from a next request). Other
+ * refusals are answered at once too when the client waits for 100 Continue
+ * (none is sent) or sends no body; otherwise the body is read and discarded,
+ * never stored, so the client is not cut off mid-send and can read the
+ * answer. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_size, void **con_cls) {
   di_server *s = cls;
   di_srv_req *r = *con_cls;
-  if (!r) {
-    r = calloc(1, sizeof *r);
-    if (!r) return MHD_NO;
-    r->s = s;
+  (void)version;
+  if (!r || !r->started) {
+    if (!r) {
+      r = calloc(1, sizeof *r);
+      if (!r) return MHD_NO;
+      r->s = s;
+      r->t0 = di_srv_now();
+      *con_cls = r;
+    }
+    r->started = 1;
     r->c = c;
     r->method = method;
     r->url = url;
-    r->t0 = di_srv_now();
     r->seq = atomic_fetch_add(&s->next_seq, 1);
-    *con_cls = r;
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && strtoull(cl, NULL, 10) > s->o.max_body) r->too_large = 1;
+    di_srv_guard_headers_done(s, c);
+    di_srv_err e = {0};
+    if (!check_framing(r, &e)) {
+      r->close = 1;
+      return di_srv_reply_err(r, &e);
+    }
+    if (r->too_large)
+      di_srv_fail(&e, 413, "invalid_request_error", "request_too_large",
+                  "request body exceeds the server's limit of %zu bytes (--max-body)", s->o.max_body);
+    if (r->too_large || !di_srv_route_begin(r, &e)) {
+      const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+      const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+      int has_body = te || (cl && strtoull(cl, NULL, 10) > 0);
+      if (!has_body || expects_continue(r)) {
+        r->close = has_body;
+        return di_srv_reply_err(r, &e);
+      }
+      r->refused = malloc(sizeof *r->refused);
+      if (!r->refused) return MHD_NO;
+      *r->refused = e;
+    }
     return MHD_YES;
   }
   if (*upload_size) {
@@ -116,10 +214,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     /* Slow-drip bodies (slowloris) get the request timeout as a deadline for
      * the whole body, not just between bytes. */
     if (di_srv_now() - r->t0 > s->o.request_timeout) return MHD_NO;
-    if (r->too_large || r->body.len + n > s->o.max_body) {
-      r->too_large = 1;
-      r->body.len += n; /* counts drained bytes; the buffer is not used */
-      if (r->body.len > DRAIN_LIMIT) goto too_large;
+    if (r->refused || r->too_large || r->body.len + n > s->o.max_body) {
+      r->too_large |= !r->refused;
+      r->body.len += n; /* counts discarded bytes; the buffer is not used */
+      if (r->body.len > DRAIN_LIMIT) goto refuse;
       return MHD_YES;
     }
     di_srv_buf_put(&r->body, upload_data, n);
@@ -130,13 +228,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     return MHD_YES;
   }
-  if (r->too_large) goto too_large;
-  return di_srv_route(r);
-too_large:;
-  di_srv_err e;
-  di_srv_fail(&e, 413, "invalid_request_error", "request_too_large",
-              "request body exceeds the server's limit of %zu bytes (--max-body)", s->o.max_body);
-  return di_srv_reply_err(r, &e);
+  if (!r->refused && !r->too_large) return di_srv_route(r);
+refuse:
+  if (r->refused) return di_srv_reply_err(r, r->refused);
+  return too_large(r);
+}
+
+/* Called once the request line is in: the request object starts here so
+ * that the target is seen as sent (a %00 decodes to a NUL that would cut the
+ * path short). */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+  di_server *s = cls;
+  di_srv_req *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->s = s;
+  r->c = c;
+  r->t0 = di_srv_now();
+  r->raw_url = strdup(uri ? uri : "");
+  return r;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -158,14 +267,19 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
       cached = (int)json_integer_value(json_object_get(u, "prompt_cache_hit_tokens"));
       json_decref(u);
     }
+    char url[256];
+    di_srv_quote(url, sizeof url, r->url ? r->url : "", 200);
     fprintf(stderr, "deepinfer serve: req=%llu %s %s %d prompt=%d cached=%d completion=%d %.3fs%s\n",
-            (unsigned long long)r->seq, r->method, r->url, status, pt, cached, ct,
+            (unsigned long long)r->seq, r->method ? r->method : "-", url, status, pt, cached, ct,
             di_srv_now() - r->t0,
             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed)");
   }
   if (r->gen) di_srv_gen_unref(r->gen);
   di_srv_buf_free(&r->body);
+  free(r->raw_url);
+  free(r->refused);
   free(r);
+  di_srv_guard_request_done(s, c);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -187,8 +301,13 @@ static void raise_fd_limit(int want) {
 di_code di_server_start(const di_server_opts *o, const di_srv_backend *be, di_server **out,
                         di_status *st) {
   *out = NULL;
-  if (o->max_body == 0 || o->request_timeout <= 0 || o->max_connections <= 0 || o->max_queue < 0)
+  if (o->max_body == 0 || o->request_timeout <= 0 || o->max_connections <= 0 || o->max_queue < 0 ||
+      o->max_connections_per_ip < 0 || o->header_timeout <= 0 || o->stream_buffer == 0)
     return di_errorf(st, DI_ERR_INVALID, "server options out of range");
+  /* An empty key would make "Bearer " the password and every malformed
+   * Authorization header a match: refuse it rather than fail open. */
+  if (o->api_key && !o->api_key[0])
+    return di_errorf(st, DI_ERR_INVALID, "the API key is empty (omit --api-key to run without one)");
   struct addrinfo hints = {.ai_flags = AI_PASSIVE, .ai_socktype = SOCK_STREAM}, *ai = NULL;
   char port[16];
   snprintf(port, sizeof port, "%d", o->port);
@@ -212,6 +331,15 @@ di_code di_server_start(const di_server_opts *o, const di_srv_backend *be, di_se
   s->id_salt = o->seed >= 0 ? (uint64_t)o->seed : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
   di_srv_metrics_init(&s->metrics);
   raise_fd_limit(o->max_connections);
+  di_srv_json_limits_init();
+  if (di_srv_guard_start(s, st) != DI_OK) {
+    di_srv_metrics_destroy(&s->metrics);
+    free(s->model_name);
+    free(s->api_key);
+    free(s);
+    freeaddrinfo(ai);
+    return st->code;
+  }
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                    MHD_USE_ERROR_LOG;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -220,11 +348,14 @@ di_code di_server_start(const di_server_opts *o, const di_srv_backend *be, di_se
       MHD_OPTION_SOCK_ADDR, ai->ai_addr,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
       (unsigned)o->request_timeout, MHD_OPTION_NOTIFY_COMPLETED, &on_completed, s,
+      MHD_OPTION_URI_LOG_CALLBACK, &on_uri, s, MHD_OPTION_NOTIFY_CONNECTION, &di_srv_guard_notify, s,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)o->max_connections_per_ip,
       /* Small stacks: hundreds of idle keep-alive connections each hold a thread. */
       MHD_OPTION_THREAD_STACK_SIZE, (size_t)256 << 10, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
       MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!s->d) {
+    di_srv_guard_stop(s);
     di_srv_metrics_destroy(&s->metrics);
     free(s->model_name);
     free(s->api_key);
@@ -241,6 +372,29 @@ di_code di_server_start(const di_server_opts *o, const di_srv_backend *be, di_se
 
 int di_server_port(const di_server *s) { return s->port; }
 
+bool di_server_drain(di_server *s, int drain_s, const sigset_t *sigs) {
+  atomic_store(&s->draining, 1);
+  double deadline = di_srv_now() + drain_s;
+  int cancelling = 0;
+  for (;;) {
+    if (atomic_load(&s->live_gens) == 0) return true;
+    double now = di_srv_now();
+    if (now >= deadline) {
+      if (cancelling) return true; /* di_server_stop cuts what is left */
+      /* Cancelled requests answer within a few engine steps. */
+      atomic_store(&s->cancel_all, 1);
+      cancelling = 1;
+      deadline = now + 5;
+    }
+    struct timespec tick = {0, 50 * 1000000L};
+    if (sigs) {
+      if (sigtimedwait(sigs, NULL, &tick) > 0) return false;
+    } else {
+      nanosleep(&tick, NULL);
+    }
+  }
+}
+
 void di_server_set_model(di_server *s, int n_ctx, int n_vocab, int max_seqs) {
   s->be.n_ctx = n_ctx;
   s->be.n_vocab = n_vocab;
@@ -252,6 +406,7 @@ void di_server_stop(di_server *s) {
   /* Waiting requests notice `stopping`, cancel and close; MHD joins them. */
   atomic_store(&s->stopping, 1);
   MHD_stop_daemon(s->d);
+  di_srv_guard_stop(s);
   /* The engine still holds cancelled requests until their last event; their
    * contexts point at s, so s lives until they are gone (bounded wait; on
    * timeout s is leaked rather than freed under the engine's feet). */

@@ -15,6 +15,8 @@
 #include "server/server.h"
 #include "server/think.h"
 
+typedef struct di_srv_gen di_srv_gen;
+
 /* ---- growable byte buffer (bodies, SSE output) ---- */
 typedef struct di_srv_buf {
   char *p;
@@ -37,24 +39,32 @@ struct di_server {
   size_t api_key_len;
   int port;
   long created;
-  atomic_int inflight;     /* generation requests admitted and not yet finished in the engine */
+  atomic_int inflight;     /* sequences (prompts x n) admitted and not yet finished in the engine */
   atomic_int live_gens;    /* generation contexts alive (the engine may still call into them) */
   atomic_int stopping;     /* di_server_stop began: waits give up and cancel */
+  atomic_int draining;     /* di_server_drain began: no new generation requests */
+  atomic_int cancel_all;   /* the drain timed out: open requests are cancelled and answered */
   atomic_ullong next_seq;  /* request numbers for ids and log lines */
   uint64_t id_salt;
   di_srv_metrics metrics;
+  struct di_srv_guard *guard; /* header deadlines (guard.c) */
 };
 
 /* ---- one HTTP request ---- */
-typedef struct di_srv_gen di_srv_gen;
 
 typedef struct di_srv_req {
   di_server *s;
   struct MHD_Connection *c;
   const char *method, *url;
+  char *raw_url;     /* the request target as sent, before percent-decoding */
+  const void *route; /* chosen when the headers arrived (routes.c) */
   di_srv_buf body;
   int started;       /* the headers-only first call has been seen */
   int too_large;
+  int close;         /* answer with Connection: close (the body was not read) */
+  struct di_srv_err *refused; /* decided on the headers; the body is discarded, then this answers */
+  int probed;        /* a half-closed client was probed (di_srv_client_left) */
+  size_t parse_bytes; /* allocated while parsing the body (di_srv_json_trim) */
   double t0;
   uint64_t seq;
   int status;        /* answered status (for the log and metrics) */
@@ -67,11 +77,39 @@ enum MHD_Result di_srv_reply(di_srv_req *r, int status, const char *ctype, const
                              size_t len);
 enum MHD_Result di_srv_reply_json(di_srv_req *r, int status, json_t *body); /* steals body */
 enum MHD_Result di_srv_reply_err(di_srv_req *r, const di_srv_err *e);
-/* 1 when the client closed its side of the connection. */
-int di_srv_conn_gone(struct MHD_Connection *c);
+/* 1 when the client is gone. A FIN alone may be a half-close (the client
+ * still reads): *probed records that a probe was sent to tell the two apart
+ * (sse: the probe is an SSE comment appended to out; NULL: a 100 Continue
+ * written to the socket, which HTTP/1.1 clients must skip). */
+int di_srv_client_left(struct MHD_Connection *c, int *probed, di_srv_buf *sse_out);
+
+/* ---- header deadlines (guard.c): a connection gets header_timeout seconds
+ * from its accept, or from the end of its previous request plus the idle
+ * timeout, to deliver complete request headers; past that its socket is shut
+ * down, so slow-header clients cannot hold connection slots. ---- */
+di_code di_srv_guard_start(di_server *s, di_status *st);
+void di_srv_guard_stop(di_server *s);
+void di_srv_guard_notify(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                         enum MHD_ConnectionNotificationCode code);
+/* State changes of one connection: headers complete, request finished. */
+void di_srv_guard_headers_done(di_server *s, struct MHD_Connection *c);
+void di_srv_guard_request_done(di_server *s, struct MHD_Connection *c);
+/* Cancels g from the watchdog thread (the engine callback that finds a
+ * stream's buffer full must not call into the engine); holds a reference. */
+void di_srv_guard_cancel_later(di_server *s, di_srv_gen *g);
 
 /* ---- routes ---- */
+/* On the headers alone: the route, its method, authentication, readiness.
+ * false with e filled when the request is refused before its body. */
+bool di_srv_route_begin(di_srv_req *r, di_srv_err *e);
+/* Bounded JSON parsing (routes.c): installs jansson allocators that count
+ * against a per-request budget while a body is parsed. */
+void di_srv_json_limits_init(void);
+void di_srv_json_trim(di_srv_req *r);
+/* Once the body is complete: parse it and run the handler. */
 enum MHD_Result di_srv_route(di_srv_req *r);
+/* Copies client bytes for an error message: printable ASCII kept, the rest %XX. */
+void di_srv_quote(char *dst, size_t cap, const char *src, size_t max_in);
 enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body);
 enum MHD_Result di_srv_handle_completions(di_srv_req *r, json_t *body);
 
@@ -90,6 +128,7 @@ typedef struct di_srv_evt {
   float *top_logprobs;
   di_finish finish;
   char *error;
+  size_t bytes; /* counted in the generation's queued_bytes */
 } di_srv_evt;
 
 typedef struct di_srv_choice {
@@ -142,6 +181,10 @@ struct di_srv_gen {
   double t_start, t_submit, t_first, t_last_out;
   double queue_s; /* engine queue time of the request (submission to first scheduling); -1 unknown */
   int cancelled, first_token_seen, sent_done;
+  int probed; /* a FIN was seen and a keep-alive comment sent to test the client */
+  int shutdown; /* cancelled by the server's drain (answers say so) */
+  size_t queued_bytes; /* events waiting for the HTTP thread (under mu) */
+  int overflow;        /* the client stopped reading: cancelled, later tokens dropped (under mu) */
   di_srv_buf out;    /* SSE bytes not yet handed to MHD */
   size_t out_off;
 };

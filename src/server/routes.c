@@ -1,5 +1,7 @@
 /* Routing, authentication, body parsing, and the small endpoints: /health,
  * /v1/models, /metrics, /tokenize, /detokenize. */
+#include <malloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,16 +11,35 @@
 
 typedef enum MHD_Result (*handler_fn)(di_srv_req *r, json_t *body);
 
-/* Constant time in the presented token: every byte of the key is compared
- * whatever the token's length or content. */
-static int key_ok(const di_server *s, const char *hdr) {
+/* Only "Bearer KEY" with exactly the key passes: any other scheme, an empty
+ * token, or a value with an embedded NUL (len counts the header's real
+ * bytes) fails. Constant time in the presented token: every byte of the key
+ * is compared whatever the token's length or content. */
+static int key_ok(const di_server *s, const char *hdr, size_t len) {
   if (!s->api_key) return 1;
-  const char *tok = hdr && !strncasecmp(hdr, "Bearer ", 7) ? hdr + 7 : "";
-  size_t tl = strlen(tok);
-  volatile unsigned char diff = (unsigned char)(tl != s->api_key_len) | (unsigned char)!hdr;
+  int scheme = hdr && len >= 7 && !strncasecmp(hdr, "Bearer ", 7) && strlen(hdr) == len;
+  const char *tok = scheme ? hdr + 7 : "";
+  size_t tl = scheme ? len - 7 : 0;
+  volatile unsigned char diff = (unsigned char)(tl != s->api_key_len) | (unsigned char)!scheme;
   for (size_t i = 0; i < s->api_key_len; i++)
     diff |= (unsigned char)(s->api_key[i] ^ (i < tl ? tok[i] : 0));
-  return diff == 0;
+  return diff == 0 && s->api_key_len > 0;
+}
+
+void di_srv_quote(char *dst, size_t cap, const char *src, size_t max_in) {
+  static const char hex[] = "0123456789ABCDEF";
+  size_t o = 0;
+  for (size_t i = 0; src[i] && i < max_in && o + 4 < cap; i++) {
+    unsigned char ch = (unsigned char)src[i];
+    if (ch >= 0x20 && ch < 0x7f && ch != '%') {
+      dst[o++] = (char)ch;
+    } else {
+      dst[o++] = '%';
+      dst[o++] = hex[ch >> 4];
+      dst[o++] = hex[ch & 15];
+    }
+  }
+  if (cap) dst[o < cap ? o : cap - 1] = 0;
 }
 
 static int ready(const di_server *s) { return s->be.ready && s->be.ready(s->be.ctx); }
@@ -32,6 +53,8 @@ static enum MHD_Result loading(di_srv_req *r) {
 
 static enum MHD_Result h_health(di_srv_req *r, json_t *body) {
   if (!ready(r->s)) return loading(r);
+  if (atomic_load(&r->s->draining)) /* load balancers stop sending */
+    return di_srv_reply_json(r, 503, json_pack("{s:s}", "status", "draining"));
   return di_srv_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
@@ -48,8 +71,10 @@ static enum MHD_Result h_model(di_srv_req *r, json_t *body) {
   const char *id = r->url + strlen("/v1/models/");
   if (strcmp(id, r->s->model_name)) {
     di_srv_err e;
+    char q[256];
+    di_srv_quote(q, sizeof q, id, 200);
     di_srv_fail(&e, 404, "invalid_request_error", "model_not_found",
-                "The model '%.200s' does not exist", id);
+                "The model '%s' does not exist", q);
     snprintf(e.param, sizeof e.param, "model");
     return di_srv_reply_err(r, &e);
   }
@@ -160,6 +185,31 @@ static int path_is(const struct route *rt, const char *url) {
                     : !strcmp(url, rt->path);
 }
 
+/* Memory for parsing one body is bounded: jansson allocates through these
+ * functions, which count against a per-thread budget while this thread
+ * parses a request (8 bytes per body byte plus 1 MiB: token-id arrays need
+ * ~6, long strings ~3, while a 4 MiB body of nested empty arrays would need
+ * ~35, over 140 MiB). Elsewhere they are plain malloc/free. */
+static _Thread_local size_t tl_budget;
+static _Thread_local int tl_limited, tl_over;
+
+static void *counted_malloc(size_t n) {
+  if (tl_limited) {
+    if (n > tl_budget) {
+      tl_over = 1;
+      return NULL;
+    }
+    tl_budget -= n;
+  }
+  return malloc(n);
+}
+
+static pthread_once_t alloc_once = PTHREAD_ONCE_INIT;
+static void install_alloc(void) { json_set_alloc_funcs(counted_malloc, free); }
+void di_srv_json_limits_init(void) { pthread_once(&alloc_once, install_alloc); }
+
+#define PARSE_TRIM_BYTES ((size_t)1 << 20)
+
 /* Parses the body as one JSON object; invalid UTF-8 is named by offset
  * before JSON syntax, so the client learns which byte is at fault. */
 static json_t *parse_body(di_srv_req *r, di_srv_err *e) {
@@ -171,50 +221,108 @@ static json_t *parse_body(di_srv_req *r, di_srv_err *e) {
     return NULL;
   }
   json_error_t je;
+  size_t budget = n * 8 + ((size_t)1 << 20);
+  tl_budget = budget;
+  tl_over = 0;
+  tl_limited = 1;
   json_t *j = json_loadb(p, n, 0, &je);
+  tl_limited = 0;
+  r->parse_bytes = budget - tl_budget;
   if (!j) {
-    di_srv_bad(e, NULL, "malformed JSON body at line %d column %d: %s", je.line, je.column, je.text);
+    if (tl_over) {
+      di_srv_fail(e, 413, "invalid_request_error", "request_too_complex",
+                  "the JSON body needs more than %zu bytes of memory to parse (8 per body byte + 1 MiB); "
+                  "send fewer values", budget);
+      di_srv_json_trim(r);
+    } else {
+      di_srv_bad(e, NULL, "malformed JSON body at line %d column %d: %s", je.line, je.column, je.text);
+    }
     return NULL;
   }
   if (!json_is_object(j)) {
     json_decref(j);
+    di_srv_json_trim(r);
     di_srv_bad(e, NULL, "the request body must be a JSON object");
     return NULL;
   }
   return j;
 }
 
-enum MHD_Result di_srv_route(di_srv_req *r) {
+/* Many small freed blocks stay in this thread's malloc arena; after a big
+ * parse they go back to the system, so RSS returns to its baseline. */
+void di_srv_json_trim(di_srv_req *r) {
+  if (r->parse_bytes >= PARSE_TRIM_BYTES) malloc_trim(0);
+  r->parse_bytes = 0;
+}
+
+/* The target as sent must not hide a NUL (%00 decodes to one, and the
+ * decoded path would end there) and must decode to UTF-8. */
+static bool url_ok(di_srv_req *r, di_srv_err *e) {
+  const char *raw = r->raw_url ? r->raw_url : "";
+  for (const char *p = raw; (p = strchr(p, '%')); p++)
+    if (p[1] == '0' && p[2] == '0') return di_srv_bad(e, NULL, "the URL contains an encoded NUL byte (%%00)");
+  if (di_srv_utf8_invalid_at(r->url, strlen(r->url)) != (size_t)-1)
+    return di_srv_bad(e, NULL, "the URL is not valid UTF-8");
+  return true;
+}
+
+bool di_srv_route_begin(di_srv_req *r, di_srv_err *e) {
   di_server *s = r->s;
-  di_srv_err e = {0};
   const struct route *rt = NULL;
   int path_known = 0;
+  if (!url_ok(r, e)) return false;
   for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
     if (!path_is(&routes[i], r->url)) continue;
     path_known = 1;
     if (!strcmp(routes[i].method, r->method)) rt = &routes[i];
   }
+  char q[256];
   if (!rt) {
+    di_srv_quote(q, sizeof q, r->url, 200);
     if (path_known) {
-      di_srv_fail(&e, 405, "invalid_request_error", "method_not_allowed",
-                  "method %.16s is not allowed on %.200s", r->method, r->url);
-    } else {
-      di_srv_fail(&e, 404, "invalid_request_error", "unknown_url", "unknown path %.200s", r->url);
+      char m[40];
+      di_srv_quote(m, sizeof m, r->method, 16);
+      return di_srv_fail(e, 405, "invalid_request_error", "method_not_allowed",
+                         "method %s is not allowed on %s", m, q);
     }
-    return di_srv_reply_err(r, &e);
+    return di_srv_fail(e, 404, "invalid_request_error", "unknown_url", "unknown path %s", q);
   }
   if (rt->auth) {
-    const char *hdr = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!key_ok(s, hdr)) {
-      di_srv_fail(&e, 401, "invalid_request_error", "invalid_api_key",
-                  hdr ? "Incorrect API key provided" : "Missing API key (Authorization: Bearer KEY)");
-      return di_srv_reply_err(r, &e);
-    }
+    const char *hdr = NULL;
+    size_t len = 0;
+    if (MHD_lookup_connection_value_n(r->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
+                                      strlen(MHD_HTTP_HEADER_AUTHORIZATION), &hdr, &len) != MHD_YES)
+      hdr = NULL;
+    if (!key_ok(s, hdr, len))
+      return di_srv_fail(e, 401, "invalid_request_error", "invalid_api_key", "%s",
+                         hdr ? "Incorrect API key provided" : "Missing API key (Authorization: Bearer KEY)");
   }
-  if (rt->needs_ready && !ready(s)) return loading(r);
+  if (rt->needs_ready && !ready(s)) {
+    di_srv_fail(e, 503, "service_unavailable", "model_loading", "the model is still loading");
+    e->retry_after = 5;
+    return false;
+  }
+  if (rt->needs_ready && atomic_load(&s->draining)) {
+    di_srv_fail(e, 503, "service_unavailable", "server_shutdown", "the server is shutting down");
+    e->retry_after = 5;
+    return false;
+  }
+  r->route = rt;
+  return true;
+}
+
+enum MHD_Result di_srv_route(di_srv_req *r) {
+  di_srv_err e = {0};
+  const struct route *rt = r->route;
+  if (!rt) { /* not reached: di_srv_route_begin answered already */
+    di_srv_fail(&e, 500, "server_error", NULL, "request without a route");
+    return di_srv_reply_err(r, &e);
+  }
+  if (rt->needs_ready && !ready(r->s)) return loading(r);
   json_t *body = NULL;
   if (rt->json && !(body = parse_body(r, &e))) return di_srv_reply_err(r, &e);
   enum MHD_Result ret = rt->fn(r, body);
   json_decref(body);
+  di_srv_json_trim(r);
   return ret;
 }

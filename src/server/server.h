@@ -8,6 +8,8 @@
 #ifndef DI_SERVER_SERVER_H
 #define DI_SERVER_SERVER_H
 
+#include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,11 +57,14 @@ typedef struct di_server_opts {
   int port;                /* 0 = any free port (see di_server_port) */
   const char *api_key;     /* NULL = no auth */
   const char *model_name;  /* the id /v1/models lists and requests must name */
-  int max_queue;           /* requests admitted beyond max_seqs before 429 */
+  int max_queue;           /* sequences (prompts x n) admitted beyond max_seqs before 429 */
   size_t max_body;         /* bytes; larger bodies get 413 */
   int request_timeout;     /* seconds: idle connection limit and body deadline */
   int max_connections;     /* simultaneous connections */
+  int max_connections_per_ip; /* simultaneous connections from one address (0 = no limit) */
+  int header_timeout;      /* seconds to deliver complete request headers */
   int keepalive_ms;        /* SSE ": keep-alive" period while nothing is produced */
+  size_t stream_buffer;    /* bytes of events a stream may hold unsent before it is cancelled */
   int quiet;               /* 1 = no per-request log lines */
   long long seed;          /* >= 0: requests without a seed get seeds derived from it */
 } di_server_opts;
@@ -73,6 +78,11 @@ typedef struct di_server di_server;
 di_code di_server_start(const di_server_opts *o, const di_srv_backend *be, di_server **out,
                         di_status *st);
 int di_server_port(const di_server *s);
+/* Graceful shutdown, first phase: new generation requests get 503, open
+ * ones get drain_s seconds to finish; then the rest are cancelled, each
+ * stream ending with an error event and [DONE], each waiting client with a
+ * 503. Returns false if a signal of sigs arrived meanwhile (exit at once). */
+bool di_server_drain(di_server *s, int drain_s, const sigset_t *sigs);
 void di_server_stop(di_server *s);
 
 /* Called once the model is loaded, before backend->ready turns 1: the

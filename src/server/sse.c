@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "server/internal.h"
 
@@ -29,8 +30,17 @@ static void finish_stream(di_srv_gen *g) {
     di_srv_choice *ch = &g->choices[i];
     if (ch->finish == DI_FINISH_ERROR || ch->finish == DI_FINISH_CANCELLED || g->lost) {
       di_srv_err e;
-      di_srv_fail(&e, 500, "server_error", NULL, "generation failed: %s",
-                  ch->error ? ch->error : g->lost ? "out of memory" : "cancelled");
+      if (g->overflow)
+        di_srv_fail(&e, 500, "server_error", "stream_stalled",
+                    "the client did not read the stream; more than %zu bytes were waiting, so the request "
+                    "was cancelled",
+                    g->s->o.stream_buffer);
+      else if (g->shutdown)
+        di_srv_fail(&e, 503, "service_unavailable", "server_shutdown",
+                    "the server is shutting down; the request was cancelled");
+      else
+        di_srv_fail(&e, 500, "server_error", NULL, "generation failed: %s",
+                    ch->error ? ch->error : g->lost ? "out of memory" : "cancelled");
       di_srv_sse_put(g, di_srv_err_json(&e));
       break;
     }
@@ -66,6 +76,10 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
       finish_stream(g);
       continue;
     }
+    if (atomic_load(&g->s->cancel_all) && !g->shutdown) {
+      g->shutdown = 1;
+      di_srv_gen_cancel(g);
+    }
     di_srv_evt *v = di_srv_gen_pop(g, POLL_MS);
     if (v) {
       di_srv_gen_apply(g, v);
@@ -74,7 +88,7 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
     double now = di_srv_now();
     if (!v || now - last_check >= POLL_MS / 1000.0) {
       last_check = now;
-      if (di_srv_conn_gone(g->c) || atomic_load(&g->s->stopping)) {
+      if (di_srv_client_left(g->c, &g->probed, &g->out) || atomic_load(&g->s->stopping)) {
         di_srv_gen_cancel(g);
         return MHD_CONTENT_READER_END_WITH_ERROR;
       }
@@ -101,6 +115,11 @@ enum MHD_Result di_srv_stream_start(di_srv_req *r, di_srv_gen *g) {
     reader_free(g);
     return MHD_NO;
   }
+  /* A small kernel send buffer: what a client leaves unread waits in the
+   * stream's own bounded buffer (stream_buffer), not megabytes in the kernel. */
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  int sndbuf = 16 << 10;
+  if (ci) setsockopt(ci->connect_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
   MHD_add_response_header(resp, "Content-Type", "text/event-stream; charset=utf-8");
   MHD_add_response_header(resp, "Cache-Control", "no-cache");
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");

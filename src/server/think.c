@@ -9,6 +9,7 @@ void di_srv_think_init(di_srv_think *t, int open) {
   memset(t, 0, sizeof *t);
   t->state = open ? 1 : 0;
   t->skip_ws = open;
+  t->opened = open;
 }
 
 static int is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
@@ -53,6 +54,7 @@ void di_srv_think_feed(di_srv_think *t, const char *s, size_t n, int final,
     }
     if (t->n_held == tl) {
       t->n_held = 0;
+      if (t->state == 0) t->opened = 1;
       t->state = t->state == 0 ? 1 : 2;
       t->skip_ws = 1;
     }

@@ -10,6 +10,7 @@
 typedef struct di_srv_think {
   int state;      /* 0 = start of output, 1 = inside think, 2 = content */
   int skip_ws;    /* drop whitespace right after </think> */
+  int opened;     /* a think block was opened (by the prompt or the output) */
   char held[16];  /* possible partial tag */
   size_t n_held;
 } di_srv_think;

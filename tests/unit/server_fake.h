@@ -221,6 +221,10 @@ static di_code fake_render(void *ctx, const json_t *msgs, const json_t *tools, i
     k += (size_t)snprintf(text + k, sizeof text - k, cont && i == n - 1 ? "%s: %s" : "%s: %s\n",
                           json_string_value(json_object_get(m, "role")), c ? c : "");
   }
+  /* A tool-aware template: the tool names reach the prompt. */
+  for (size_t i = 0; i < json_array_size(tools) && k < sizeof text; i++)
+    k += (size_t)snprintf(text + k, sizeof text - k, "tool: %s\n",
+                          json_string_value(json_object_get(json_object_get(json_array_get(tools, i), "function"), "name")));
   if (!cont && k < sizeof text) k += (size_t)snprintf(text + k, sizeof text - k, "assistant: ");
   if (k >= sizeof text) return di_errorf(st, DI_ERR_RANGE, "fake prompt too long");
   *think_open = 0;

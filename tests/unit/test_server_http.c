@@ -396,11 +396,12 @@ static void test_disconnect_and_queue(di_server *s) {
   send_all(fd, head, (size_t)hn);
   char buf[512];
   CHECK(recv(fd, buf, sizeof buf, 0) > 0);
-  /* max_seqs 2 + max_queue 1: the slow stream holds one slot; two more fill it. */
-  int fd2 = connect_port(g_port), fd3 = connect_port(g_port);
+  /* max_seqs 2 + max_queue 2: the slow stream holds one slot; three more fill it. */
+  int fd2 = connect_port(g_port), fd3 = connect_port(g_port), fd4 = connect_port(g_port);
   send_all(fd2, head, (size_t)hn);
   send_all(fd3, head, (size_t)hn);
-  CHECK(recv(fd2, buf, sizeof buf, 0) > 0 && recv(fd3, buf, sizeof buf, 0) > 0);
+  send_all(fd4, head, (size_t)hn);
+  CHECK(recv(fd2, buf, sizeof buf, 0) > 0 && recv(fd3, buf, sizeof buf, 0) > 0 && recv(fd4, buf, sizeof buf, 0) > 0);
   resp r;
   post("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r);
   CHECKF(r.status == 429 && strcasestr(r.head, "Retry-After: 1"), "%d %s", r.status, r.body);
@@ -408,13 +409,14 @@ static void test_disconnect_and_queue(di_server *s) {
   close(fd);
   close(fd2);
   close(fd3);
-  for (int i = 0; i < 100 && F.cancels < cancels + 3; i++) usleep(10000);
-  CHECKF(F.cancels == cancels + 3, "cancels %d", F.cancels - cancels);
+  close(fd4);
+  for (int i = 0; i < 100 && F.cancels < cancels + 4; i++) usleep(10000);
+  CHECKF(F.cancels == cancels + 4, "cancels %d", F.cancels - cancels);
   for (int i = 0; i < 100 && atomic_load(&s->inflight); i++) usleep(10000);
   CHECK(atomic_load(&s->inflight) == 0);
   size_t len;
   char *m = di_server_metrics_text(s, &len);
-  CHECKF(m && strstr(m, "deepinfer:request_success_total{finished_reason=\"cancelled\"} 3"), "%s", m);
+  CHECKF(m && strstr(m, "deepinfer:request_success_total{finished_reason=\"cancelled\"} 4"), "%s", m);
   CHECK(m && strstr(m, "deepinfer:request_rejected_total 1"));
   free(m);
 }
@@ -497,6 +499,11 @@ static int serve_main(int argc, char **argv) {
     if (!strcmp(argv[i], "--api-key")) o.api_key = argv[i + 1];
     if (!strcmp(argv[i], "--max-body")) o.max_body = strtoull(argv[i + 1], NULL, 10);
     if (!strcmp(argv[i], "--request-timeout")) o.request_timeout = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--max-connections")) o.max_connections = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--max-connections-per-ip")) o.max_connections_per_ip = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--header-timeout")) o.header_timeout = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--max-queue")) o.max_queue = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "--stream-buffer")) o.stream_buffer = strtoull(argv[i + 1], NULL, 10);
   }
   di_srv_backend be;
   fake_start(&F, &be, 256, 4);
@@ -526,7 +533,7 @@ int main(int argc, char **argv) {
   o.api_key = "sk-test";
   o.model_name = "fake-model";
   o.max_body = 64 << 10;
-  o.max_queue = 1;
+  o.max_queue = 2;
   o.keepalive_ms = 100;
   o.quiet = 1;
   di_server *s = NULL;
