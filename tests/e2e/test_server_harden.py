@@ -312,6 +312,9 @@ def test_per_ip_connection_limit():
     socks = []
     try:
         socks = [_connect(s.port) for _ in range(3)]
+        for c in socks:  # each accepted and held open (keep-alive) before the 4th arrives
+            c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert b" 200 " in c.recv(4096).split(b"\r\n")[0]
         extra = _connect(s.port)
         extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert _read_all(extra, limit=5) == b"", "a 4th connection from one address was served"
