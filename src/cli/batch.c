@@ -238,7 +238,9 @@ static bool line_prompt(batch *b, json_t *body, int32_t **ids, size_t *n, di_srv
   if (json_is_string(prompt)) {
     di_status st = {0};
     if (!b->attached) return di_srv_bad(e, "prompt", "this model has no tokenizer; send token ids");
-    if (b->be.tokenize(b->be.ctx, json_string_value(prompt), json_string_length(prompt), 1, 1, ids, n, &st))
+    /* The server's rule (docs/SECURITY.md): prompt text is text; special
+     * tokens only as token ids. */
+    if (b->be.tokenize(b->be.ctx, json_string_value(prompt), json_string_length(prompt), 1, 0, ids, n, &st))
       return di_srv_bad(e, "prompt", "%s", st.msg);
     return true;
   }

@@ -189,3 +189,15 @@ def test_second_signal_exits_at_once():
         c.close()
     finally:
         s.stop()
+
+
+def test_batch_prompt_text_is_plain_text(srv, tmp_path):
+    """batch follows the server's rule: a prompt string is text."""
+    from test_batch import run_batch
+    from server_util import MODEL
+    st, tok = post(srv, "/tokenize", {"prompt": "<|im_start|>"})
+    line = json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/completions",
+                       "body": {"prompt": "<|im_start|>", "max_tokens": 1, "temperature": 0}})
+    results, _ = run_batch(tmp_path, MODEL, [line])
+    assert results[0]["error"] is None, results[0]
+    assert results[0]["response"]["body"]["usage"]["prompt_tokens"] == tok["count"]
