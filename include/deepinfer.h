@@ -38,6 +38,15 @@ typedef struct di_engine di_engine;
 
 typedef enum di_kv_dtype { DI_KV_DTYPE_F16 = 0, DI_KV_DTYPE_F32 = 1, DI_KV_DTYPE_BF16 = 2 } di_kv_dtype;
 
+/* Speculative decoding (docs/API.md): drafts verified by the model itself, so
+ * outputs are those without it, bit for bit; only the speed changes. */
+typedef enum di_spec_kind { DI_SPEC_OFF = 0, DI_SPEC_NGRAM, DI_SPEC_DRAFT, DI_SPEC_MTP } di_spec_kind;
+typedef enum di_spec_mode {
+  DI_SPEC_AUTO = 0,  /* draft length tuned per request from measured costs; backs off when it does not pay */
+  DI_SPEC_ALWAYS = 1 /* verify every proposed token (up to spec_k_max) */
+} di_spec_mode;
+#define DI_SPEC_K_DEFAULT 8
+
 typedef struct di_engine_opts {
   const char *model_path;   /* GGUF file or Hugging Face directory */
   int threads;              /* 0 = number of cores */
@@ -49,6 +58,11 @@ typedef struct di_engine_opts {
   int block_size;           /* KV block size in tokens; 0 = 16 */
   int prefix_cache;         /* 1 = on (default), 0 = off */
   int allow_special_in_content; /* trusted callers only: prompt_text may spell special tokens */
+  int use_mmap;             /* 1 = memory-map the weights instead of reading them */
+  int tokenizer_optional;   /* 1 = a model without a tokenizer loads (ids only, events carry no text) */
+  di_spec_kind spec;        /* speculative decoding: DI_SPEC_OFF (default) or a drafter */
+  int spec_k_max;           /* most draft tokens per sequence and step, 1..32; 0 = DI_SPEC_K_DEFAULT */
+  di_spec_mode spec_mode;
 } di_engine_opts;
 
 void di_engine_opts_default(di_engine_opts *o);
@@ -91,6 +105,7 @@ typedef struct di_event {
   const char *error;        /* message when finish == DI_FINISH_ERROR */
   int prompt_tokens, cached_tokens, completion_tokens; /* cached = prefix-cache hit tokens */
   double queue_seconds;     /* submission to first scheduling (excludes prefill); -1 before that */
+  int spec_drafted, spec_accepted, spec_verify_steps; /* speculation so far: draft tokens verified, accepted */
 } di_event;
 
 typedef void (*di_event_cb)(const di_event *ev, void *user);
@@ -113,6 +128,11 @@ typedef struct di_request_params {
   int priority;              /* larger runs first; ties FCFS */
   di_event_cb cb;
   void *user;
+  int spec_off;              /* 1 = never speculate for this request */
+  /* Optional (n = 1 only): the logits row of every position, prompt and
+   * generated, once each in position order, on the stepping thread; such a
+   * request computes its whole prompt (no prefix-cache hit). */
+  void (*logits_cb)(const float *row, int n_vocab, int pos, void *user);
 } di_request_params;
 
 void di_request_params_default(di_request_params *p);
@@ -161,6 +181,8 @@ typedef struct di_engine_stats {
   size_t kv_block_bytes;         /* bytes per block (all layers, K and V) */
   uint64_t steps, batch_tokens;  /* forward steps run and tokens they carried */
   double step_seconds, sched_seconds; /* time in forward+sampling, and in scheduling alone */
+  const char *spec_drafter;      /* NULL when speculation is off */
+  uint64_t spec_drafted, spec_accepted, spec_verify_steps, spec_fallbacks;
 } di_engine_stats;
 void di_engine_stats_get(di_engine *e, di_engine_stats *s);
 

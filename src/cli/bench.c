@@ -1,5 +1,5 @@
-/* deepinfer bench: single-sequence prompt processing and generation speed,
- * plus the share of the machine's measured read bandwidth that generation
+/* deepinfer bench: single-sequence prompt processing and generation speed
+ * through the engine (one sequence, prefix cache off), plus the share of the machine's measured read bandwidth that generation
  * reaches (decode streams every weight once per token), and the share of the
  * int8 / f32 compute peak that prefill's matmuls reach. */
 #include <stdio.h>
@@ -13,7 +13,10 @@
 #include "cli/args.h"
 #include "cli/bench_serve.h"
 #include "cli/cli.h"
-#include "cli/gen.h"
+#include "cli/engine_opts.h"
+#include "engine/engine_internal.h"
+#include "engine/engine_model.h"
+#include "model/model.h"
 #include "util/threadpool.h"
 
 static const char *usage =
@@ -57,30 +60,75 @@ static double median(double *v, int n) {
   return n ? v[n / 2] : 0;
 }
 
+/* One request through the engine, timed: t_first at its first token (the
+ * prompt's forward), t_end at its final event. */
+typedef struct bench_run {
+  double t_first, t_end;
+  int n_tokens, drafted, accepted;
+  char error[256];
+} bench_run;
+
+static void on_event(const di_event *ev, void *user) {
+  bench_run *r = user;
+  if (ev->token >= 0 && r->n_tokens++ == 0) r->t_first = now();
+  if (ev->finish == DI_FINISH_NONE) return;
+  r->t_end = now();
+  r->drafted = ev->spec_drafted;
+  r->accepted = ev->spec_accepted;
+  if (ev->error) snprintf(r->error, sizeof r->error, "%s", ev->error);
+}
+
+static di_code bench_one(di_engine *e, const int32_t *ids, int n_prompt, int max_tokens, bool spec_off, bench_run *r,
+                         double *t_submit) {
+  di_request_params p;
+  di_request_params_default(&p);
+  p.prompt_ids = ids;
+  p.n_prompt = (size_t)n_prompt;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = 1;
+  p.spec_off = spec_off;
+  p.cb = on_event;
+  p.user = r;
+  memset(r, 0, sizeof *r);
+  char err[256];
+  *t_submit = now();
+  if (di_engine_submit(e, &p, NULL, err, sizeof err) != DI_OK) {
+    snprintf(r->error, sizeof r->error, "%s", err);
+    return DI_ERR_INVALID;
+  }
+  while (di_engine_step(e) > 0) {
+  }
+  return r->error[0] ? DI_ERR_INTERNAL : DI_OK;
+}
+
 int di_cmd_bench(int argc, char **argv) {
   /* Serving mode (many concurrent requests through the engine) has its own runner. */
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--concurrency") || !strcmp(argv[i], "--requests")) return di_cmd_bench_serve(argc, argv);
-  const char *model = NULL;
-  long long np = 512, ng = 128, depth = 0, reps = 3, threads = 0;
-  bool json = false, use_mmap = false, no_bw = false;
-  di_kv_type kv_type = DI_KV_F16;
+  long long np = 512, ng = 128, depth = 0, reps = 3;
+  bool json = false, no_bw = false;
+  di_engine_opts eo;
+  di_engine_opts_default(&eo);
+  eo.max_seqs = 1;
+  eo.prefix_cache = 0; /* every repetition computes its prompt */
+  eo.tokenizer_optional = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     bool ok = true;
+    int eng = di_cli_engine_opt("bench", argc, argv, &i, &eo);
+    if (eng == 2) return 2;
+    if (eng == 1) continue;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       fputs(usage, stdout);
       return 0;
     } else if (!strcmp(a, "--json")) {
       json = true;
     } else if (!strcmp(a, "--mmap")) {
-      use_mmap = true;
+      eo.use_mmap = 1;
     } else if (!strcmp(a, "--no-bw")) {
       no_bw = true;
     } else if (!v) {
       return di_cli_fail("bench", "unknown option or missing value: '%s' (see --help)", a);
-    } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-      model = argv[++i];
     } else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) {
       ok = di_arg_int(argv[++i], 0, 1 << 20, &np);
     } else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) {
@@ -89,38 +137,37 @@ int di_cmd_bench(int argc, char **argv) {
       ok = di_arg_int(argv[++i], 0, 1 << 20, &depth);
     } else if (!strcmp(a, "--reps")) {
       ok = di_arg_int(argv[++i], 1, 100, &reps);
-    } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-      ok = di_arg_int(argv[++i], 1, 1024, &threads);
-    } else if (!strcmp(a, "--kv-type")) {
-      v = argv[++i];
-      if (!strcmp(v, "f16")) kv_type = DI_KV_F16;
-      else if (!strcmp(v, "f32")) kv_type = DI_KV_F32;
-      else if (!strcmp(v, "bf16")) kv_type = DI_KV_BF16;
-      else ok = false;
     } else {
       return di_cli_fail("bench", "unknown option '%s' (see --help)", a);
     }
     if (!ok) return di_cli_fail("bench", "invalid value '%s' for %s", argv[i], a);
   }
-  if (!model) return di_cli_fail("bench", "missing -m MODEL (see --help)");
-  int nthreads = threads > 0 ? (int)threads : di_cpu_count();
-  di_gen g;
-  di_status st = {0};
-  long long ctx = (np > depth + ng + 1 ? np : depth + ng + 1) + 16;
-  di_gen_opts go = {.model_path = model, .threads = nthreads, .ctx = (int)ctx, .chunk = np > 0 ? (int)np : 512,
-                    .kv_type = kv_type, .use_mmap = use_mmap};
+  if (!eo.model_path) return di_cli_fail("bench", "missing -m MODEL (see --help)");
+  const char *model = eo.model_path;
+  int nthreads = eo.threads > 0 ? eo.threads : di_cpu_count();
+  eo.threads = nthreads;
+  /* tg needs a prompt of at least one token: depth tokens, or one */
+  long long tg_prompt = depth > 0 ? depth : 1;
+  long long ctx = (np > tg_prompt + ng + 1 ? np : tg_prompt + ng + 1) + 16;
+  eo.ctx = (int)ctx;
+  eo.max_batch_tokens = np > 0 ? (int)np : 512; /* the whole prompt in one forward */
+  const bool spec = eo.spec != DI_SPEC_OFF;
   if (!json) fprintf(stderr, "loading %s ...\n", model);
-  if (di_gen_open(&g, &go, &st)) return di_cli_fail("bench", "%s", st.msg);
-  const di_hparams *hp = &g.model->hp;
+  di_engine *e = NULL;
+  char err[512];
+  if (di_engine_create(&eo, &e, err, sizeof err) != DI_OK) return di_cli_fail("bench", "%s", err);
+  const di_model *mdl = di_engine_model(e);
+  const di_hparams *hp = &mdl->hp;
   int V = hp->n_vocab;
   int32_t *ids = malloc((size_t)(ctx + 1) * sizeof *ids);
-  float *logits = malloc((size_t)V * sizeof(float));
   uint32_t x = 42;
   for (long long i = 0; i <= ctx; i++) {
     x = x * 1664525u + 1013904223u;
     ids[i] = (int32_t)((x >> 8) % (uint32_t)V);
   }
   double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
+  double *tgs = calloc((size_t)reps, sizeof(double));
+  long long drafted = 0, accepted = 0;
   /* The machine's limits are measured before each repetition's run and the
    * shares set against the highest: on a shared host a core's speed drifts
    * within seconds, and one measurement after the runs, in a slower moment
@@ -129,37 +176,40 @@ int di_cmd_bench(int argc, char **argv) {
   di_cpu_peak *pks = calloc((size_t)reps, sizeof *pks);
   double *bws = calloc((size_t)reps, sizeof(double));
   int ret = 0;
+  bench_run br;
+  double ts;
   for (long long r = 0; r < reps && !ret; r++) {
     if (np > 0) {
-      di_gen_reset(&g);
       if (!no_bw) pks[r] = di_cpu_peak_measure(nthreads);
-      double t0 = now();
-      if (di_gen_feed(&g, ids, (int)np, false, logits, &st)) ret = di_cli_fail("bench", "%s", st.msg);
-      pp[r] = (double)np / (now() - t0);
+      if (bench_one(e, ids, (int)np, 1, true, &br, &ts)) ret = di_cli_fail("bench", "%s", br.error);
+      pp[r] = (double)np / (br.t_first - ts);
     }
     if (ng > 0 && !ret) {
-      di_gen_reset(&g);
-      if (depth > 0 && di_gen_feed(&g, ids, (int)depth, false, logits, &st)) {
-        ret = di_cli_fail("bench", "%s", st.msg);
-        break;
-      }
       if (!no_bw) bws[r] = di_cpu_read_bandwidth((size_t)1 << 30, nthreads, 3);
-      double t0 = now();
-      for (long long k = 0; k < ng && !ret; k++)
-        if (di_gen_feed(&g, &ids[depth + k], 1, false, logits, &st)) ret = di_cli_fail("bench", "%s", st.msg);
-      tg[r] = (double)ng / (now() - t0);
+      /* ng + 1 tokens: the first comes from the prompt's forward, then ng decode steps */
+      if (bench_one(e, ids, (int)tg_prompt, (int)ng + 1, true, &br, &ts)) ret = di_cli_fail("bench", "%s", br.error);
+      tg[r] = (double)ng / (br.t_end - br.t_first);
+      if (spec && !ret) { /* alternating with the run above, so drift hits both alike */
+        if (bench_one(e, ids, (int)tg_prompt, (int)ng + 1, false, &br, &ts)) ret = di_cli_fail("bench", "%s", br.error);
+        tgs[r] = (double)ng / (br.t_end - br.t_first);
+        drafted += br.drafted;
+        accepted += br.accepted;
+      }
     }
     if (!json && !ret)
-      fprintf(stderr, "rep %lld/%lld: pp %.1f tok/s, tg %.1f tok/s\n", r + 1, reps, pp[r], tg[r]);
+      fprintf(stderr, "rep %lld/%lld: pp %.1f tok/s, tg %.1f tok/s%s", r + 1, reps, pp[r], tg[r], spec ? "" : "\n");
+    if (!json && !ret && spec) fprintf(stderr, ", tg with spec %.1f tok/s\n", tgs[r]);
   }
   if (!ret) {
-    double pp_med = median(pp, (int)reps), tg_med = median(tg, (int)reps);
+    double pp_med = median(pp, (int)reps), tg_med = median(tg, (int)reps), tgs_med = spec ? median(tgs, (int)reps) : 0;
+    di_engine_stats es;
+    di_engine_stats_get(e, &es);
     /* Bytes decode must read per token: every matrix once (the embedding table
      * only one row, unless it doubles as the classifier) plus the KV so far. */
-    double wbytes = (double)g.model->weight_bytes;
-    if (g.model->output.data != g.model->tok_embd.data)
-      wbytes -= (double)g.model->tok_embd.row_bytes * (double)(g.model->tok_embd.ne[1] - 1);
-    double kv_tok = (double)g.kv->block_bytes / g.kv->block_size;
+    double wbytes = (double)mdl->weight_bytes;
+    if (mdl->output.data != mdl->tok_embd.data)
+      wbytes -= (double)mdl->tok_embd.row_bytes * (double)(mdl->tok_embd.ne[1] - 1);
+    double kv_tok = (double)es.kv_block_bytes / es.kv_block_size;
     double bytes_tok = wbytes + kv_tok * ((double)depth + (double)ng / 2);
     double bw = 0;
     for (long long r = 0; r < reps && ng; r++) bw = bws[r] > bw ? bws[r] : bw;
@@ -168,12 +218,12 @@ int di_cmd_bench(int argc, char **argv) {
      * classifier once (a prompt needs the logits of its last token only; the
      * embedding table is a lookup); attention is left out. Its limit is the
      * int8 peak for quantized weights (int8 activations), f32 otherwise. */
-    const bool tied = g.model->output.data == g.model->tok_embd.data;
-    const double emb = (double)g.model->tok_embd.ne[0] * (double)g.model->tok_embd.ne[1];
-    const double cls = tied ? emb : (double)g.model->output.ne[0] * (double)g.model->output.ne[1];
-    const double per_tok = (double)g.model->n_params - emb - (tied ? 0 : cls);
+    const bool tied = mdl->output.data == mdl->tok_embd.data;
+    const double emb = (double)mdl->tok_embd.ne[0] * (double)mdl->tok_embd.ne[1];
+    const double cls = tied ? emb : (double)mdl->output.ne[0] * (double)mdl->output.ne[1];
+    const double per_tok = (double)mdl->n_params - emb - (tied ? 0 : cls);
     double mm_params = np > 0 ? per_tok + cls / (double)np : 0;
-    di_dtype wt = g.model->layers[0].w_up.type;
+    di_dtype wt = mdl->layers[0].w_up.type;
     bool float_w = wt == DI_F32 || wt == DI_F16 || wt == DI_BF16;
     di_cpu_peak pk = pks[0];
     double peak = 0;
@@ -182,6 +232,7 @@ int di_cmd_bench(int argc, char **argv) {
       peak = p > peak ? p : peak;
     }
     double pp_share = peak > 0 ? pp_med * 2 * mm_params / (peak * 1e9) : 0;
+    double speedup = spec && tg_med > 0 ? tgs_med / tg_med : 0, acc = drafted ? (double)accepted / drafted : 0;
     if (json) {
       /* without a probe (--no-bw, or no prompt) there is no peak: null, not a NULL through %s */
       const char *how = float_w ? pk.f32_how : pk.int8_how;
@@ -190,18 +241,26 @@ int di_cmd_bench(int argc, char **argv) {
       printf("{\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"n_prompt\": %lld, "
              "\"n_gen\": %lld, \"depth\": %lld, \"reps\": %lld, \"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, "
              "\"tg_bytes_per_token\": %.0f, \"bw_gb_s\": %.3f, \"bw_share\": %.4f, \"peak_gops\": %.1f, "
-             "\"peak_kind\": %s, \"pp_peak_share\": %.4f}\n",
+             "\"peak_kind\": %s, \"pp_peak_share\": %.4f",
              model, hp->arch, nthreads, di_cpu_isa_name(di_cpu_isa()), np, ng, depth, reps, pp_med, tg_med, bytes_tok,
              bw, share, peak, kind, pp_share);
+      if (spec)
+        printf(", \"spec\": \"%s\", \"tg_spec_tok_s\": %.3f, \"spec_speedup\": %.4f, \"spec_drafted\": %lld, "
+               "\"spec_accepted\": %lld",
+               e->spec.drafter.name, tgs_med, speedup, drafted, accepted);
+      printf("}\n");
     } else {
-      printf("model       %s (%s, %.1f M params, %.1f MiB weights)\n", model, hp->arch, (double)g.model->n_params / 1e6,
-             (double)g.model->weight_bytes / 1048576.0);
+      printf("model       %s (%s, %.1f M params, %.1f MiB weights)\n", model, hp->arch, (double)mdl->n_params / 1e6,
+             (double)mdl->weight_bytes / 1048576.0);
       printf("threads     %d (%s)\n", nthreads, di_cpu_isa_name(di_cpu_isa()));
       if (np) printf("pp%-8lld %.1f tok/s\n", np, pp_med);
       if (pp_share > 0)
         printf("compute     %.0f G%s/s peak (%s); prefill matmuls reach %.0f%% of it\n", peak, float_w ? "FLOP" : "OP",
                float_w ? pk.f32_how : pk.int8_how, pp_share * 100);
       if (ng) printf("tg%-8lld %.1f tok/s%s\n", ng, tg_med, depth ? " (after depth)" : "");
+      if (spec && ng)
+        printf("tg spec     %.1f tok/s with --spec %s: %.2fx the run with it off (%lld drafted, %.0f%% accepted)\n",
+               tgs_med, e->spec.drafter.name, speedup, drafted, acc * 100);
       if (bw > 0)
         printf("bandwidth   %.1f GB/s measured; generation reads %.1f MB/token = %.0f%% of it\n", bw, bytes_tok / 1e6,
                share * 100);
@@ -209,10 +268,10 @@ int di_cmd_bench(int argc, char **argv) {
   }
   free(pp);
   free(tg);
+  free(tgs);
   free(pks);
   free(bws);
   free(ids);
-  free(logits);
-  di_gen_close(&g);
+  di_engine_destroy(e);
   return ret;
 }

@@ -4,8 +4,39 @@
 
 #include "cli/args.h"
 #include "cli/cli.h"
+#include "engine/spec/drafter.h"
+
+int di_cli_spec_opt(const char *cmd, int argc, char **argv, int *i, di_engine_opts *o) {
+  const char *a = argv[*i];
+  const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+  long long n = 0;
+  if (strcmp(a, "--spec") && strcmp(a, "--spec-k-max") && strcmp(a, "--spec-mode") && strcmp(a, "--draft-model"))
+    return 0;
+  if (!v) return di_cli_fail(cmd, "option %s needs a value", a);
+  (*i)++;
+  if (!strcmp(a, "--spec")) {
+    if (!strcmp(v, "off")) o->spec = DI_SPEC_OFF;
+    else if (!strcmp(v, "ngram")) o->spec = DI_SPEC_NGRAM;
+    else if (!strcmp(v, "draft")) o->spec = DI_SPEC_DRAFT;
+    else if (!strcmp(v, "mtp")) o->spec = DI_SPEC_MTP;
+    else return di_cli_fail(cmd, "--spec: '%s' must be off, ngram, draft or mtp", v);
+  } else if (!strcmp(a, "--spec-k-max")) {
+    if (!di_arg_int(v, 1, DI_SPEC_K_LIMIT, &n))
+      return di_cli_fail(cmd, "--spec-k-max: '%s' must be an integer in 1..%d", v, DI_SPEC_K_LIMIT);
+    o->spec_k_max = (int)n;
+  } else if (!strcmp(a, "--spec-mode")) {
+    if (!strcmp(v, "auto")) o->spec_mode = DI_SPEC_AUTO;
+    else if (!strcmp(v, "always")) o->spec_mode = DI_SPEC_ALWAYS;
+    else return di_cli_fail(cmd, "--spec-mode: '%s' must be auto or always", v);
+  } else {
+    return di_cli_fail(cmd, "--draft-model: draft-model speculation is not implemented yet (use --spec ngram)");
+  }
+  return 1;
+}
 
 int di_cli_engine_opt(const char *cmd, int argc, char **argv, int *i, di_engine_opts *o) {
+  int sp = di_cli_spec_opt(cmd, argc, argv, i, o);
+  if (sp) return sp;
   const char *a = argv[*i];
   const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
   long long n = 0;

@@ -15,7 +15,18 @@
   "      --max-seqs N         sequences running at once\n"                                   \
   "      --max-batch-tokens N tokens per forward step (default 512)\n"                       \
   "      --block-size N       KV block size in tokens (default 16)\n"                        \
-  "      --no-prefix-cache    disable automatic prefix caching\n"
+  "      --no-prefix-cache    disable automatic prefix caching\n"                          \
+  DI_CLI_SPEC_OPTS_HELP
+
+#define DI_CLI_SPEC_OPTS_HELP                                                                \
+  "      --spec KIND          speculative decoding: off (default), ngram (prompt lookup);\n"  \
+  "                           outputs are identical to off, only faster when drafts match\n" \
+  "      --spec-k-max K       most draft tokens per sequence and step (1..32, default 8)\n"  \
+  "      --spec-mode M        auto (default: tuned per request, backs off) or always\n"
+
+/* The --spec options alone (for subcommands with their own engine options):
+ * same contract as di_cli_engine_opt. */
+int di_cli_spec_opt(const char *cmd, int argc, char **argv, int *i, di_engine_opts *o);
 
 /* If argv[*i] is an engine option, consumes it (and its value), updates o
  * and returns 1; returns 0 if it is not one; returns 2 after printing the

@@ -1,31 +1,31 @@
-/* deepinfer run: one prompt, one completion, streamed to stdout. */
+/* deepinfer run: one prompt, one completion, streamed to stdout, through the
+ * engine (the same scheduler, sampler, KV pool and speculation as serve). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
-#include "cli/gen.h"
-#include "engine/sampler.h"
+#include "cli/engine_opts.h"
+#include "engine/engine_internal.h"
 #include "grammar/grammar.h"
-#include "tokenizer/tokenizer.h"
+#include "util/progress.h"
 
 static const char *usage =
     "usage: deepinfer run -m MODEL [-p PROMPT | --ids 1,2,3] [options]\n"
     "\n"
     "Generates a completion of PROMPT and streams it to stdout.\n"
     "\n"
-    "  -m, --model PATH      GGUF file or Hugging Face directory (required)\n"
     "  -p, --prompt TEXT     prompt text (tokenized with the model's tokenizer, BOS as the model wants)\n"
     "      --ids LIST        prompt as token ids, e.g. 1,2,3 (no BOS added)\n"
     "  -n, --n-predict N     tokens to generate (default 128; stops early at EOS)\n"
     "      --temp T          temperature (default 0.8; 0 = greedy)\n"
     "      --top-k K         top-k (default 40; 0 = off)\n"
     "      --top-p P         top-p in (0, 1] (default 0.95)\n"
+    "      --min-p P         min-p in [0, 1] (default 0 = off)\n"
+    "      --repeat-penalty R repetition penalty (default 1 = off)\n"
     "      --seed S          RNG seed (default 1)\n"
-    "      --threads N       threads (default: all cores)\n"
-    "      --ctx N           context length (default: the model's, at most 4096)\n"
-    "      --kv-type T       KV cache dtype: f16 (default), bf16, f32\n"
+    "  -c, --ctx N           context length (default: the model's, at most 4096)\n"
     "      --mmap            memory-map the weights instead of reading them\n"
     "      --ignore-eos      keep generating past EOS\n"
     "      --json-schema FILE  constrain the output to JSON valid under the JSON Schema in FILE\n"
@@ -35,28 +35,137 @@ static const char *usage =
     "      --print-ids       print the generated ids as a JSON array on the last line instead of text\n"
     "      --dump-logits F   write logits of every prompt position and generated token to F\n"
     "                        (little-endian float32 rows [positions, vocab])\n"
-    "  -h, --help            this help\n";
+    "      --stats           timing summary on stderr; its last line is one JSON object\n"
+    "                        {\"prompt_tokens\",\"gen_tokens\",\"prefill_s\",\"decode_s\",\"decode_tok_s\",\"spec\"}\n"
+    "  -h, --help            this help\n"
+    "Engine options:\n" DI_CLI_ENGINE_OPTS_HELP;
+
+typedef struct run_out {
+  long long n_predict; /* tokens shown; the engine may compute one more for --dump-logits */
+  bool print_ids;
+  FILE *df;
+  bool write_failed;
+  int32_t *ids;
+  int n_ids;
+  double t_submit, t_first, t_end;
+  int prompt_tokens;
+  int drafted, accepted, verify_steps;
+  di_finish finish;
+  char error[512];
+} run_out;
+
+static void on_logits(const float *row, int n_vocab, int pos, void *user) {
+  run_out *o = user;
+  (void)pos;
+  if (o->df && !o->write_failed && fwrite(row, sizeof *row, (size_t)n_vocab, o->df) != (size_t)n_vocab)
+    o->write_failed = true;
+}
+
+static void on_event(const di_event *ev, void *user) {
+  run_out *o = user;
+  if (ev->token >= 0 && o->n_ids < o->n_predict) {
+    if (o->n_ids == 0) o->t_first = di_engine_now();
+    o->ids[o->n_ids++] = ev->token;
+    if (!o->print_ids && ev->text_len) {
+      fwrite(ev->text, 1, ev->text_len, stdout);
+      fflush(stdout);
+    }
+  }
+  if (ev->finish == DI_FINISH_NONE) return;
+  o->t_end = di_engine_now();
+  if (o->n_ids == 0) o->t_first = o->t_end;
+  if (!o->print_ids && ev->text_len && o->n_ids <= o->n_predict) fwrite(ev->text, 1, ev->text_len, stdout);
+  o->finish = ev->finish;
+  o->prompt_tokens = ev->prompt_tokens;
+  o->drafted = ev->spec_drafted;
+  o->accepted = ev->spec_accepted;
+  o->verify_steps = ev->spec_verify_steps;
+  if (ev->error) snprintf(o->error, sizeof o->error, "%s", ev->error);
+}
+
+/* The grammar matcher as the engine's request constraint. */
+static void gm_mask(void *m, uint32_t *mask) { di_gmatcher_fill_mask(m, mask); }
+static bool gm_accept(void *m, int32_t t) { return di_gmatcher_accept_token(m, t); }
+static bool gm_finished(void *m) { return di_gmatcher_is_finished(m); }
+static void gm_rollback(void *m, size_t n) { di_gmatcher_rollback(m, n); }
+
+/* Compiles --json-schema FILE / --grammar FILE / --regex RE for the engine's tokenizer. */
+static int load_grammar(di_engine *e, const char *schema_path, const char *gbnf_path, const char *regex,
+                        const di_grammar_opts *gopts, di_grammar **grammar, di_gmatcher **gm) {
+  char *src = NULL;
+  size_t len = 0;
+  const char *path = schema_path ? schema_path : gbnf_path;
+  const char *flag = schema_path ? "--json-schema" : gbnf_path ? "--grammar" : "--regex";
+  if (!di_engine_tokenizer(e)) return di_cli_fail("run", "%s needs a tokenizer, and this model has none", flag);
+  if (path) {
+    FILE *f = fopen(path, "rb");
+    long end = -1;
+    if (!f || fseek(f, 0, SEEK_END) || (end = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) ||
+        !(src = malloc((size_t)end + 1)) || fread(src, 1, (size_t)end, f) != (size_t)end) {
+      if (f) fclose(f);
+      free(src);
+      return di_cli_fail("run", "cannot read %s", path);
+    }
+    len = (size_t)end;
+    fclose(f);
+  }
+  di_grammar_kind kind = schema_path ? DI_GRAMMAR_JSON_SCHEMA : gbnf_path ? DI_GRAMMAR_GBNF : DI_GRAMMAR_REGEX;
+  di_status st = {0};
+  di_code rc = di_grammar_compile(di_engine_tokenizer(e), kind, path ? src : regex, path ? len : strlen(regex), gopts,
+                                  grammar, &st);
+  free(src);
+  if (rc == DI_OK && di_grammar_n_vocab(*grammar) > di_engine_n_vocab(e))
+    return di_cli_fail("run", "the tokenizer has %d tokens, the model %d", di_grammar_n_vocab(*grammar),
+                       di_engine_n_vocab(e));
+  if (rc == DI_OK) rc = di_gmatcher_new(*grammar, gm, &st);
+  if (rc) return di_cli_fail("run", "%s: %s", flag, st.msg);
+  return 0;
+}
+
+static const char *spec_name(int kind) {
+  static const char *const names[] = {"off", "ngram", "draft", "mtp"};
+  return kind >= 0 && kind <= 3 ? names[kind] : "?";
+}
+
+static void print_stats(const run_out *o, int spec) {
+  double prefill = o->t_first - o->t_submit, decode = o->t_end - o->t_first;
+  int after_first = o->n_ids > 1 ? o->n_ids - 1 : 0; /* tokens decoded after the one prefill yields */
+  double tok_s = decode > 0 ? after_first / decode : 0;
+  fprintf(stderr, "prompt %d tokens in %.3f s (%.1f tok/s); generated %d tokens, decode %.3f s (%.1f tok/s)",
+          o->prompt_tokens, prefill, prefill > 0 ? o->prompt_tokens / prefill : 0, o->n_ids, decode, tok_s);
+  if (spec) fprintf(stderr, "; spec %s: %d drafted, %d accepted in %d verify steps", spec_name(spec), o->drafted,
+                    o->accepted, o->verify_steps);
+  fprintf(stderr, "\n{\"prompt_tokens\":%d,\"gen_tokens\":%d,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"decode_tok_s\":%.3f,"
+                  "\"spec\":{\"kind\":\"%s\",\"drafted\":%d,\"accepted\":%d,\"verify_steps\":%d}}\n",
+          o->prompt_tokens, o->n_ids, prefill, decode, tok_s, spec_name(spec), o->drafted, o->accepted,
+          o->verify_steps);
+}
 
 int di_cmd_run(int argc, char **argv) {
-  const char *model = NULL, *prompt = NULL, *ids_arg = NULL, *dump = NULL;
+  const char *prompt = NULL, *ids_arg = NULL, *dump = NULL;
   const char *schema_path = NULL, *gbnf_path = NULL, *regex = NULL;
   di_grammar_opts gopts = {.ws = DI_JSON_WS_FREE};
-  long long n_predict = 128, top_k = 40, threads = 0, ctx = 0, seed = 1;
-  double temp = 0.8, top_p = 0.95;
-  bool print_ids = false, use_mmap = false, ignore_eos = false;
-  di_kv_type kv_type = DI_KV_F16;
+  long long n_predict = 128, top_k = 40, seed = 1;
+  double temp = 0.8, top_p = 0.95, min_p = 0, rep = 1;
+  bool print_ids = false, ignore_eos = false, stats = false, ctx_given = false;
+  di_engine_opts eo;
+  di_engine_opts_default(&eo);
+  eo.max_seqs = 1;
+  eo.tokenizer_optional = 1; /* --ids with a model that has no tokenizer prints ids */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "-c")) argv[i] = (char *)(a = "--ctx");
+    if (!strcmp(a, "--ctx")) ctx_given = true;
+    int eng = di_cli_engine_opt("run", argc, argv, &i, &eo);
+    if (eng == 2) return 2;
+    if (eng == 1) continue;
 #define NEED() \
   if (!v) return di_cli_fail("run", "option %s needs a value", a); \
   i++
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       fputs(usage, stdout);
       return 0;
-    } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-      NEED();
-      model = v;
     } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
       NEED();
       prompt = v;
@@ -75,21 +184,15 @@ int di_cmd_run(int argc, char **argv) {
     } else if (!strcmp(a, "--top-p")) {
       NEED();
       if (!di_arg_float(v, 1e-9, 1, &top_p)) return di_cli_fail("run", "--top-p: '%s' must be in (0, 1]", v);
+    } else if (!strcmp(a, "--min-p")) {
+      NEED();
+      if (!di_arg_float(v, 0, 1, &min_p)) return di_cli_fail("run", "--min-p: '%s' must be in [0, 1]", v);
+    } else if (!strcmp(a, "--repeat-penalty")) {
+      NEED();
+      if (!di_arg_float(v, 1e-6, 100, &rep)) return di_cli_fail("run", "--repeat-penalty: '%s' must be in (0, 100]", v);
     } else if (!strcmp(a, "--seed")) {
       NEED();
       if (!di_arg_int(v, 0, INT64_MAX, &seed)) return di_cli_fail("run", "--seed: '%s' is not a seed", v);
-    } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-      NEED();
-      if (!di_arg_int(v, 1, 1024, &threads)) return di_cli_fail("run", "--threads: '%s' must be 1..1024", v);
-    } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
-      NEED();
-      if (!di_arg_int(v, 1, 1 << 24, &ctx)) return di_cli_fail("run", "--ctx: '%s' must be positive", v);
-    } else if (!strcmp(a, "--kv-type")) {
-      NEED();
-      if (!strcmp(v, "f16")) kv_type = DI_KV_F16;
-      else if (!strcmp(v, "f32")) kv_type = DI_KV_F32;
-      else if (!strcmp(v, "bf16")) kv_type = DI_KV_BF16;
-      else return di_cli_fail("run", "--kv-type: '%s' must be f16, bf16 or f32", v);
     } else if (!strcmp(a, "--dump-logits")) {
       NEED();
       dump = v;
@@ -111,198 +214,110 @@ int di_cmd_run(int argc, char **argv) {
     } else if (!strcmp(a, "--print-ids")) {
       print_ids = true;
     } else if (!strcmp(a, "--mmap")) {
-      use_mmap = true;
+      eo.use_mmap = 1;
     } else if (!strcmp(a, "--ignore-eos")) {
       ignore_eos = true;
+    } else if (!strcmp(a, "--stats")) {
+      stats = true;
     } else {
       return di_cli_fail("run", "unknown option '%s' (see --help)", a);
     }
 #undef NEED
   }
-  if (!model) return di_cli_fail("run", "missing -m MODEL (see --help)");
+  if (!eo.model_path) return di_cli_fail("run", "missing -m MODEL (see --help)");
   if (prompt && ids_arg) return di_cli_fail("run", "give either -p or --ids, not both");
+  if (!prompt && !ids_arg) return di_cli_fail("run", "empty prompt: give -p TEXT or --ids LIST");
   if (!!schema_path + !!gbnf_path + !!regex > 1)
     return di_cli_fail("run", "give at most one of --json-schema, --grammar, --regex");
-  bool constrained = schema_path || gbnf_path || regex;
+  if (!ctx_given) eo.ctx = 4096; /* the engine takes the model's context when it is smaller */
 
-  di_status st = {0};
-  di_tokenizer *tok = NULL;
+  di_request_params rp;
+  di_request_params_default(&rp);
   int32_t *ids = NULL;
   int n_ids = 0;
   if (ids_arg) {
     if (!di_arg_ids(ids_arg, &ids, &n_ids)) return di_cli_fail("run", "--ids: '%s' is not a list of ids", ids_arg);
-  }
-  /* The tokenizer is needed for -p and to print text. */
-  if (prompt || !print_ids || constrained) {
-    if (di_tokenizer_load(model, &tok, &st)) {
-      if (prompt || constrained) {
-        free(ids);
-        return di_cli_fail("run", "%s", st.msg);
-      }
-      di_status_clear(&st);
-      tok = NULL;
+    if (n_ids == 0) {
+      free(ids);
+      return di_cli_fail("run", "empty prompt: give -p TEXT or --ids LIST");
     }
+    rp.prompt_ids = ids;
+    rp.n_prompt = (size_t)n_ids;
+  } else {
+    rp.prompt_text = prompt;
+    rp.prompt_text_len = strlen(prompt);
   }
-  if (prompt) {
-    size_t n = 0;
-    if (di_tokenizer_encode(tok, prompt, strlen(prompt), true, DI_TOK_PARSE_NONE, &ids, &n, &st)) {
-      di_tokenizer_free(tok);
-      return di_cli_fail("run", "%s", st.msg);
-    }
-    n_ids = (int)n;
-  }
-  if (!ids || n_ids == 0) {
+  run_out o = {.n_predict = n_predict, .print_ids = print_ids};
+  o.ids = malloc(((size_t)n_predict + 1) * sizeof *o.ids);
+  if (!o.ids) {
     free(ids);
-    di_tokenizer_free(tok);
-    return di_cli_fail("run", "empty prompt: give -p TEXT or --ids LIST");
+    return di_cli_fail("run", "out of memory");
   }
-
+  int ret = 0;
+  di_engine *e = NULL;
   di_grammar *grammar = NULL;
   di_gmatcher *gm = NULL;
-  uint32_t *gmask = NULL;
-  if (constrained) {
-    char *src = NULL;
-    size_t len = 0;
-    const char *path = schema_path ? schema_path : gbnf_path;
-    if (path) {
-      FILE *f = fopen(path, "rb");
-      if (!f || fseek(f, 0, SEEK_END) || (long)(len = (size_t)ftell(f)) < 0 || fseek(f, 0, SEEK_SET) ||
-          !(src = malloc(len + 1)) || fread(src, 1, len, f) != len) {
-        if (f) fclose(f);
-        free(src);
-        free(ids);
-        di_tokenizer_free(tok);
-        return di_cli_fail("run", "cannot read %s", path);
-      }
-      fclose(f);
-    }
-    di_grammar_kind kind = schema_path ? DI_GRAMMAR_JSON_SCHEMA : gbnf_path ? DI_GRAMMAR_GBNF : DI_GRAMMAR_REGEX;
-    di_code rc = di_grammar_compile(tok, kind, path ? src : regex, path ? len : strlen(regex), &gopts, &grammar, &st);
-    free(src);
-    if (rc == DI_OK) rc = di_gmatcher_new(grammar, &gm, &st);
-    if (rc) {
-      free(ids);
-      di_grammar_release(grammar);
-      di_tokenizer_free(tok);
-      return di_cli_fail("run", "%s: %s", schema_path ? "--json-schema" : gbnf_path ? "--grammar" : "--regex", st.msg);
-    }
-  }
-
-  di_gen g;
-  di_gen_opts go = {.model_path = model, .threads = (int)threads, .ctx = (int)ctx, .kv_type = kv_type,
-                    .use_mmap = use_mmap};
-  int ret = 0;
-  FILE *df = NULL;
-  float *logits = NULL;
-  int32_t *out_ids = NULL;
-  di_sampler sampler = {0};
-  di_detok_stream *ds = NULL;
-  if (di_gen_open(&g, &go, &st)) {
-    ret = di_cli_fail("run", "%s", st.msg);
+  char err[512] = "";
+  di_progress_set(di_progress_stderr, NULL);
+  if (di_engine_create(&eo, &e, err, sizeof err) != DI_OK) {
+    ret = di_cli_fail("run", "%s", err);
     goto done;
   }
-  const int V = g.model->hp.n_vocab;
-  for (int i = 0; i < n_ids; i++)
-    if (ids[i] >= V) {
-      ret = di_cli_fail("run", "token id %d out of range (vocabulary of %d)", ids[i], V);
-      goto done;
-    }
-  if (n_ids + (n_predict > 0 ? 1 : 0) > g.ctx) {
-    ret = di_cli_fail("run", "prompt of %d tokens does not fit the context of %d tokens", n_ids, g.ctx);
-    goto done;
+  if (!di_engine_tokenizer(e) && !print_ids) {
+    fprintf(stderr, "deepinfer run: no tokenizer in %s; printing ids\n", eo.model_path);
+    o.print_ids = print_ids = true;
   }
-  if (dump && !(df = fopen(dump, "wb"))) {
+  if ((schema_path || gbnf_path || regex) &&
+      (ret = load_grammar(e, schema_path, gbnf_path, regex, &gopts, &grammar, &gm)))
+    goto done;
+  if (dump && !(o.df = fopen(dump, "wb"))) {
     ret = di_cli_fail("run", "cannot open %s for writing", dump);
     goto done;
   }
-  logits = malloc((size_t)(dump ? n_ids : 1) * V * sizeof(float));
-  out_ids = malloc(((size_t)n_ids + (size_t)n_predict + 1) * sizeof *out_ids);
-  if (grammar && di_grammar_n_vocab(grammar) > V) {
-    ret = di_cli_fail("run", "the tokenizer has %d tokens, the model %d", di_grammar_n_vocab(grammar), V);
+  rp.sampling.temperature = (float)temp;
+  rp.sampling.top_k = (int)top_k;
+  rp.sampling.top_p = (float)top_p;
+  rp.sampling.min_p = (float)min_p;
+  rp.sampling.repetition_penalty = (float)rep;
+  rp.sampling.seed = (uint64_t)seed;
+  rp.ignore_eos = ignore_eos;
+  /* -n 0 still runs the prompt (for --dump-logits); with a dump, one more
+   * token is computed so the last shown token's logits are in the file. */
+  rp.max_tokens = (int)n_predict + (dump || n_predict == 0 ? 1 : 0);
+  rp.cb = on_event;
+  rp.user = &o;
+  if (dump) rp.logits_cb = on_logits;
+  o.t_submit = di_engine_now();
+  di_constraint gc = {gm, gm_mask, gm_accept, gm_finished, gm_rollback};
+  if (di_engine_submit_constrained(e, &rp, gm ? &gc : NULL, NULL, err, sizeof err) != DI_OK) {
+    ret = di_cli_fail("run", "%s", err);
     goto done;
   }
-  if (grammar) gmask = calloc(((size_t)V + 31) / 32, sizeof *gmask);
-  if (!logits || !out_ids || (grammar && !gmask) || di_sampler_init(&sampler, V, &st)) {
-    ret = di_cli_fail("run", "out of memory");
+  while (di_engine_step(e) > 0) {
+  }
+  if (o.finish == DI_FINISH_ERROR) {
+    ret = di_cli_fail("run", "%s", o.error);
     goto done;
   }
-  memcpy(out_ids, ids, (size_t)n_ids * sizeof *ids);
-  if (di_gen_feed(&g, ids, n_ids, dump != NULL, logits, &st)) {
-    ret = di_cli_fail("run", "%s", st.msg);
-    goto done;
-  }
-  float *last = logits + (size_t)(dump ? n_ids - 1 : 0) * V;
-  if (df && fwrite(logits, sizeof(float) * V, (size_t)n_ids, df) != (size_t)n_ids) {
+  if (o.write_failed) {
     ret = di_cli_fail("run", "write to %s failed", dump);
     goto done;
   }
-  if (tok && !print_ids) di_detok_stream_new(tok, true, &ds, &st);
-  di_sampling sp = {.temperature = (float)temp, .top_k = (int)top_k, .top_p = (float)top_p,
-                    .repetition_penalty = 1.0f, .seed = (uint64_t)seed};
-  uint64_t rng = di_sampler_seed(sp.seed, 0);
-  const int32_t *eos_ids = NULL;
-  size_t n_eos = tok ? di_tokenizer_eos(tok, &eos_ids) : 0;
-  int n_out = n_ids;
-  for (long long k = 0; k < n_predict; k++) {
-    di_sample_in in = {.p = &sp, .history = out_ids, .n_history = n_out, .n_prompt = n_ids, .rng = &rng};
-    di_sample_out so;
-    if (gm) {
-      di_gmatcher_fill_mask(gm, gmask);
-      in.mask = gmask;
-    }
-    di_sampler_sample(&sampler, last, &in, &so);
-    /* the mask allows EOS only where the grammar accepts; stop once no byte can follow */
-    bool grammar_done = gm && (!di_gmatcher_accept_token(gm, so.token) || di_gmatcher_is_finished(gm));
-    bool is_eos = so.token == g.model->hp.eos_id;
-    for (size_t e = 0; e < n_eos; e++) is_eos |= so.token == eos_ids[e];
-    if (is_eos && !ignore_eos) break;
-    out_ids[n_out++] = so.token;
-    if (ds) {
-      const char *txt;
-      size_t len;
-      if (!di_detok_stream_push(ds, so.token, &txt, &len, &st) && len) {
-        fwrite(txt, 1, len, stdout);
-        fflush(stdout);
-      }
-    }
-    if (grammar_done) break;
-    if (k + 1 == n_predict && !df) break; /* the last token's logits are not needed */
-    if (n_out >= g.ctx) break;
-    if (di_gen_feed(&g, &so.token, 1, false, logits, &st)) {
-      ret = di_cli_fail("run", "%s", st.msg);
-      goto done;
-    }
-    last = logits;
-    if (df && fwrite(logits, sizeof(float), (size_t)V, df) != (size_t)V) {
-      ret = di_cli_fail("run", "write to %s failed", dump);
-      goto done;
-    }
-  }
-  if (ds) {
-    const char *txt;
-    size_t len;
-    if (!di_detok_stream_flush(ds, &txt, &len, &st) && len) fwrite(txt, 1, len, stdout);
+  if (!print_ids) {
     fputc('\n', stdout);
-  } else if (!print_ids && !tok) {
-    fprintf(stderr, "deepinfer run: no tokenizer in %s; printing ids\n", model);
-    print_ids = true;
-  }
-  if (print_ids) {
+  } else {
     fputc('[', stdout);
-    for (int i = n_ids; i < n_out; i++) printf(i > n_ids ? ", %d" : "%d", out_ids[i]);
+    for (int i = 0; i < o.n_ids; i++) printf(i ? ", %d" : "%d", o.ids[i]);
     fputs("]\n", stdout);
   }
+  fflush(stdout);
+  if (stats) print_stats(&o, eo.spec);
 done:
-  if (df && fclose(df) != 0 && !ret) ret = di_cli_fail("run", "write to %s failed", dump);
-  di_detok_stream_free(ds);
-  di_sampler_free(&sampler);
+  if (o.df && fclose(o.df) != 0 && !ret) ret = di_cli_fail("run", "write to %s failed", dump);
+  di_engine_destroy(e);
   di_gmatcher_free(gm);
   di_grammar_release(grammar);
-  free(gmask);
-  free(logits);
-  free(out_ids);
+  free(o.ids);
   free(ids);
-  if (g.model) di_gen_close(&g);
-  di_tokenizer_free(tok);
   return ret;
 }

@@ -65,6 +65,25 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
              (size_t)e->max_seqs;
     if (kv_mem > DI_ENGINE_DEFAULT_KV_CAP) kv_mem = DI_ENGINE_DEFAULT_KV_CAP;
   }
+  if (o->spec < DI_SPEC_OFF || o->spec > DI_SPEC_MTP || o->spec_mode < DI_SPEC_AUTO || o->spec_mode > DI_SPEC_ALWAYS ||
+      o->spec_k_max < 0 || o->spec_k_max > DI_SPEC_K_LIMIT) {
+    di_engine_destroy(e);
+    return di_errorf(st, DI_ERR_INVALID, "engine: spec_k_max must be in [1, %d] (0 = default %d)", DI_SPEC_K_LIMIT,
+                     DI_SPEC_K_DEFAULT);
+  }
+  if (o->spec == DI_SPEC_NGRAM) {
+    di_drafter_ngram(&e->spec.drafter);
+  } else if (o->spec != DI_SPEC_OFF) {
+    di_engine_destroy(e);
+    if (o->spec == DI_SPEC_MTP)
+      return di_errorf(st, DI_ERR_UNSUPPORTED,
+                       "--spec mtp: %s has no MTP (multi-token prediction) weights; use --spec ngram or off",
+                       o->model_path ? o->model_path : "this model");
+    return di_errorf(st, DI_ERR_UNSUPPORTED, "--spec draft: draft-model speculation is not implemented yet; use --spec ngram");
+  }
+  e->spec.on = o->spec != DI_SPEC_OFF;
+  e->spec.always = o->spec_mode == DI_SPEC_ALWAYS;
+  e->spec.k_max = o->spec_k_max > 0 ? o->spec_k_max : DI_SPEC_K_DEFAULT;
   if (be->n_swa_tables < 0 || be->n_swa_tables > DI_KV_MAX_SWA_TABLES) {
     di_engine_destroy(e);
     return di_errorf(st, DI_ERR_INVALID, "engine: %d sliding-window tables (at most %d)", be->n_swa_tables,
@@ -85,9 +104,11 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
   e->b_seqs = malloc((size_t)ns * sizeof *e->b_seqs);
   e->b_owner = malloc((size_t)ns * sizeof *e->b_owner);
   e->logits = malloc((size_t)ns * (size_t)be->n_vocab * sizeof *e->logits);
+  e->logits_cap = ns;
+  e->cmask = calloc(((size_t)be->n_vocab + 31) / 32, sizeof *e->cmask);
   e->running.v = malloc((size_t)ns * sizeof *e->running.v);
   e->running.cap = ns;
-  if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->logits ||
+  if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->logits || !e->cmask ||
       !e->running.v) {
     di_engine_destroy(e);
     return di_errorf(st, DI_ERR_NOMEM, "engine: cannot allocate batch buffers (%d tokens, %d sequences)", nt, ns);
@@ -149,6 +170,7 @@ void di_engine_destroy(di_engine *e) {
   free(e->b_seqs);
   free(e->b_owner);
   free(e->logits);
+  free(e->cmask);
   free(e->cancels);
   di_sampler_free(&e->sampler);
   di_kv_pool_destroy(e->pool);
@@ -156,6 +178,18 @@ void di_engine_destroy(di_engine *e) {
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv);
   free(e);
+}
+
+bool di_engine_logit_rows(di_engine *e, int rows) {
+  if (rows <= e->logits_cap) return true;
+  if (rows > e->max_batch_tokens) return false;
+  int cap = e->logits_cap * 2 > rows ? e->logits_cap * 2 : rows;
+  if (cap > e->max_batch_tokens) cap = e->max_batch_tokens;
+  float *l = realloc(e->logits, (size_t)cap * (size_t)e->be.n_vocab * sizeof *l);
+  if (!l) return false;
+  e->logits = l;
+  e->logits_cap = cap;
+  return true;
 }
 
 const struct di_tokenizer *di_engine_tokenizer(const di_engine *e) { return e->be.tokenizer; }
@@ -183,6 +217,7 @@ static di_code validate(const di_engine *e, const di_request_params *p, di_statu
       return di_errorf(st, DI_ERR_RANGE, "stop_ids[%d] = %d is outside the vocabulary [0, %d)", i, p->stop_ids[i],
                        e->be.n_vocab);
   if (!p->cb) return di_errorf(st, DI_ERR_INVALID, "a request needs an event callback");
+  if (p->logits_cb && p->n > 1) return di_errorf(st, DI_ERR_INVALID, "logits_cb needs n = 1 (got n = %d)", p->n);
   return di_sampling_validate(&p->sampling, e->be.n_vocab, st);
 }
 
@@ -280,9 +315,14 @@ static void set_err(char *err, size_t errlen, const di_status *st) {
 }
 
 di_code di_engine_submit(di_engine *e, const di_request_params *p, uint64_t *id, char *err, size_t errlen) {
+  return di_engine_submit_constrained(e, p, NULL, id, err, errlen);
+}
+
+di_code di_engine_submit_constrained(di_engine *e, const di_request_params *p, const di_constraint *c, uint64_t *id,
+                                     char *err, size_t errlen) {
   di_status st = {0};
   if (!e || !p) return DI_ERR_INVALID;
-  if (validate(e, p, &st) != DI_OK) {
+  if (validate(e, p, &st) != DI_OK || (c && p->n > 1 && di_errorf(&st, DI_ERR_INVALID, "a constraint needs n = 1"))) {
     set_err(err, errlen, &st);
     return st.code;
   }
@@ -297,6 +337,7 @@ di_code di_engine_submit(di_engine *e, const di_request_params *p, uint64_t *id,
     set_err(err, errlen, &st);
     return st.code;
   }
+  if (c) r->constraint = *c;
   r->t_submit = di_engine_now();
   pthread_mutex_lock(&e->mu);
   r->id = e->next_id++;
@@ -356,6 +397,9 @@ static void emit(di_engine *e, di_seq *s, int32_t token, const char *text, size_
   ev.cached_tokens = r->cached_tokens;
   ev.completion_tokens = s->n_gen;
   ev.queue_seconds = r->admitted_once ? r->t_admit - r->t_submit : -1;
+  ev.spec_drafted = s->spec.drafted;
+  ev.spec_accepted = s->spec.accepted;
+  ev.spec_verify_steps = s->spec.verify_steps;
   r->p.cb(&ev, r->p.user);
 }
 
@@ -468,12 +512,19 @@ static bool is_stop_token(const di_engine *e, const di_req *r, int32_t t) {
   return false;
 }
 
-static void sample_and_emit(di_engine *e, di_seq *s, const float *logits) {
+void di_engine_sample_emit(di_engine *e, di_seq *s, const float *logits) {
   di_req *r = s->req;
   di_sample_in in = {.p = &r->p.sampling, .history = s->tokens, .n_history = s->len, .n_prompt = r->n_prompt,
                      .rng = &s->rng, .top_logprobs = r->p.top_logprobs, .logprob = r->p.logprobs > 0};
   di_sample_out so;
+  const di_constraint *c = &r->constraint;
+  if (c->accept) {
+    c->fill_mask(c->self, e->cmask);
+    in.mask = e->cmask;
+  }
   di_sampler_sample(&e->sampler, logits, &in, &so);
+  /* the mask allows end of generation only where the constraint accepts; stop once nothing can follow */
+  bool c_done = c->accept && (!c->accept(c->self, so.token) || c->finished(c->self));
   s->n_gen++;
   e->acc.generated_tokens++;
   if (is_stop_token(e, r, so.token)) {
@@ -500,9 +551,15 @@ static void sample_and_emit(di_engine *e, di_seq *s, const float *logits) {
   emit(e, s, so.token, s->pending, release, &so, DI_FINISH_NONE, NULL);
   if (s->pending) memmove(s->pending, s->pending + release, s->pending_len - release);
   s->pending_len -= release;
-  if (stopped) di_engine_finish_seq(e, s, DI_FINISH_STOP, NULL);
+  if (stopped || c_done) di_engine_finish_seq(e, s, DI_FINISH_STOP, NULL);
   else if ((r->p.max_tokens > 0 && s->n_gen >= r->p.max_tokens) || s->len >= s->cap)
     di_engine_finish_seq(e, s, DI_FINISH_LENGTH, NULL);
+}
+
+void di_engine_deliver_logits(di_engine *e, di_seq *s, const float *row, int pos) {
+  if (!s->req->p.logits_cb || pos < s->n_delivered) return;
+  s->req->p.logits_cb(row, e->be.n_vocab, pos, s->req->p.user);
+  s->n_delivered = pos + 1;
 }
 
 /* The detokenizer starts with the last prompt tokens so the first output
@@ -537,12 +594,12 @@ void di_engine_after_forward(di_engine *e, di_seq *s, const float *logits) {
     for (int i = 0; i < r->n; i++) {
       di_seq *c = r->seqs[i];
       open_detok(e, c);
-      sample_and_emit(e, c, logits);
+      di_engine_sample_emit(e, c, logits);
     }
     return;
   }
   open_detok(e, s);
-  sample_and_emit(e, s, logits);
+  di_engine_sample_emit(e, s, logits);
 }
 
 /* ---------------------------------------------------------------- step */
@@ -590,6 +647,7 @@ static void publish_stats(di_engine *e) {
   s.kv_blocks_cached = di_kv_prefix_n_cached(e->pool);
   s.kv_block_size = e->pool->block_size;
   s.kv_block_bytes = e->pool->block_bytes;
+  s.spec_drafter = e->spec.on ? e->spec.drafter.name : NULL;
   pthread_mutex_lock(&e->mu);
   e->stats = s;
   pthread_mutex_unlock(&e->mu);
@@ -610,17 +668,32 @@ int di_engine_step(di_engine *e) {
     } else {
       e->acc.steps++;
       e->acc.batch_tokens += (uint64_t)n;
+      /* A sequence with drafts commits after verification, which decides how
+       * many of its positions stay. */
       for (int i = 0; i < b.n_seqs; i++) {
         di_seq *s = e->b_owner[i];
+        if (s->n_draft > 0) continue;
         s->n_computed += s->take;
         di_kv_table_commit(e->pool, &s->table, s->tokens, s->n_computed);
         for (int k = 0; k < e->be.n_swa_tables; k++) di_kv_table_commit(e->pool, &s->swa[k], s->tokens, s->n_computed);
       }
+      const size_t V = (size_t)e->be.n_vocab;
       for (int i = 0; i < b.n_seqs; i++) {
         di_seq *s = e->b_owner[i];
-        if (s->logits_row >= 0 && s->state == DI_SEQ_RUNNING)
-          di_engine_after_forward(e, s, e->logits + (size_t)s->logits_row * (size_t)e->be.n_vocab);
+        if (s->state != DI_SEQ_RUNNING) continue;
+        if (s->n_draft > 0) {
+          di_spec_verify(e, s, e->logits + (size_t)s->logits_row * V);
+          continue;
+        }
+        if (s->req->p.logits_cb && s->row0 >= 0) /* rows of the prompt positions before the last */
+          for (int r = s->row0, pos = s->n_computed - s->take; pos < s->n_computed && pos < s->len - 1; r++, pos++)
+            di_engine_deliver_logits(e, s, e->logits + (size_t)r * V, pos);
+        if (s->logits_row >= 0) {
+          di_engine_deliver_logits(e, s, e->logits + (size_t)s->logits_row * V, s->len - 1);
+          di_engine_after_forward(e, s, e->logits + (size_t)s->logits_row * V);
+        }
       }
+      if (e->spec.on && e->step_prefill == 0) di_spec_cost_add(&e->spec.cost, n, di_engine_now() - t1);
     }
     e->acc.step_seconds += di_engine_now() - t1;
   }

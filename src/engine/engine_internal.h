@@ -11,6 +11,7 @@
 
 #include "deepinfer.h"
 #include "engine/sampler.h"
+#include "engine/spec/tune.h"
 #include "graph/batch.h"
 #include "kv/pool.h"
 #include "kv/table.h"
@@ -43,6 +44,22 @@ typedef struct di_engine_backend {
   void (*destroy)(void *user);
 } di_engine_backend;
 
+/* A request's token constraint (a grammar matcher, src/grammar/): fill_mask
+ * gives the allowed next tokens (bit i % 32 of word i / 32), accept advances
+ * over one token (false: not allowed, state unchanged), finished says no
+ * token may follow, rollback undoes the last n accepts. The engine masks each
+ * sampled position with it and advances it on every emitted token, so its
+ * state is always that of the emitted tokens; speculation also walks a draft
+ * through it to cut the draft before the first token it forbids (the target
+ * could never choose it) and rolls that walk back. n = 1 only. */
+typedef struct di_constraint {
+  void *self;
+  void (*fill_mask)(void *self, uint32_t *mask);
+  bool (*accept)(void *self, int32_t token);
+  bool (*finished)(void *self);
+  void (*rollback)(void *self, size_t n);
+} di_constraint;
+
 typedef enum di_seq_state { DI_SEQ_WAITING = 0, DI_SEQ_RUNNING, DI_SEQ_DONE } di_seq_state;
 
 typedef struct di_req di_req;
@@ -63,10 +80,14 @@ typedef struct di_seq {
   size_t pending_len, pending_cap;
   int n_gen;
   int n_preempted;
+  di_spec_seq spec;       /* acceptance estimates, back-off and counts (spec/tune.h) */
   uint64_t queued_at;     /* engine step when it last entered the waiting queue */
   /* per-step scratch */
   int take;               /* tokens in this step's batch */
-  int logits_row;         /* -1 = no logits this step */
+  int n_delivered;        /* positions whose logits went to the request's logits_cb */
+  int n_draft;            /* draft tokens among them (at tokens[len..len+n_draft)) */
+  int row0;               /* first logits row of the sequence this step; -1 = none */
+  int logits_row;         /* row of the last token (the one sampled from); -1 = none this step */
   bool scheduled;
 } di_seq;
 
@@ -85,6 +106,7 @@ struct di_req {
   di_seq **seqs;          /* [n]; seqs[1..] exist once the prompt is computed */
   int n_seqs, n_done;
   int cached_tokens;      /* prefix-cache hit tokens at first admission */
+  di_constraint constraint; /* .accept == NULL: none */
   bool admitted_once, cancelled;
   double t_submit, t_admit; /* monotonic seconds: submission, first admission */
   di_req *next;           /* all live requests */
@@ -110,7 +132,17 @@ struct di_engine {
   di_batch_seq *b_seqs;
   di_seq **b_owner;       /* [max_seqs + ...] sequence of each batch seq slot */
   int b_cap_seqs;
-  float *logits;          /* [max_seqs][n_vocab] */
+  float *logits;          /* [logits_cap][n_vocab] */
+  uint32_t *cmask;        /* [(n_vocab + 31) / 32] a constraint's allowed tokens */
+  int logits_cap;         /* rows; grows when drafts or logits callbacks need more than max_seqs */
+  int step_prefill;       /* prompt tokens in this step's batch (the cost fit uses decode steps) */
+  struct {
+    bool on, always;
+    int k_max;
+    di_drafter drafter;
+    di_spec_cost cost;    /* step time against tokens (spec/tune.h) */
+    double plan_emit;     /* expected tokens the step being built emits */
+  } spec;
   /* cross-thread inbox: submissions and cancellations */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -126,10 +158,28 @@ struct di_engine {
 };
 
 /* engine.c */
+/* di_engine_submit with a token constraint on the request (n = 1; the
+ * caller keeps c->self alive until the request's final event). */
+di_code di_engine_submit_constrained(di_engine *e, const di_request_params *p, const di_constraint *c, uint64_t *id,
+                                     char *err, size_t errlen);
 di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backend *be, di_engine **out,
                                  di_status *st);
 void di_engine_finish_seq(di_engine *e, di_seq *s, di_finish why, const char *error);
 void di_engine_after_forward(di_engine *e, di_seq *s, const float *logits);
+/* Samples one token from a logits row and emits it (stop tokens, stop strings, max_tokens). */
+void di_engine_sample_emit(di_engine *e, di_seq *s, const float *logits);
+/* Hands the request's logits callback the row of position pos, once per
+ * position (a preempted sequence recomputes rows it already delivered). */
+void di_engine_deliver_logits(di_engine *e, di_seq *s, const float *row, int pos);
+/* Makes the logits buffer hold at least rows rows; false if it cannot. */
+bool di_engine_logit_rows(di_engine *e, int rows);
+
+/* spec.c */
+/* Drafts up to k_cap tokens after s's tokens (at tokens[len..]) and returns how
+ * many the planner wants verified; tokens = the step's tokens so far with s's. */
+int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens);
+/* Verifies s's drafts against the rows of this step (row 0: its base token). */
+void di_spec_verify(di_engine *e, di_seq *s, const float *rows);
 
 /* scheduler.c */
 /* A sequence's tables (main + sliding-window ones): drop every block / share src's. */

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine_model.h"
+
 #include "engine/engine_internal.h"
 #include "graph/forward.h"
 #include "model/model.h"
@@ -62,11 +64,16 @@ di_code di_engine_create(const di_engine_opts *o, di_engine **out, char *err, si
   di_model_backend *m = calloc(1, sizeof *m);
   di_code rc = m ? DI_OK : di_errorf(&st, DI_ERR_NOMEM, "engine: out of memory");
   if (rc == DI_OK && !o->model_path) rc = di_errorf(&st, DI_ERR_INVALID, "engine: no model path");
-  di_model_opts mo = {0};
+  di_model_opts mo = {.use_mmap = o->use_mmap != 0};
   if (rc == DI_OK) rc = di_model_load(o->model_path, &mo, &m->model, &st);
   if (rc == DI_OK)
     rc = m->model->gguf ? di_tokenizer_from_gguf(m->model->gguf, &m->tok, &st)
                         : di_tokenizer_load(o->model_path, &m->tok, &st);
+  if (rc != DI_OK && m && m->model && o->tokenizer_optional) { /* ids in, ids out */
+    di_status_clear(&st);
+    m->tok = NULL;
+    rc = DI_OK;
+  }
   int max_batch = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
   if (rc == DI_OK) rc = di_forward_ctx_create(m->model, max_batch, o->threads, &m->fwd, &st);
   di_engine_backend be = {0};
@@ -94,7 +101,7 @@ di_code di_engine_create(const di_engine_opts *o, di_engine **out, char *err, si
       be.n_swa_tables = (n_swa + n_full - 1) / n_full;
     }
     const int32_t *eos = NULL;
-    size_t n_eos = di_tokenizer_eos(m->tok, &eos);
+    size_t n_eos = m->tok ? di_tokenizer_eos(m->tok, &eos) : 0;
     int k = 0;
     if (hp->eos_id >= 0) m->eos[k++] = hp->eos_id;
     for (size_t i = 0; i < n_eos && k < 16; i++)
@@ -103,11 +110,13 @@ di_code di_engine_create(const di_engine_opts *o, di_engine **out, char *err, si
     be.n_eos = k;
     be.user = m;
     be.forward = mb_forward;
-    be.encode = mb_encode;
-    be.detok_new = mb_detok_new;
-    be.detok_push = mb_detok_push;
-    be.detok_flush = mb_detok_flush;
-    be.detok_free = mb_detok_free;
+    if (m->tok) {
+      be.encode = mb_encode;
+      be.detok_new = mb_detok_new;
+      be.detok_push = mb_detok_push;
+      be.detok_flush = mb_detok_flush;
+      be.detok_free = mb_detok_free;
+    }
     be.tokenizer = m->tok;
     be.destroy = mb_destroy;
     rc = di_engine_create_backend(o, &be, out, &st); /* owns m from here, even on failure */
@@ -116,4 +125,8 @@ di_code di_engine_create(const di_engine_opts *o, di_engine **out, char *err, si
   mb_destroy(m);
   if (rc != DI_OK && err && errlen) snprintf(err, errlen, "%s", st.msg);
   return rc;
+}
+
+const di_model *di_engine_model(const di_engine *e) {
+  return e && e->be.destroy == mb_destroy ? ((const di_model_backend *)e->be.user)->model : NULL;
 }

@@ -112,6 +112,12 @@ static int shrink_to_fit(di_engine *e, di_seq *s, int want) {
   return lo;
 }
 
+/* A request with a logits callback wants every position's row; its prompt
+ * goes in chunks of at most this many (row invariance: same bits). */
+#define DI_LOGITS_CB_CHUNK 64
+
+/* Adds positions [n_computed, n_computed + take) of s (its drafts, if any,
+ * are the last n_draft of them); the rows they want are consecutive. */
 static void add_to_batch(di_engine *e, di_batch *b, di_seq *s, int take, int *n_out) {
   di_kv_table_prepare(e->pool, &s->table, s->n_computed, s->n_computed + take);
   int slot = b->n_seqs++;
@@ -123,15 +129,21 @@ static void add_to_batch(di_engine *e, di_batch *b, di_seq *s, int take, int *n_
     bs->n_swa_blocks = s->swa[k].n_blocks;
   }
   e->b_owner[slot] = s;
+  const bool all = s->req->p.logits_cb != NULL;
+  s->row0 = -1;
+  s->logits_row = -1;
   for (int i = 0; i < take; i++) {
     int n = b->n_tokens++;
     int pos = s->n_computed + i;
     e->b_tokens[n] = s->tokens[pos];
     e->b_pos[n] = pos;
     e->b_seq[n] = slot;
-    e->b_want[n] = pos == s->len - 1;
+    e->b_want[n] = all || pos >= s->len - 1;
+    if (e->b_want[n] && s->row0 < 0) s->row0 = *n_out;
+    if (pos == s->len - 1) s->logits_row = *n_out;
+    if (e->b_want[n]) (*n_out)++;
+    if (pos < s->len - 1) e->step_prefill++;
   }
-  s->logits_row = s->n_computed + take == s->len ? (*n_out)++ : -1;
   s->take = take;
   s->scheduled = true;
 }
@@ -144,6 +156,18 @@ static void window_release(di_engine *e, di_seq *s) {
   for (int k = 0; k < e->be.n_swa_tables; k++) di_kv_table_release_before(e->pool, &s->swa[k], lo);
 }
 
+/* Draft tokens for a decode sequence whose own token fits: as many as the
+ * planner wants, the budget allows, the logits buffer can take and the pool
+ * holds without preempting anyone (a draft is never worth a preemption). */
+static int plan_drafts(di_engine *e, di_batch *b, di_seq *s, int budget, int n_out) {
+  if (!e->spec.on) return 0;
+  int k = di_spec_propose(e, s, budget - 1, b->n_tokens + 1);
+  if (k > 0 && !di_engine_logit_rows(e, n_out + 1 + k + (e->running.n - b->n_seqs))) k = 0;
+  while (k > 0 && !fits(e, s, s->len + k)) k--;
+  e->spec.plan_emit += 1 + di_spec_expected(&s->spec, k);
+  return k;
+}
+
 /* Schedules running sequences of one kind (decode or prefill); returns true
  * if the running list changed so the caller rescans. */
 static bool schedule_running(di_engine *e, di_batch *b, int *budget, int *n_out, bool decode) {
@@ -152,6 +176,10 @@ static bool schedule_running(di_engine *e, di_batch *b, int *budget, int *n_out,
     int need = s->len - s->n_computed;
     if (s->scheduled || (need == 1) != decode) continue;
     window_release(e, s);
+    if (!decode && s->req->p.logits_cb) {
+      if (need > DI_LOGITS_CB_CHUNK) need = DI_LOGITS_CB_CHUNK;
+      if (!di_engine_logit_rows(e, *n_out + need + (e->running.n - b->n_seqs))) continue;
+    }
     int end = s->n_computed + (need < *budget ? need : *budget);
     if (!decode && !fits(e, s, end)) {
       int shrunk = shrink_to_fit(e, s, end);
@@ -172,6 +200,8 @@ static bool schedule_running(di_engine *e, di_batch *b, int *budget, int *n_out,
         preempt(e, s);
       return true;
     }
+    s->n_draft = decode ? plan_drafts(e, b, s, *budget, *n_out) : 0;
+    end += s->n_draft;
     add_to_batch(e, b, s, end - s->n_computed, n_out);
     *budget -= end - s->n_computed;
     if (changed) return true;
@@ -222,9 +252,13 @@ static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
     di_req *r = s->req;
     int slots = (s->index == 0 && r->n_seqs < r->n) ? r->n : 1; /* siblings are forked later */
     if (e->running.n > 0 && running_slots(e) + slots > e->max_seqs) break;
-    if (s->n_computed == 0 && s->table.n_blocks == 0 && e->be.policy != DI_KV_POLICY_WINDOW)
+    const bool all = r->p.logits_cb != NULL; /* every row wanted: no prefix hits, bounded chunks */
+    if (s->n_computed == 0 && s->table.n_blocks == 0 && e->be.policy != DI_KV_POLICY_WINDOW && !all)
       s->n_computed = match_prefix(e, s);
-    int end = s->n_computed + (s->len - s->n_computed < *budget ? s->len - s->n_computed : *budget);
+    int want = s->len - s->n_computed < *budget ? s->len - s->n_computed : *budget;
+    if (all && want > DI_LOGITS_CB_CHUNK) want = DI_LOGITS_CB_CHUNK;
+    if (!di_engine_logit_rows(e, *n_out + (all ? want : 1))) break;
+    int end = s->n_computed + want;
     if (!fits(e, s, end)) end = shrink_to_fit(e, s, end);
     if (end <= s->n_computed) {
       di_seq_kv_release(e, s); /* give back the prefix hits; retry later */
@@ -259,8 +293,11 @@ int di_sched_build(di_engine *e, di_batch *b) {
   b->n_swa_tables = e->be.n_swa_tables;
   for (int i = 0; i < e->running.n; i++) {
     e->running.v[i]->scheduled = false;
-    e->running.v[i]->logits_row = -1;
+    e->running.v[i]->logits_row = e->running.v[i]->row0 = -1;
+    e->running.v[i]->n_draft = 0;
   }
+  e->step_prefill = 0;
+  e->spec.plan_emit = 0;
   int budget = e->max_batch_tokens, n_out = 0;
   while (schedule_running(e, b, &budget, &n_out, true)) {
   }

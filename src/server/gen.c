@@ -182,6 +182,8 @@ static void on_event(const di_event *ev, void *user) {
   }
   if (ev->finish != DI_FINISH_NONE) {
     int toks = ev->completion_tokens > ch->cb_tokens ? ev->completion_tokens : ch->cb_tokens;
+    ch->spec_drafted = ev->spec_drafted;
+    ch->spec_accepted = ev->spec_accepted;
     di_srv_metrics_finish(m, ev->finish, toks);
     if (++sub->n_done == g->n_per) {
       release = 1;
@@ -339,21 +341,29 @@ int di_srv_gen_done(di_srv_gen *g) {
 }
 
 json_t *di_srv_gen_usage(di_srv_gen *g) {
-  long long pt = 0, cached = 0, ct = 0, rt = 0;
+  long long pt = 0, cached = 0, ct = 0, rt = 0, drafted = 0, accepted = 0;
   pthread_mutex_lock(&g->mu);
   for (int k = 0; k < g->n_subs; k++) {
     pt += g->subs[k].prompt_tokens ? g->subs[k].prompt_tokens : (long long)g->subs[k].n_prompt;
     cached += g->subs[k].cached_tokens;
+  }
+  for (int i = 0; i < g->n_choices; i++) {
+    drafted += g->choices[i].spec_drafted;
+    accepted += g->choices[i].spec_accepted;
   }
   pthread_mutex_unlock(&g->mu);
   for (int i = 0; i < g->n_choices; i++) {
     ct += g->choices[i].completion_tokens;
     rt += g->choices[i].reasoning_tokens;
   }
-  return json_pack("{s:I,s:I,s:I,s:{s:I},s:{s:I},s:I,s:I}", "prompt_tokens", pt,
-                   "completion_tokens", ct, "total_tokens", pt + ct, "prompt_tokens_details",
-                   "cached_tokens", cached, "completion_tokens_details", "reasoning_tokens", rt,
-                   "prompt_cache_hit_tokens", cached, "prompt_cache_miss_tokens", pt - cached);
+  json_t *u = json_pack("{s:I,s:I,s:I,s:{s:I},s:{s:I},s:I,s:I}", "prompt_tokens", pt,
+                         "completion_tokens", ct, "total_tokens", pt + ct, "prompt_tokens_details",
+                         "cached_tokens", cached, "completion_tokens_details", "reasoning_tokens", rt,
+                         "prompt_cache_hit_tokens", cached, "prompt_cache_miss_tokens", pt - cached);
+  /* extension: what speculative decoding drafted and the target accepted */
+  if (u && drafted > 0)
+    json_object_set_new(u, "speculative", json_pack("{s:I,s:I}", "draft_tokens", drafted, "accepted_tokens", accepted));
+  return u;
 }
 
 /* Checks the client between events without waiting longer than this. */

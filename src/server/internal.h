@@ -141,6 +141,7 @@ typedef struct di_srv_choice {
   char *error;
   int started;   /* completions: the echo was sent */
   int cb_tokens; /* tokens seen by the engine callback (metrics, under g->mu) */
+  int spec_drafted, spec_accepted; /* from the final event (under g->mu) */
 } di_srv_choice;
 
 typedef struct di_srv_sub {

@@ -81,7 +81,7 @@ bool di_srv_sampling_parse(json_t *body, int n_vocab, di_srv_sampling *g, di_srv
   double temperature = sp->temperature, top_p = sp->top_p, min_p = sp->min_p;
   double rep = sp->repetition_penalty, pres = sp->presence_penalty, freq = sp->frequency_penalty;
   long long top_k = sp->top_k, seed = -1, max_tokens = 0, max_completion = 0;
-  int ignore_eos = g->params.ignore_eos, stream = 0, include_usage = 0;
+  int ignore_eos = g->params.ignore_eos, stream = 0, include_usage = 0, speculative = !g->params.spec_off;
   const char *user = NULL;
   if (!di_srv_get_num(body, "temperature", 0, 2, &temperature, e) ||
       !di_srv_get_num(body, "top_p", 0, 1, &top_p, e) ||
@@ -94,6 +94,7 @@ bool di_srv_sampling_parse(json_t *body, int n_vocab, di_srv_sampling *g, di_srv
       !di_srv_get_int(body, "max_tokens", 1, 1 << 30, &max_tokens, e) ||
       !di_srv_get_int(body, "max_completion_tokens", 1, 1 << 30, &max_completion, e) ||
       !di_srv_get_bool(body, "ignore_eos", &ignore_eos, e) ||
+      !di_srv_get_bool(body, "speculative", &speculative, e) || /* extension: false opts out */
       !di_srv_get_bool(body, "stream", &stream, e) || !di_srv_get_str(body, "user", &user, e))
     return false;
   if (json_object_get(body, "top_p") && top_p <= 0)
@@ -117,6 +118,7 @@ bool di_srv_sampling_parse(json_t *body, int n_vocab, di_srv_sampling *g, di_srv
   sp->top_k = top_k < 0 ? 0 : (int)top_k;
   if (json_object_get(body, "seed") && !json_is_null(json_object_get(body, "seed"))) sp->seed = (uint64_t)seed;
   g->params.ignore_eos = ignore_eos;
+  g->params.spec_off = !speculative;
   g->max_tokens = (int)(max_completion ? max_completion : max_tokens);
   g->stream = stream;
   g->include_usage = include_usage;

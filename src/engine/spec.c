@@ -1,0 +1,70 @@
+/* Speculative decoding inside the engine's step. The scheduler's decode pass
+ * asks di_spec_propose for a running sequence's draft (written after its
+ * tokens, verified in the same forward as every other request's decode and
+ * prefill tokens, each draft position with its own logits row); after the
+ * forward di_spec_verify walks the rows in order and samples each position
+ * exactly as a step without speculation would — the same sampler, logits
+ * processors and per-request RNG (one draw per emitted sampled token, none
+ * per rejected draft) — and accepts a draft token iff it equals that choice.
+ * The output is therefore the non-speculative output whatever the drafter
+ * proposed; the drafter only decides how many tokens one forward yields. KV
+ * of rejected positions is rolled back (their blocks return to the pool, no
+ * prefix-cache name is ever given to them). */
+#include <string.h>
+
+#include "engine/engine_internal.h"
+
+int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens) {
+  if (!e->spec.on || s->req->p.spec_off || k_cap <= 0 || !di_spec_active(&s->spec, e->acc.steps)) return 0;
+  di_req *r = s->req;
+  if (k_cap > e->spec.k_max) k_cap = e->spec.k_max;
+  if (k_cap > s->cap - s->len) k_cap = s->cap - s->len;
+  if (r->p.max_tokens > 0 && k_cap > r->p.max_tokens - s->n_gen - 1) k_cap = r->p.max_tokens - s->n_gen - 1;
+  if (k_cap <= 0) return 0;
+  int n = e->spec.drafter.propose(e->spec.drafter.self, s->tokens, s->len, k_cap, s->tokens + s->len);
+  const di_constraint *c = &r->constraint;
+  if (n > 0 && c->accept) {
+    int ok = 0;
+    while (ok < n && c->accept(c->self, s->tokens[s->len + ok])) ok++;
+    if (ok > 0) c->rollback(c->self, (size_t)ok);
+    n = ok;
+  }
+  di_spec_plan_in in = {.k_avail = n, .always = e->spec.always, .emit = e->spec.plan_emit + 1, .tokens = tokens,
+                        .step = e->acc.steps};
+  bool fallback = false;
+  int k = di_spec_plan(&s->spec, &e->spec.cost, &in, &fallback);
+  if (fallback) e->acc.spec_fallbacks++;
+  return k;
+}
+
+
+void di_spec_verify(di_engine *e, di_seq *s, const float *rows) {
+  const int L = s->len, k = s->n_draft, V = e->be.n_vocab;
+  int32_t draft[DI_SPEC_K_LIMIT];
+  memcpy(draft, s->tokens + L, (size_t)k * sizeof *draft); /* emitting overwrites them */
+  s->n_draft = 0;
+  s->n_computed = L; /* the base token's position; drafts join as they are accepted */
+  /* counted before the walk: an event the walk emits (the final one
+   * included) reports this verification */
+  s->spec.drafted += k;
+  s->spec.verify_steps++;
+  int a = 0;
+  for (int j = 0;; j++) {
+    di_engine_deliver_logits(e, s, rows + (size_t)j * V, L - 1 + j);
+    di_engine_sample_emit(e, s, rows + (size_t)j * V);
+    if (s->state != DI_SEQ_RUNNING || j == k || s->tokens[s->len - 1] != draft[j]) break;
+    a++;
+    s->spec.accepted++;
+    s->n_computed++;
+  }
+  di_spec_observe(&s->spec, k, a);
+  e->acc.spec_drafted += (uint64_t)k;
+  e->acc.spec_accepted += (uint64_t)a;
+  e->acc.spec_verify_steps++;
+  if (s->state != DI_SEQ_RUNNING) return; /* finished: its blocks are already released */
+  int bs = e->pool->block_size, keep = (s->n_computed + bs - 1) / bs;
+  di_kv_table_truncate(e->pool, &s->table, keep);
+  for (int t = 0; t < e->be.n_swa_tables; t++) di_kv_table_truncate(e->pool, &s->swa[t], keep);
+  di_kv_table_commit(e->pool, &s->table, s->tokens, s->n_computed);
+  for (int t = 0; t < e->be.n_swa_tables; t++) di_kv_table_commit(e->pool, &s->swa[t], s->tokens, s->n_computed);
+}

@@ -1,0 +1,102 @@
+#include "engine/spec/tune.h"
+
+/* Forgetting factor per step: about the last 50 steps count, so the fit
+ * follows load changes (other processes, a growing batch) within a second. */
+#define COST_DECAY 0.98
+/* Before any spread of token counts was measured, the cost of one more token
+ * is taken as 1/16 of a step's fixed cost (a memory-bound decode); the first
+ * verifications of different lengths replace it with the measurement. */
+#define COST_PRIOR_RATIO (1.0 / 16)
+#define P_PRIOR 0.5f
+#define P_RATE 0.25f
+#define BACKOFF_MIN 3
+#define BACKOFF_MAX 10
+
+void di_spec_cost_add(di_spec_cost *c, int tokens, double seconds) {
+  double x = tokens;
+  c->w = c->w * COST_DECAY + 1;
+  c->x = c->x * COST_DECAY + x;
+  c->y = c->y * COST_DECAY + seconds;
+  c->xx = c->xx * COST_DECAY + x * x;
+  c->xy = c->xy * COST_DECAY + x * seconds;
+  double mx = c->x / c->w, my = c->y / c->w, var = c->xx / c->w - mx * mx;
+  if (var > 0.25) { /* token counts spread enough to separate slope from intercept */
+    double c1 = (c->xy / c->w - mx * my) / var;
+    if (c1 < my * 1e-3) c1 = my * 1e-3; /* noise can tilt it: a token never costs nothing */
+    double c0 = my - c1 * mx;
+    if (c0 < 0) c0 = 0;
+    c->c0 = c0, c->c1 = c1;
+  } else {
+    c->c1 = my / (1 / COST_PRIOR_RATIO + mx);
+    c->c0 = c->c1 / COST_PRIOR_RATIO;
+  }
+  c->fitted = true;
+}
+
+double di_spec_cost_time(const di_spec_cost *c, int tokens) {
+  if (!c->fitted) return 1 + COST_PRIOR_RATIO * tokens;
+  return c->c0 + c->c1 * tokens;
+}
+
+static void seq_init(di_spec_seq *s) {
+  if (s->init) return;
+  for (int j = 0; j < DI_SPEC_K_LIMIT; j++) s->p[j] = P_PRIOR;
+  s->backoff = BACKOFF_MIN;
+  s->init = true;
+}
+
+bool di_spec_active(const di_spec_seq *s, uint64_t step) {
+  return !s->init || !s->off || s->probing || step >= s->probe_at;
+}
+
+double di_spec_expected(const di_spec_seq *s, int k) {
+  double e = 0, run = 1;
+  for (int j = 0; j < k; j++) e += run *= s->p[j];
+  return e;
+}
+
+static int best_k(const di_spec_seq *s, const di_spec_cost *c, const di_spec_plan_in *in) {
+  double best = in->emit / di_spec_cost_time(c, in->tokens), e = 0, run = 1;
+  int k_best = 0;
+  for (int k = 1; k <= in->k_avail; k++) {
+    e += run *= s->p[k - 1];
+    double f = (in->emit + e) / di_spec_cost_time(c, in->tokens + k);
+    if (f > best * (1 + 1e-9)) best = f, k_best = k;
+  }
+  return k_best;
+}
+
+int di_spec_plan(di_spec_seq *s, const di_spec_cost *c, const di_spec_plan_in *in, bool *fallback) {
+  seq_init(s);
+  *fallback = false;
+  if (in->k_avail <= 0) return 0;
+  if (in->always) return in->k_avail;
+  int k = best_k(s, c, in);
+  if (s->off) {
+    if (s->probing) { /* the last probe's verification has been observed */
+      s->probing = false;
+      if (k > 0) {
+        s->off = false;
+        s->backoff = BACKOFF_MIN;
+        return k;
+      }
+      s->backoff = s->backoff < BACKOFF_MAX ? s->backoff + 1 : BACKOFF_MAX;
+      s->probe_at = in->step + (1ull << s->backoff);
+      return 0;
+    }
+    if (in->step < s->probe_at) return 0;
+    s->probing = true; /* one verification to refresh the estimate */
+    return k > 0 ? k : (in->k_avail < 2 ? in->k_avail : 2);
+  }
+  if (k == 0) {
+    s->off = true;
+    s->probe_at = in->step + (1ull << s->backoff);
+    *fallback = true;
+  }
+  return k;
+}
+
+void di_spec_observe(di_spec_seq *s, int k, int a) {
+  seq_init(s);
+  for (int j = 0; j < k && j <= a; j++) s->p[j] += P_RATE * ((j < a ? 1.0f : 0.0f) - s->p[j]);
+}

@@ -1,0 +1,63 @@
+/* Self-tuning speculation: how many draft tokens each sequence gets this step.
+ *
+ * Cost: a step's measured time is fitted online as c0 + c1 * tokens over
+ * decode/verify steps (exponentially forgotten least squares), so the price of
+ * verifying k more tokens is measured on this machine, model and load.
+ * Benefit: per sequence, an estimate p[j] that draft position j is accepted
+ * given that all before it were (an exponential moving average over its own
+ * verifications); k draft tokens are then expected to add
+ * E(k) = p0 + p0 p1 + ... accepted tokens. The planner picks the k that
+ * maximizes the batch's expected emitted tokens per predicted second,
+ * (emitted + E(k)) / T(tokens + k), given what is already in the step: alone
+ * and memory-bound (c0 >> c1) a few likely tokens pay; in a large batch the
+ * step's own throughput is already ~1/c1 tokens per second and drafts must be
+ * near-certain to beat it, so speculation turns down as the batch grows.
+ * Back-off: a sequence whose best k is 0 while the drafter had a proposal
+ * stops drafting (a fallback) and probes again after 8, 16, 32, ... steps; a
+ * probe whose verification lifts the estimate turns it back on. */
+#ifndef DI_ENGINE_SPEC_TUNE_H
+#define DI_ENGINE_SPEC_TUNE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/spec/drafter.h"
+
+typedef struct di_spec_cost {
+  double w, x, y, xx, xy; /* decayed sums of 1, tokens, seconds, tokens^2, tokens*seconds */
+  double c0, c1;          /* current fit */
+  bool fitted;
+} di_spec_cost;
+
+void di_spec_cost_add(di_spec_cost *c, int tokens, double seconds);
+/* Predicted seconds of a step of this many tokens. */
+double di_spec_cost_time(const di_spec_cost *c, int tokens);
+
+typedef struct di_spec_seq {
+  float p[DI_SPEC_K_LIMIT]; /* acceptance of draft position j given 0..j-1 accepted */
+  bool init, off, probing;
+  int backoff;              /* next probe spacing: 2^backoff steps */
+  uint64_t probe_at;        /* step of the next probe while off */
+  int drafted, accepted, verify_steps; /* kept by the engine (spec.c) */
+} di_spec_seq;
+
+typedef struct di_spec_plan_in {
+  int k_avail;       /* tokens proposed (already capped by budget, max_tokens, context) */
+  bool always;       /* --spec-mode always: take every proposed token */
+  double emit;       /* expected tokens the step emits so far, this sequence's one included */
+  int tokens;        /* tokens in the step so far, this sequence's one included */
+  uint64_t step;     /* engine step counter */
+} di_spec_plan_in;
+
+/* Draft tokens to verify (0..k_avail); *fallback is set when the sequence
+ * turns speculation off in this call. */
+int di_spec_plan(di_spec_seq *s, const di_spec_cost *c, const di_spec_plan_in *in, bool *fallback);
+/* False while the sequence is backed off and no probe is due: the engine
+ * then does not even ask the drafter. */
+bool di_spec_active(const di_spec_seq *s, uint64_t step);
+/* Expected accepted tokens of the first k drafts. */
+double di_spec_expected(const di_spec_seq *s, int k);
+/* Updates the estimates after a verification of k drafts of which the first a were accepted. */
+void di_spec_observe(di_spec_seq *s, int k, int a);
+
+#endif
