@@ -421,6 +421,7 @@ static bool pending_append(di_seq *s, const char *text, size_t len) {
 static long find_stop(const di_seq *s) {
   const di_req *r = s->req;
   long best = -1;
+  if (!s->pending) return -1; /* nothing decoded yet (memmem must not see NULL) */
   for (int i = 0; i < r->p.n_stop; i++) {
     const char *m = memmem(s->pending, s->pending_len, r->stop[i], r->stop_len[i]);
     if (m && (best < 0 || m - s->pending < best)) best = m - s->pending;

@@ -6,7 +6,9 @@ with `--spec ngram --spec-mode always` are identical (token ids and logprobs) to
 one request at a time, 16 at once with every other request opting out (`"speculative": false`),
 and under KV pressure that forces preemption; `run --dump-logits` files are byte-identical with
 and without speculation; `run --stats` ends stderr with the JSON contract; bad --spec input is a
-clear start-up error. Few tokens per prompt, so this stays a CI-sized test.
+clear start-up error. Few tokens per prompt, so this stays a CI-sized test: CI runs every check
+on stories260K and the batch-of-16 comparison on SmolLM2 and Gemma 3; DI_SPEC_FULL=1 adds the
+one-at-a-time and preemption runs on the real models (minutes on a busy 2-core host).
 
 Binary: $DEEPINFER_BIN (default build/deepinfer)."""
 import json
@@ -33,6 +35,7 @@ SEEDS = [
     "for (int i = 0; i < n; i++) sum += a[i];\nfor (int i = 0; i < n; i++)",
 ]
 GEN = 12
+FULL = os.environ.get("DI_SPEC_FULL") == "1"
 
 
 def need(model):
@@ -86,13 +89,15 @@ def test_identical_to_off(tmp_path, model, sampled):
     need(model)
     ref = batch(tmp_path, model, bodies(sampled), "--spec", "off", "--concurrency", 16, tag="off")
     assert sum(len(v[0]) for v in ref.values()) > len(ref)  # something was generated
-    alone = batch(tmp_path, model, bodies(sampled), *SPEC, "--concurrency", 1, tag="alone")
-    assert alone == ref
+    if model == STORIES or FULL:
+        alone = batch(tmp_path, model, bodies(sampled), *SPEC, "--concurrency", 1, tag="alone")
+        assert alone == ref
     mixed = batch(tmp_path, model, bodies(sampled, mix=True), *SPEC, "--concurrency", 16, tag="mixed")
     assert mixed == ref
 
 
-@pytest.mark.parametrize("model", [pytest.param(STORIES, id="stories260K"), pytest.param(SMOL, id="smollm2")])
+@pytest.mark.parametrize("model", [pytest.param(STORIES, id="stories260K")] +
+                         ([pytest.param(SMOL, id="smollm2")] if FULL else []))
 def test_identical_under_preemption(tmp_path, model):
     need(model)
     ref = batch(tmp_path, model, bodies(True), "--spec", "off", "--concurrency", 1, tag="off")
