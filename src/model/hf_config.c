@@ -333,7 +333,9 @@ static di_code read_mla_moe(cfgr *c, di_hparams *hp) {
   hp->n_expert_shared = n_shared;
   hp->n_ff_shexp = n_shared * hp->n_ff_exp;
   /* training-only (auxiliary loss) and expert-parallel settings */
-  take(c, "aux_loss_alpha"), take(c, "seq_aux"), take(c, "ep_size");
+  take(c, "aux_loss_alpha");
+  take(c, "seq_aux");
+  take(c, "ep_size");
   bool interleave = true;
   if ((rc = get_bool(c, "rope_interleave", &interleave))) return rc;
   if (!interleave) hp->rope_type = DI_ROPE_NEOX;
