@@ -32,6 +32,14 @@ di_cpu_mm_fn di_cpu_mm_avx512(di_dtype t);
 di_cpu_mmp_fn di_cpu_mmp_avx512(di_dtype t);
 /* Whether those kernels take the AMX tile path (CPU has AMX-INT8, Linux grants it, DI_CPU_AMX is not 0). */
 bool di_cpu_amx_granted(void);
+/* A packed matmul for any packable type t (the VNNI kernels' driver). */
+typedef void (*di_cpu_mmp_rest_fn)(di_dtype t, const void *W, size_t wrow, int64_t N, const void *x, size_t xrow,
+                                   int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
+/* The AMX path (matmul_pack_amx.c): the whole 16-row chunks x group pairs of
+ * [n0, n1) on the tile unit, the rest (and everything where AMX is not
+ * granted) through rest. */
+void di_cpu_mmp_amx(di_dtype t, di_cpu_mmp_rest_fn rest, const void *W, size_t wrow, int64_t N, const void *x,
+                    size_t xrow, int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
 di_cpu_actq_fn di_cpu_actq_avx2(di_cpu_act_kind kind);
 di_cpu_actq_fn di_cpu_actq_avx512(di_cpu_act_kind kind); /* Q8 only (actq_avx512.c) */
 /* NEON: float kernels plus the int8 kernels in their dotprod (SDOT) or ARMv8.0 build. */
@@ -74,6 +82,38 @@ static inline bool di_pk_q5(di_dtype t) { return t == DI_Q5_0 || t == DI_Q5_1; }
 static inline int di_pk_offset(di_dtype t) { return t == DI_Q4_0 ? 8 : t == DI_Q5_0 ? 16 : 0; }
 /* Q4_1 / Q5_1: a min m (head field 1) and the chain's second fma(m_w, s_a, .). */
 static inline bool di_pk_min(di_dtype t) { return t == DI_Q4_1 || t == DI_Q5_1; }
+/* Byte offsets of the fields inside one packed group-block (8 rows):
+ *   every type: DI_PK_D, the rows' fp16 d; Q4_1 / Q5_1: DI_PK_M, their fp16 m;
+ *     quant words from DI_PK_G * di_pk_head_bytes(t) (Q5_0 / Q5_1: the high-bit word first);
+ *   Q4_K: DI_PK_M (dmin), DI_PK_QK_SC (3 words of 6-bit scales and mins: the
+ *     12 scale bytes of GGUF as words A, B, C), DI_PK_Q4K_QS (32 quant words;
+ *     chunk c, 64 elements = sub-blocks 2c and 2c+1 as low and high nibbles,
+ *     at + 256c; word w of a chunk holds elements 4w..4w+3);
+ *   Q5_K: as Q4_K, with 8 words of fifth bits at DI_PK_Q5K_QH (word w: elements
+ *     4w..4w+3 of every sub-block, bit s for sub-block s), the quants at DI_PK_Q5K_QS;
+ *   Q6_K: DI_PK_D, then its words from DI_PK_Q6K_WORDS in the order of
+ *     di_pk_q6k_sc / _ql / _qh below. */
+#define DI_PK_D 0
+#define DI_PK_M 16
+#define DI_PK_QK_SC 32
+#define DI_PK_Q4K_QS 128
+#define DI_PK_Q5K_QH 128
+#define DI_PK_Q5K_QS 384
+#define DI_PK_Q6K_WORDS 16
+#define DI_PK_WORD 32 /* bytes of a word: 4 bytes of each of the 8 rows */
+_Static_assert(DI_PK_QK_SC == DI_PK_G * 4 && DI_PK_Q4K_QS == DI_PK_QK_SC + 3 * DI_PK_WORD &&
+                   DI_PK_Q5K_QS == DI_PK_Q5K_QH + 8 * DI_PK_WORD && DI_PK_Q6K_WORDS == DI_PK_G * 2,
+               "packed K-quant layout");
+
+/* What every tile of one packed matmul shares (matmul_pack_tiles.h): group g
+ * of the weights starts gstride bytes after group g - 1, its block b gbb bytes
+ * after block b - 1; activation rows are xrow bytes apart, nb blocks each;
+ * outputs [n0, n1) of rows ldy floats apart. */
+typedef struct {
+  size_t gstride, gbb, xrow;
+  int64_t nb, ldy, n0, n1;
+} di_pk_job;
+
 /* Where the head sits in a GGUF block, and where the words start. */
 static inline size_t di_pk_head_at(di_dtype t) { return t == DI_Q6_K ? 208 : 0; }
 static inline size_t di_pk_words_at(di_dtype t) { return t == DI_Q6_K ? 0 : di_pk_head_bytes(t); }

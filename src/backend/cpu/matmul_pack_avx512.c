@@ -36,16 +36,18 @@
 #define PK_ENTRY di_cpu_mmp_avx512
 #endif
 
-#include "backend/cpu/matmul_pack_x86.h"
-#include "backend/cpu/x86_512.h"
+#include "backend/cpu/matmul_pack_avx512.h"
 
 di_cpu_mmp_fn PK_ENTRY(di_dtype t);
 
 /* 8-row tiles: a word's unpacking is shared by twice the rows (pk_group2 then
- * holds 20 of the 32 zmm registers). Q4_K keeps 4: its per-row sub-block sums
- * and two float chains would not fit 8 rows in registers. */
+ * holds 20 of the 32 zmm registers). Q4_K and Q5_K keep 4: their per-row
+ * sub-block sums and two float chains would not fit 8 rows in registers. */
 #define PK_MT_CAP 8
-AI int pk_mt(di_dtype t) { return t == DI_Q4_K || t == DI_Q5_K ? MT_MAX : PK_MT_CAP; }
+#define PK_MT_Q32 8
+#define PK_MT_Q4K 4
+#define PK_MT_Q5K 4
+#define PK_MT_Q6K 8
 
 /* Interleaves the int32 lanes of words w (lanes 0-7) and w+1 (8-15): 2c <- c, 2c+1 <- 8+c. */
 AI __m512i pair_perm(__m512i v) {
@@ -64,12 +66,6 @@ AI __m256i fold(__m512i x) { return _mm512_cvtepi64_epi32(_mm512_add_epi64(x, _m
 AI __m512i dup_cols(__m256i v) {
   return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
                                   _mm512_castsi256_si512(v));
-}
-
-/* Q5_0's fifth bits: each int32 lane of the permuted high-bit word rotated
- * left by its count (di_pk_q5_rot), then bit 4 of every byte. */
-AI __m512i q5_fifth(__m512i qh, __m512i rot) {
-  return _mm512_and_si512(_mm512_rolv_epi32(qh, rot), _mm512_set1_epi8(0x10));
 }
 
 /* Rotation counts for a pair_perm'd word pair: lanes 2c hold word w, 2c+1 word w+1. */
@@ -142,16 +138,6 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
   q4k_finish(MT, gp, a, &d, s, acc);
 }
 
-/* Q5_K: sub-block s's fifth bits of a quant word pair's bytes from the qh
- * word pair (the same elements), moved to bit 4; as the AVX2 q5k_fifth. */
-AI __m512i q5k_fifth(__m512i qh, int s) {
-  /* Shift counts in a register: SIMDe (the emulated test build) wants
-   * immediates to be literal constants, which s is only after inlining. */
-  const __m512i v = s <= 4 ? _mm512_sll_epi16(qh, _mm_cvtsi32_si128(4 - s))
-                           : _mm512_srl_epi16(qh, _mm_cvtsi32_si128(s - 4));
-  return _mm512_and_si512(v, _mm512_set1_epi8(0x10));
-}
-
 /* One Q5_K super-block of 8 columns: q4k_block with the fifth bit or-ed in
  * (0..31); a lane's 16 products per sub-block could pass int16, so words 0-3
  * and 4-7 sum apart (8 products <= 31496) and each meets the scale in its
@@ -186,13 +172,6 @@ AI void q5k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
 
 /* Words w, w+1 of chunk r (0..3) of half h of a Q6_K super-block, interleaved:
  * low nibbles from ql, bits 2r, 2r+1 of qh as bits 4, 5 (0..63). */
-/* Chunk r's 6-bit quants (0..63) from its ql bytes l and qh bytes hb, byte for byte. */
-AI __m512i q6k_quants(__m512i l, __m512i hb, int r) {
-  const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
-  l = r < 2 ? _mm512_and_si512(l, m4) : _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
-  hb = r == 0 ? _mm512_slli_epi16(hb, 4) : r == 1 ? _mm512_slli_epi16(hb, 2) : r == 2 ? hb : _mm512_srli_epi16(hb, 2);
-  return _mm512_or_si512(l, _mm512_and_si512(hb, m2));
-}
 AI __m512i q6k_words(const uint8_t *q, int h, int r, int w) {
   return pair_perm(q6k_quants(load64(q + 32 * di_pk_q6k_ql(h, r & 1, w)), load64(q + 32 * di_pk_q6k_qh(h, w)), r));
 }
@@ -234,52 +213,10 @@ AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
 #define PK_GROUP2 1
 AI bool pk_group2_ok(di_dtype t) { return !di_pk_kquant(t); }
 
-AI __m512i join_words(const uint8_t *p0, const uint8_t *p1) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)),
-                            _mm256_loadu_si256((const __m256i *)p1), 1);
-}
-/* The 8 fp16 values at p0 (then p1) as 16 floats; two F16C conversions, as the
- * emulation has no 512-bit one and this runs once per block for all rows. */
-AI __m512 join_ph(const uint8_t *p0, const uint8_t *p1) {
-  return join_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p0)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p1)));
-}
-AI __m512 cvt16(__m512i v) {
-#ifdef DI_AVX512_EMULATE /* SIMDe 0.7.4 has no _mm512_cvtepi32_ps */
-  return join_ps(_mm256_cvtepi32_ps(_mm512_castsi512_si256(v)), _mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(v, 1)));
-#else
-  return _mm512_cvtepi32_ps(v);
-#endif
-}
 AI __m512i bcast4(const int8_t *p) {
   int32_t v;
   memcpy(&v, p, 4);
   return _mm512_set1_epi32(v);
-}
-
-/* Q5_0's nibble word w of groups g (low half) and g+1 (high half) with their
- * fifth bits: quants 0..31 (the pair kernel's and the AMX staging's). */
-AI void q5_pair_word(const uint8_t *q0, const uint8_t *q1, __m512i qh, int w, __m512i *lo, __m512i *hi) {
-  const __m512i m4 = _mm512_set1_epi8(0x0f), v = join_words(q0 + 32 * (1 + w), q1 + 32 * (1 + w));
-  *lo = _mm512_or_si512(_mm512_and_si512(v, m4), q5_fifth(qh, _mm512_set1_epi32(di_pk_q5_rot(w, 0))));
-  *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), q5_fifth(qh, _mm512_set1_epi32(di_pk_q5_rot(w, 1))));
-}
-
-/* q32_finish, 16 lanes (groups g, g+1) at a time, for MT rows: row i's
- * activation scales are d[i * stride], s[i * stride] (stride in floats; the
- * pair kernel's rows a row apart, the AMX path's 16 rows side by side), its
- * integer sums isum(i). */
-AI void q32_finish16(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, const float *d, const float *s,
-                     size_t stride, const __m512i *isum, __m512 *acc) {
-  __m512 dw = join_ph(gp0, gp1);
-  _Pragma("GCC unroll 16") for (int i = 0; i < MT; i++) {
-    __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d[i * stride]));
-    acc[i] = _mm512_fmadd_ps(cvt16(isum[i]), dd, acc[i]);
-  }
-  if (di_pk_min(t)) {
-    __m512 mw = join_ph(gp0 + 16, gp1 + 16);
-    _Pragma("GCC unroll 16") for (int i = 0; i < MT; i++)
-      acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(s[i * stride]), acc[i]);
-  }
 }
 
 /* (xrow: the activation rows' stride in bytes, for q32_finish16) */
@@ -322,47 +259,52 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
   q32_finish16(t, MT, gp0, gp1, &a[0]->d, &a[0]->s, xrow / sizeof(float), isum, acc);
 }
 
-/* Outputs [8g, 8g+16) x MT rows (groups g and g+1, both full), stored where they fall inside [n0, n1). */
-AI void pk_group2(di_dtype t, int MT, bool pf, const uint8_t *W, size_t wrow, int64_t g, const uint8_t *x, size_t xrow,
-                  int64_t nb, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
-  const size_t gbb = DI_PK_G * di_pk_block_bytes(t);
-  const uint8_t *w0 = W + (size_t)g * DI_PK_G * wrow, *w1 = w0 + DI_PK_G * wrow;
+/* Outputs [8g, 8g+16) x MT rows (groups g and g+1 at gw, both full), stored
+ * where they fall inside [n0, n1). */
+AI void pk_group2(di_dtype t, int MT, bool pf, const di_pk_job *j, const uint8_t *gw, int64_t g, const uint8_t *x,
+                  float *Y) {
+  const size_t gbb = j->gbb;
+  const uint8_t *w0 = gw, *w1 = gw + j->gstride;
   __m512 acc[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; b++) {
+  for (int64_t b = 0; b < j->nb; b++) {
     const uint8_t *gp0 = w0 + (size_t)b * gbb, *gp1 = w1 + (size_t)b * gbb;
-    /* both groups' block ahead into L1 and L2, where pk_group prefetches (an
-     * L1-only GEMV prefetch had left 1.1B Q4_0 shapes at 15.1-15.5 GB/s on one
-     * core against 17.9; batches of M = 2 / 4 / 8 at 80 / 134 / 227 GOP/s
-     * against 126 / 193 / 361) */
+    /* both groups' block ahead into L1 and L2, as pk_group prefetches one */
     if (pf) {
       gemv_prefetch(gp0, gbb, pk_ahead(gbb));
       gemv_prefetch(gp1, gbb, pk_ahead(gbb));
     }
     const di_act_q8 *a[PK_MT_CAP];
-    UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8 *)(x + i * xrow) + b;
-    q32_block2(t, MT, gp0, gp1, a, xrow, acc);
+    UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8 *)(x + i * j->xrow) + b;
+    q32_block2(t, MT, gp0, gp1, a, j->xrow, acc);
   }
-  int64_t c0 = g * DI_PK_G, lo = n0 > c0 ? n0 : c0, hi = n1 < c0 + 2 * DI_PK_G ? n1 : c0 + 2 * DI_PK_G;
+  int64_t c0 = g * DI_PK_G, lo = j->n0 > c0 ? j->n0 : c0, hi = j->n1 < c0 + 2 * DI_PK_G ? j->n1 : c0 + 2 * DI_PK_G;
   UNROLL for (int i = 0; i < MT; i++) {
     if (lo == c0 && hi == c0 + 2 * DI_PK_G) {
-      _mm512_storeu_ps(Y + i * ldy + c0, acc[i]);
+      _mm512_storeu_ps(Y + i * j->ldy + c0, acc[i]);
     } else {
       float out[2 * DI_PK_G];
       _mm512_storeu_ps(out, acc[i]);
-      for (int64_t n = lo; n < hi; n++) Y[i * ldy + n] = out[n - c0];
+      for (int64_t n = lo; n < hi; n++) Y[i * j->ldy + n] = out[n - c0];
     }
   }
 }
 
+/* Where the CPU has AMX-INT8 (and Linux grants it), each per-type entry goes
+ * to the AMX path (matmul_pack_amx.c), which hands the rows and columns it does
+ * not take back to pk_mm. */
 #ifndef DI_AVX512_EMULATE
 #define PK_MM pk_mm_amx
-AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, size_t xrow, int64_t M,
-                  int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
+static void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, size_t xrow, int64_t M,
+                      int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
 #endif
 
+/* the tile functions, the per-type tables and pk_mm */
 #include "backend/cpu/matmul_pack_tiles.h"
 
 #ifndef DI_AVX512_EMULATE
-#include "backend/cpu/matmul_pack_amx.h"
+static void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, size_t xrow, int64_t M,
+                      int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
+  di_cpu_mmp_amx(t, pk_mm, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1);
+}
 #endif

@@ -40,9 +40,7 @@
  * Rows past the last multiple of 16 and columns outside whole group pairs take
  * pk_mm. Used where the CPU has AMX-INT8 and Linux grants the tile state
  * (arch_prctl); DI_CPU_AMX=0 turns it off. */
-#ifndef DI_CPU_MATMUL_PACK_AMX_H
-#define DI_CPU_MATMUL_PACK_AMX_H
-
+#include <immintrin.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -51,6 +49,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/isa.h"
+#include "backend/cpu/matmul_pack_avx512.h"
 #include "backend/cpu/scratch.h"
 
 /* Staged B tiles per panel (per thread): stays in L2 while the row chunks pass. */
@@ -570,8 +569,8 @@ AI void amx_pipe16(di_dtype t, const uint8_t *w, size_t wrow, int64_t pairs, int
   }
 }
 
-AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void *X, size_t xrow, int64_t M,
-                  int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
+AI void amx_mm(di_dtype t, di_cpu_mmp_rest_fn rest, const void *W, size_t wrow, int64_t N, const void *X,
+               size_t xrow, int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   pthread_once(&g_amx_once, amx_init);
   /* whole group pairs inside [n0, n1) */
   int64_t ga = (n0 + DI_PK_G - 1) / DI_PK_G, gb = n1 / DI_PK_G < N / DI_PK_G ? n1 / DI_PK_G : N / DI_PK_G;
@@ -592,7 +591,7 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
   const size_t stage_bytes = (size_t)ppp * pair_bytes + (size_t)(M16 / 16) * chunk_bytes;
   int8_t *stage = g_amx && M16 && pairs && !few ? (int8_t *)di_cpu_scratch(DI_SCRATCH_AMX, stage_bytes) : NULL;
   if (!stage) {
-    pk_mm(t, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1);
+    rest(t, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1);
     return;
   }
   const uint8_t *w = W, *x = X;
@@ -637,9 +636,39 @@ AI void pk_mm_amx(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
   }
   _tile_release();
   const int64_t c0 = ga * DI_PK_G, c1 = (ga + 2 * pairs) * DI_PK_G;
-  if (n0 < c0) pk_mm(t, W, wrow, N, X, xrow, M16, K, Y, ldy, n0, c0);
-  if (c1 < n1) pk_mm(t, W, wrow, N, X, xrow, M16, K, Y, ldy, c1, n1);
-  if (M16 < M) pk_mm(t, W, wrow, N, x + M16 * xrow, xrow, M - M16, K, Y + M16 * ldy, ldy, n0, n1);
+  if (n0 < c0) rest(t, W, wrow, N, X, xrow, M16, K, Y, ldy, n0, c0);
+  if (c1 < n1) rest(t, W, wrow, N, X, xrow, M16, K, Y, ldy, c1, n1);
+  if (M16 < M) rest(t, W, wrow, N, x + M16 * xrow, xrow, M - M16, K, Y + M16 * ldy, ldy, n0, n1);
 }
 
-#endif
+/* One function per type, so each is compiled with its type constant (the
+ * staging and the finish branch on it per block). */
+#define AMX_WRAP(NAME, T)                                                                                      \
+  static void amx_##NAME(di_cpu_mmp_rest_fn rest, const void *W, size_t wrow, int64_t N, const void *X,        \
+                         size_t xrow, int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {   \
+    amx_mm(T, rest, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1);                                                \
+  }
+AMX_WRAP(q4_0, DI_Q4_0)
+AMX_WRAP(q4_1, DI_Q4_1)
+AMX_WRAP(q5_0, DI_Q5_0)
+AMX_WRAP(q5_1, DI_Q5_1)
+AMX_WRAP(q8_0, DI_Q8_0)
+AMX_WRAP(q4_K, DI_Q4_K)
+AMX_WRAP(q5_K, DI_Q5_K)
+AMX_WRAP(q6_K, DI_Q6_K)
+#undef AMX_WRAP
+
+void di_cpu_mmp_amx(di_dtype t, di_cpu_mmp_rest_fn rest, const void *W, size_t wrow, int64_t N, const void *X,
+                    size_t xrow, int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
+  switch (t) {
+  case DI_Q4_0: amx_q4_0(rest, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1); break;
+  case DI_Q4_1: amx_q4_1(rest, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1); break;
+  case DI_Q5_0: amx_q5_0(rest, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1); break;
+  case DI_Q5_1: amx_q5_1(rest, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1); break;
+  case DI_Q8_0: amx_q8_0(rest, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1); break;
+  case DI_Q4_K: amx_q4_K(rest, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1); break;
+  case DI_Q5_K: amx_q5_K(rest, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1); break;
+  case DI_Q6_K: amx_q6_K(rest, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1); break;
+  default: rest(t, W, wrow, N, X, xrow, M, K, Y, ldy, n0, n1); break;
+  }
+}
