@@ -120,8 +120,9 @@ static di_attn_partial *partial_at(const di_attn_sched *s, int head_dim, size_t 
  * k-th tile) for query head h, made by thread ith. By KV head, a thread's
  * partials live in its own region, laid out (pair, head of the group), which
  * every KV head it takes reuses: merged before the next KV head starts, they
- * stay in its cache (a 512-token MHA prompt's ~7 MB a layer, head-interleaved,
- * had gone to memory and back between the tiles and the merge of each head). */
+ * stay in its cache (a 512-token MHA prompt's partials are ~7 MB a layer:
+ * head-interleaved, they would go to memory and back between the tiles and
+ * the merge of each head). */
 static di_attn_partial *part(const attn_job *a, int ith, size_t pair, int h) {
   if (!a->by_head) return partial_at(a->s, a->hp->head_dim, pair * (size_t)a->hp->n_head + (size_t)h);
   return partial_at(a->s, a->hp->head_dim, ((size_t)ith * a->pairs + pair) * (size_t)a->group + (size_t)(h % a->group));
@@ -321,7 +322,7 @@ di_code di_attn_run(di_attn_sched *s, di_threadpool *tp, const di_hparams *hp, c
   /* A prompt whose KV heads split evenly over the threads: each thread merges
    * the heads it made right after their tiles, while their partials are still
    * in its cache (a 512-token MHA prompt writes ~7 MB of partials a layer,
-   * which the merge had read back from memory after a second handoff). */
+   * which a later merge would read back from memory after a second handoff). */
   int nth = di_threadpool_size(tp);
   job.by_head = !job.by_token && hp->n_head_kv % nth == 0;
   di_threadpool_run(tp, tiles_run, &job);

@@ -18,6 +18,7 @@ static float rndf(void) {
 }
 
 #define MMAX 50
+static bool g_ran[DI_ISA_AVX512 + 1]; /* ISA levels whose kernels were checked */
 
 /* test_matmul_packed_avx512emu.c includes this file with PACKED_TEST_KERNEL, a
  * kernel selector (di_cpu_mmp_fn (di_dtype)) that is then called directly, in
@@ -85,6 +86,7 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best,
   /* every level this CPU runs up to best (an AVX-512 host checks AVX2 too) */
   for (int level = DI_ISA_SCALAR; level <= (int)best; level++) {
     if (!di_cpu_isa_set((di_cpu_isa_level)level)) continue;
+    g_ran[level] = true;
     /* 1..17, then 32, 33, 35: two AMX row chunks (where Q6_K's AMX path
      * starts) and a tail; 48, 50: three */
     static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 32, 33, 35, 48, 50};
@@ -113,6 +115,35 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best,
   free(W), free(P), free(row), free(X), free(src), free(xq), free(ref), free(y);
 }
 
+/* One line for .ci/run: which packed kernel paths this run checked and which
+ * this CPU does not have (so a green run on a smaller CPU says what it left out). */
+static void print_paths(di_cpu_isa_level best) {
+#ifdef PACKED_TEST_KERNEL
+  (void)best;
+  printf("kernel paths: ran avx512-vnni packed (emulated with SIMDe); amx not emulated\n");
+#else
+  const di_cpu_features *f = di_cpu_features_get();
+  char ran[128] = "", absent[160] = "";
+  for (int l = DI_ISA_SCALAR; l <= DI_ISA_AVX512; l++) {
+    const char *name = l == DI_ISA_AVX512 ? "avx512-vnni" : di_cpu_isa_name((di_cpu_isa_level)l);
+    bool vnni_missing = l == DI_ISA_AVX512 && !f->avx512vnni; /* AVX-512 without VNNI runs the AVX2 packed kernels */
+    if (g_ran[l] && !vnni_missing) snprintf(ran + strlen(ran), sizeof ran - strlen(ran), " %s", name);
+#ifdef DI_CPU_X86
+    else if (l != DI_ISA_NEON) snprintf(absent + strlen(absent), sizeof absent - strlen(absent), " %s", name);
+#else
+    else if (l == DI_ISA_NEON) snprintf(absent + strlen(absent), sizeof absent - strlen(absent), " %s", name);
+#endif
+  }
+#ifdef DI_CPU_X86
+  CHECK(di_cpu_isa_set(best));
+  if (di_cpu_amx_active()) snprintf(ran + strlen(ran), sizeof ran - strlen(ran), " amx");
+  else snprintf(absent + strlen(absent), sizeof absent - strlen(absent), " amx (%s)",
+                !f->amx_int8 ? "no AMX-INT8 on this CPU" : "not granted or DI_CPU_AMX=0");
+#endif
+  printf("kernel paths: ran%s; not run here:%s\n", ran, absent[0] ? absent : " none");
+#endif
+}
+
 int main(void) {
   di_cpu_isa_level best = di_cpu_isa();
   const di_dtype types[] = {DI_Q4_0, DI_Q4_1, DI_Q5_0, DI_Q5_1, DI_Q8_0, DI_Q4_K, DI_Q6_K,
@@ -135,6 +166,7 @@ int main(void) {
   CHECK(!di_cpu_packable(DI_Q5_K));
 #endif
   CHECK(!di_cpu_packable(DI_F16));
+  print_paths(best);
   printf("%s: packed Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K bit-identical to the scalar reference for M 1..%d, split columns, %s\n",
          PACKED_TEST_NAME, MMAX, di_cpu_isa_name(best));
   return di_test_finish(PACKED_TEST_NAME);

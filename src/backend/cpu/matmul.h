@@ -43,15 +43,16 @@ void di_cpu_act_prepare(di_dtype wtype, const float *X, int64_t M, int64_t K, vo
 void di_cpu_matmul(di_dtype wtype, const void *W, size_t w_row_bytes, const void *xq,
                    int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
 
-/* Packed weights (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K; the model loader packs them in
- * place): rows interleaved in groups of 8 so that one 32-byte load holds 4
+/* Packed weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, and Q5_K on x86;
+ * di_cpu_packable; the model loader packs them in place): rows interleaved in groups of 8 so that one 32-byte load holds 4
  * consecutive quants of 8 rows, and the SIMD kernel's lanes are output columns.
  * Each output is then one scalar chain over the blocks in K order,
  * s = fma(isum, d_w*d_a, s) (then s = fma(m_w, s_a, s) for Q4_1: one rounding per
  * step, and one instruction less per row and block in the SIMD finish, which
  * bounds the M = 16 AMX path; the K-quants keep their mins
  * in a second chain added at the end, as di_cpu_qk_block_step), whatever M,
- * n0..n1 or the ISA: the AVX2 and scalar kernels give bit-identical results. Rows must be contiguous
+ * n0..n1 or the ISA: the scalar, AVX2, AVX-512 VNNI, AMX and NEON kernels give
+ * bit-identical results (kernel code: matmul_pack_tiles.h). Rows must be contiguous
  * (stride = row bytes), as GGUF data is. */
 bool di_cpu_packable(di_dtype t);
 /* In place; false when out of memory (W is then unchanged). */

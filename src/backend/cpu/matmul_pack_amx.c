@@ -1,45 +1,46 @@
-/* The AMX path of the AVX-512 packed kernels (included once, by
- * matmul_pack_avx512.c after matmul_pack_tiles.h): Q4_0 / Q4_1 / Q5_0 / Q8_0 /
- * Q4_K / Q5_K / Q6_K GEMMs, 16 activation rows x 16 columns (a pair of groups) per tile.
+/* The AMX path of the AVX-512 packed kernels: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0
+ * / Q4_K / Q5_K / Q6_K GEMMs, 16 activation rows x 16 columns (a pair of
+ * groups) per tile. matmul_pack_avx512.c routes every packed matmul here where
+ * the CPU has AMX-INT8 and Linux grants the tile state (arch_prctl;
+ * DI_CPU_AMX=0 turns it off); rows past the last multiple of 16 and columns
+ * outside whole group pairs go back to the VNNI driver it is handed (rest).
  *
  * One tdpbssd per 32-element block gives the 16 x 16 exact int32 sums
  * sum(q * a) of two groups against 16 rows: the A tile is the rows' qs (stride
  * xrow, 32 bytes each), the B tile is the two groups' words side by side (8
  * rows of 64 bytes: K-quads x 16 columns, the packed layout's own order) with
  * Q4 nibbles widened to bytes (Q4_0 minus 8, so no offset correction; Q5_0
- * with its fifth bits, minus 16). Those
- * are the integers pk_group2 forms, and the float finish below is q32_block2's,
- * instruction for instruction, so Y keeps its bits (test_matmul_packed). Q4_K
- * takes one tile step per two 32-element sub-blocks against its nibbles staged
- * twice, times each column's 6-bit scale & 7 and times scale >> 3 (both fit
- * int8), summed over the super-block in two C tiles: L + 8 H are the integers
- * q4k_block forms (sum_s scale_s * dot_s), then q4k_finish's float
- * operations, 16 lanes wide. (Before, a step per sub-block and 16 vpmulld by
- * its scale: 1.1B Q4_K_M pp512 134 -> 169 tok/s on one core.)
+ * with its fifth bits, minus 16). Those are the integers pk_group2 forms, and
+ * the float finish is q32_finish16 (matmul_pack_avx512.h), instruction for
+ * instruction, so Y keeps its bits.
+ * Q4_K takes one tile step per two 32-element sub-blocks against its nibbles
+ * staged twice, times each column's 6-bit scale & 7 and times scale >> 3 (both
+ * fit int8), summed over the super-block in two C tiles: L + 8 H are the
+ * integers q4k_block forms (sum_s scale_s * dot_s), then q4k_finish's float
+ * operations, 16 lanes wide. So the scales ride on the tile unit instead of a
+ * vector multiply per sub-block, which would bound the path.
  * Q5_K stages Q4_K's quants with their fifth bits (0..31) three times, times
  * the base-4 digits of the 6-bit scale, in three C tiles: C0 + 4 (C1 + 4 C2).
  * Q6_K (from 32 rows) takes one step per four 16-element groups, its quants
  * minus 32 staged four times, times the balanced base-5 digits (-2..2) of
  * each column's int8 group scales, in four C tiles: C0 + 5 (C1 + 5 (C2 + 5 C3))
- * are q6k_block's integers, then q6k_finish's operations. (Before, a K = 16
- * step per group and 16 vpmulld: 300 -> 460-520 GOP/s at M = 512.)
+ * are q6k_block's integers, then q6k_finish's operations (again no per-group
+ * vector multiply, and K = 64 per step rather than 16).
  *
- * Why it is shaped this way (measured, bench_matmul M=512, one core):
+ * Why it is shaped this way:
  *  - The B tiles of a panel of group pairs are staged once, before any tile
- *    multiply reads them, and reused by every 16-row chunk. Staging each
- *    block right before its tileloadd made the load wait for the stores to
- *    reach L1 and held the whole path to the VNNI kernel's speed.
+ *    multiply reads them, and reused by every 16-row chunk: a tile load right
+ *    after the stores that staged it waits for them to reach L1.
  *  - Two C tiles alternate: block b+1 multiplies while block b's sums are
  *    stored and finished, so the finish (16 rows x cvt, mul, fma per block),
  *    which bounds this path, overlaps the tile unit.
  *  - Q4_0/Q4_1/Q5_0/Q8_0: each 16-row chunk's quants are copied once per call
- *    into contiguous A tiles, with its scales block-major (amx_rows). Tile
- *    loads of 16 rows 2-3 KB apart, and the finish's 16 scattered scale
- *    loads, had cost a third of the time: 440 -> 600 GOP/s (Q8_0, M=512,
- *    N=1024, K=2048); the 1.1B Q4_0 prefill went 153 -> 209 tok/s.
- * Rows past the last multiple of 16 and columns outside whole group pairs take
- * pk_mm. Used where the CPU has AMX-INT8 and Linux grants the tile state
- * (arch_prctl); DI_CPU_AMX=0 turns it off. */
+ *    into contiguous A tiles, with its scales block-major (amx_rows), so tile
+ *    loads and the finish's scale loads stream contiguous memory instead of
+ *    16 rows a row stride (KBs) apart.
+ *
+ * Not covered by the emulation tests (SIMDe has no AMX): on a CPU with AMX,
+ * test_matmul_packed checks this path against the scalar reference. */
 #include <immintrin.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -107,7 +108,7 @@ AI void amx_stage(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, size_t hea
      * staged twice: times the column's 6-bit scale & 7, and times scale >> 3 */
     const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(7);
     const q4k_sc d0 = q4k_decode(gp0), d1 = q4k_decode(gp1);
-    q0 += 96, q1 += 96; /* past the 3 scale words */
+    q0 = gp0 + DI_PK_Q4K_QS, q1 = gp1 + DI_PK_Q4K_QS;
     for (int p = 0; p < 4; p++) {
       __mmask64 k[2][2][3]; /* [sub-block 2p + h][scale & 7, scale >> 3][bit] */
       for (int h = 0; h < 2; h++) {
@@ -137,8 +138,8 @@ AI void amx_stage(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, size_t hea
      * scale (bits 0-1, 2-3, 4-5; each product <= 93 fits int8) */
     const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(3);
     const q4k_sc d0 = q4k_decode(gp0), d1 = q4k_decode(gp1);
-    const uint8_t *h0 = q0 + 96, *h1 = q1 + 96; /* past the 3 scale words: the 8 qh words */
-    q0 += 96 + 256, q1 += 96 + 256;
+    const uint8_t *h0 = gp0 + DI_PK_Q5K_QH, *h1 = gp1 + DI_PK_Q5K_QH;
+    q0 = gp0 + DI_PK_Q5K_QS, q1 = gp1 + DI_PK_Q5K_QS;
     for (int p = 0; p < 4; p++) {
       __mmask64 k[2][3][3]; /* [sub-block 2p + h][digit][bit] (bit 2 never set) */
       for (int h = 0; h < 2; h++) {
@@ -173,7 +174,8 @@ AI void amx_stage(di_dtype t, const uint8_t *gp0, const uint8_t *gp1, size_t hea
     const __m512i k32 = _mm512_set1_epi8(32);
     __mmask64 k[16][4][3]; /* [group][digit][nonzero, |d| = 2, negative] */
     for (int g = 0; g < 16; g++) {
-      __m512i sw = join_words(gp0 + 16 + 32 * di_pk_q6k_sc(g / 4), gp1 + 16 + 32 * di_pk_q6k_sc(g / 4));
+      __m512i sw = join_words(gp0 + DI_PK_Q6K_WORDS + DI_PK_WORD * di_pk_q6k_sc(g / 4),
+                               gp1 + DI_PK_Q6K_WORDS + DI_PK_WORD * di_pk_q6k_sc(g / 4));
       __m512i t = _mm512_srai_epi32(_mm512_slli_epi32(sw, 24 - 8 * (g % 4)), 24);
       for (int i = 0; i < 4; i++) {
         /* q = round(t / 5) = floor((t + 132) / 5) - 26, the floor by multiply-shift (t + 132 < 2^9) */
@@ -314,7 +316,7 @@ typedef struct {
 /* q4k_finish, 16 lanes (the two groups) at a time: same integers, same float
  * operations (kr: super-block b's amx_q4k_row of the 16 rows). */
 AI void amx_q4k_finish(const uint8_t *gp0, const uint8_t *gp1, const amx_q4k_row *kr, amx_acc *A) {
-  __m512 dw = join_ph(gp0, gp1), dmw = join_ph(gp0 + 16, gp1 + 16);
+  __m512 dw = join_ph(gp0, gp1), dmw = join_ph(gp0 + DI_PK_M, gp1 + DI_PK_M);
   for (int i = 0; i < 16; i++) {
     const amx_q4k_row *r = kr + i;
     __m512i imin = _mm512_madd_epi16(A->mn[0], _mm512_set1_epi32(r->pair[0]));
@@ -378,7 +380,7 @@ AI void amx_tile16(di_dtype t, const uint8_t *w0, const uint8_t *w1, size_t gbb,
 /* Q4_K, per super-block: C tiles L and H sum its 4 steps' products with
  * q * (scale & 7) and q * (scale >> 3) (amx_stage), so L + 8 H is q4k_block's
  * sum_s scale_s * dot_s, the same integers, and no per-sub-block multiply is
- * left to the vector unit (16 vpmulld per sub-block had bound this path). */
+ * left to the vector unit (16 vpmulld per sub-block would bound this path). */
 #define AMX_Q4K_MUL(TL, TH, b)                                                                 \
   do {                                                                                         \
     _tile_zero(TL);                                                                            \
@@ -436,7 +438,7 @@ AI void amx_tile16_q4k(const uint8_t *w0, const uint8_t *w1, size_t gbb, const i
  * quants times digit i of the group scales (amx_stage), so C0 + 5 (C1 + 5 (C2
  * + 5 C3)) is sum_g sc_g * dot_g(q - 32), the integers of q6k_block (|C_i| <=
  * 256 * 64 * 127: exact), and no per-group multiply is left to the vector
- * unit (a K = 16 tile step and 16 vpmulld per group had bound this path).
+ * unit (16 vpmulld per group would bound this path).
  * Tile 5 serves as a third B tile. */
 #define AMX_Q6K_MUL(b)                                                                         \
   do {                                                                                         \
@@ -537,16 +539,12 @@ AI void amx_tile16_q5k(const uint8_t *w0, const uint8_t *w1, size_t gbb, const i
 
 /* One 16-row chunk (batched decode, Q4_0/Q4_1/Q5_0/Q8_0) over the group pairs
  * at w: the weights are used once, so staging a whole panel before any tile
- * multiply buys no reuse, and the staging pass's loads from memory then run
- * by themselves. Here pair p + 1 is staged (into the other of two slots)
- * while pair p multiplies. M = 16, N = 1536, K = 576 Q4_1, one core: 58-70 ->
- * 51-58 us from cache, 97-106 -> 82-88 us from memory; 16 SmolLM2 streams
- * 1,366 -> 1,509 tok/s. Staging a pair is more uops than the reorder buffer
- * holds, so its loads from memory stall the core unless they were issued
- * earlier: pair p + 1's lines are prefetched inside pair p - 1's block loop,
- * spread over its steps (70 -> 60 us from memory; Q8_0 N = 49152, the SmolLM2
- * classifier, 3.1 -> 2.4 ms; 16 streams 1,735-1,863 -> 1,990-2,102 tok/s).
- * A burst of prefetches at staging time had changed nothing. */
+ * multiply buys no reuse, and the staging pass's loads from memory would then
+ * run by themselves. Here pair p + 1 is staged (into the other of two slots)
+ * while pair p multiplies. Staging a pair is more uops than the reorder buffer
+ * holds, so its loads from memory would stall the core unless issued earlier:
+ * pair p + 1's lines are prefetched inside pair p - 1's block loop, spread over
+ * its steps (a burst of prefetches at staging time arrives too late). */
 AI void amx_pipe16(di_dtype t, const uint8_t *w, size_t wrow, int64_t pairs, int64_t nb, int8_t *stage,
                    size_t pair_bytes, const int8_t *xs, size_t xs_bytes, const uint8_t *x, size_t xrow, float *Y,
                    int64_t ldy) {
@@ -583,10 +581,8 @@ AI void amx_mm(di_dtype t, di_cpu_mmp_rest_fn rest, const void *W, size_t wrow, 
   /* every 16-row chunk's amx_rows, made once per call */
   const size_t xs_bytes = (size_t)nb * amx_steps(t) * 16 * amx_a_bytes(t);
   const size_t chunk_bytes = xs_bytes + (size_t)nb * amx_rows_extra(t);
-  /* Q6_K stages four digit tiles per step: for one row chunk that staging
-   * outweighs the tile work and the VNNI kernel is faster (M = 16: VNNI 205,
-   * AMX 150 GOP/s; M = 32: AMX 246, VNNI 202; M = 64: AMX 350, the old
-   * per-group AMX steps 281). */
+  /* Q6_K stages four digit tiles per step: for a single 16-row chunk that
+   * staging outweighs the tile work, and the VNNI kernel is faster. */
   const bool few = t == DI_Q6_K && M16 < 32;
   const size_t stage_bytes = (size_t)ppp * pair_bytes + (size_t)(M16 / 16) * chunk_bytes;
   int8_t *stage = g_amx && M16 && pairs && !few ? (int8_t *)di_cpu_scratch(DI_SCRATCH_AMX, stage_bytes) : NULL;

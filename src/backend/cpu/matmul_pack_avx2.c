@@ -29,8 +29,8 @@ AI __m256i bcast4(const int8_t *p) {
 
 /* One 32-byte word of quants (4 consecutive elements x 8 columns) against MT
  * activation rows. Tiles of several rows run the word loop rolled: unrolled,
- * the compiler hoists all words' unpacked registers and spills (Q4 GEMM M=16
- * 142 -> 162 GOP/s rolled); GEMV keeps it unrolled. */
+ * the compiler hoists all words' unpacked registers and spills them; GEMV
+ * (one row, registers to spare) keeps it unrolled. */
 AI void q8_word(int MT, const uint8_t *q, int w, const di_act_q8 *const *a, __m256i ones, __m256i *isum) {
   __m256i wq = _mm256_loadu_si256((const __m256i *)(q + 32 * w)), aq = _mm256_abs_epi8(wq);
   UNROLL for (int i = 0; i < MT; i++) {
@@ -121,7 +121,7 @@ AI void q4k_sub(int MT, const uint8_t *q, int s, const di_act_q8k *const *a, __m
 AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc *acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const q4k_sc d = q4k_decode(gp);
-  const uint8_t *q = gp + 128;
+  const uint8_t *q = gp + DI_PK_Q4K_QS;
   __m256i isum[MT_MAX], p[MT_MAX];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_setzero_si256();
   UNROLL for (int s = 0; s < 8; s++) {
@@ -149,7 +149,7 @@ AI __m256i q5k_fifth(__m256i qh, int s) {
 AI void q5k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc *acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const q4k_sc d = q4k_decode(gp);
-  const uint8_t *qh = gp + 128, *q = gp + 384;
+  const uint8_t *qh = gp + DI_PK_Q5K_QH, *q = gp + DI_PK_Q5K_QS;
   __m256i isum[MT_MAX], p[2][MT_MAX];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_setzero_si256();
   UNROLL for (int s = 0; s < 8; s++) {
@@ -196,7 +196,7 @@ AI void q6k_pair(int MT, const uint8_t *q, int h, int r, int j, const di_act_q8k
 
 /* One Q6_K super-block of 8 columns: isum = sum_g sc_g * dot_g over the 0..63 quants. */
 AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc *acc) {
-  const uint8_t *q = gp + 16;
+  const uint8_t *q = gp + DI_PK_Q6K_WORDS;
   __m256i isum[MT_MAX];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_setzero_si256();
   UNROLL for (int h = 0; h < 2; h++) UNROLL for (int r = 0; r < 4; r++) {

@@ -119,7 +119,7 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
   const __m512i m4 = _mm512_set1_epi8(0x0f), lo8 = _mm512_set1_epi32(0xff);
   const q4k_sc d = q4k_decode(gp);
   const __m512i sc4[2] = {dup_cols(d.sc[0]), dup_cols(d.sc[1])};
-  const uint8_t *q = gp + 128;
+  const uint8_t *q = gp + DI_PK_Q4K_QS;
   __m512i isum[PK_MT_CAP], p[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_setzero_si512();
   UNROLL for (int s = 0; s < 8; s++) {
@@ -147,9 +147,9 @@ AI void q5k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
   const __m512i m4 = _mm512_set1_epi8(0x0f), lo8 = _mm512_set1_epi32(0xff);
   const q4k_sc d = q4k_decode(gp);
   const __m512i sc4[2] = {dup_cols(d.sc[0]), dup_cols(d.sc[1])};
-  const uint8_t *q = gp + 384;
+  const uint8_t *q = gp + DI_PK_Q5K_QS;
   __m512i qh[4];
-  UNROLL for (int w = 0; w < 8; w += 2) qh[w / 2] = pair_perm(load64(gp + 128 + 32 * w));
+  UNROLL for (int w = 0; w < 8; w += 2) qh[w / 2] = pair_perm(load64(gp + DI_PK_Q5K_QH + 32 * w));
   __m512i isum[PK_MT_CAP], p[2][PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_setzero_si512();
   UNROLL for (int s = 0; s < 8; s++) {
@@ -179,7 +179,7 @@ AI __m512i q6k_words(const uint8_t *q, int h, int r, int w) {
 /* One Q6_K super-block of 8 columns: isum = sum_g sc_g * dot_g over the 0..63
  * quants, a word pair (8 elements, half of group g = 8h + 2r + j/2) at a time. */
 AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc *acc) {
-  const uint8_t *q = gp + 16;
+  const uint8_t *q = gp + DI_PK_Q6K_WORDS;
   __m512i isum[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm512_setzero_si512();
   UNROLL for (int h = 0; h < 2; h++) UNROLL for (int r = 0; r < 4; r++) {

@@ -74,7 +74,7 @@ AI void q32_finish16(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1,
     acc[i] = _mm512_fmadd_ps(cvt16(isum[i]), dd, acc[i]);
   }
   if (di_pk_min(t)) {
-    __m512 mw = join_ph(gp0 + 16, gp1 + 16);
+    __m512 mw = join_ph(gp0 + DI_PK_M, gp1 + DI_PK_M);
     _Pragma("GCC unroll 16") for (int i = 0; i < MT; i++)
       acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(s[i * stride]), acc[i]);
   }

@@ -212,7 +212,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
   f32x8 dw = head8(gp);
   UNROLL for (int i = 0; i < MT; i++) chain_add(&acc[i].s, dacc_cols(&d[i]), dw, a[i]->d);
   if (di_pk_min(t)) {
-    f32x8 mw = head8(gp + 16);
+    f32x8 mw = head8(gp + DI_PK_M);
     UNROLL for (int i = 0; i < MT; i++) {
       acc[i].s.lo = vfmaq_n_f32(acc[i].s.lo, mw.lo, a[i]->s);
       acc[i].s.hi = vfmaq_n_f32(acc[i].s.hi, mw.hi, a[i]->s);
@@ -230,13 +230,14 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
   const uint8x16_t m4 = vdupq_n_u8(0x0f), m6 = vdupq_n_u8(0x3f), m2h = vdupq_n_u8(0x30);
   uint8x16_t sc[2][2], mn[2][2]; /* [columns 0-3 / 4-7][sub-blocks 0-3 / 4-7] */
   UNROLL for (int k = 0; k < 2; k++) {
-    uint8x16_t A = vld1q_u8(gp + 32 + 16 * k), B = vld1q_u8(gp + 64 + 16 * k), C = vld1q_u8(gp + 96 + 16 * k);
+    uint8x16_t A = vld1q_u8(gp + DI_PK_QK_SC + 16 * k), B = vld1q_u8(gp + DI_PK_QK_SC + 32 + 16 * k),
+               C = vld1q_u8(gp + DI_PK_QK_SC + 64 + 16 * k);
     sc[k][0] = vandq_u8(A, m6);
     mn[k][0] = vandq_u8(B, m6);
     sc[k][1] = vorrq_u8(vandq_u8(C, m4), vandq_u8(vshrq_n_u8(A, 2), m2h));
     mn[k][1] = vorrq_u8(vshrq_n_u8(C, 4), vandq_u8(vshrq_n_u8(B, 2), m2h));
   }
-  const uint8_t *q = gp + 128;
+  const uint8_t *q = gp + DI_PK_Q4K_QS;
   i32x8 isum[MT_MAX];
   UNROLL for (int i = 0; i < MT; i++) isum[i].c[0] = isum[i].c[1] = vdupq_n_s32(0);
   /* The sub-block loop stays rolled: unrolled, the compiler hoists loads across
@@ -267,7 +268,7 @@ AI void q4k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
       UNROLL for (int k = 0; k < 2; k++) imin[i].c[k] = vmlaq_n_s32(imin[i].c[k], ms[k], bs);
     }
   }
-  f32x8 dw = head8(gp), dmw = head8(gp + 16);
+  f32x8 dw = head8(gp), dmw = head8(gp + DI_PK_M);
   UNROLL for (int i = 0; i < MT; i++) {
     chain_add(&acc[i].s, isum[i], dw, a[i]->d);
     chain_add(&acc[i].m, imin[i], dmw, -a[i]->d);
@@ -296,7 +297,7 @@ AI void q6k_word(const uint8_t *q, int h, int r, int w, int8x16_t lsh, int8x16_t
  * scale (byte g % 4 of scale word g / 4). The group loop stays rolled (as
  * Q4_K's sub-blocks). */
 AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc *acc) {
-  const uint8_t *q = gp + 16;
+  const uint8_t *q = gp + DI_PK_Q6K_WORDS;
   i32x8 isum[MT_MAX];
   UNROLL for (int i = 0; i < MT; i++) isum[i].c[0] = isum[i].c[1] = vdupq_n_s32(0);
   NO_UNROLL for (int g = 0; g < 16; g++) {

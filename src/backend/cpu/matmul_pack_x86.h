@@ -38,7 +38,7 @@ AI void q32_finish(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const
     acc[i].s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), dd, acc[i].s);
   }
   if (di_pk_min(t)) {
-    __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + 16)));
+    __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + DI_PK_M)));
     UNROLL for (int i = 0; i < MT; i++) acc[i].s = _mm256_fmadd_ps(mw, _mm256_broadcast_ss(&a[i]->s), acc[i].s);
   }
 }
@@ -65,8 +65,9 @@ AI __m256i q6k_scales(const uint8_t *word, int r, int r2) {
 typedef struct { __m256i sc[2], mn[2]; } q4k_sc;
 AI q4k_sc q4k_decode(const uint8_t *gp) {
   const __m256i m4 = _mm256_set1_epi8(0x0f), m6 = _mm256_set1_epi8(0x3f), m2h = _mm256_set1_epi8(0x30);
-  __m256i A = _mm256_loadu_si256((const __m256i *)(gp + 32)), B = _mm256_loadu_si256((const __m256i *)(gp + 64)),
-          C = _mm256_loadu_si256((const __m256i *)(gp + 96));
+  __m256i A = _mm256_loadu_si256((const __m256i *)(gp + DI_PK_QK_SC)),
+          B = _mm256_loadu_si256((const __m256i *)(gp + DI_PK_QK_SC + DI_PK_WORD)),
+          C = _mm256_loadu_si256((const __m256i *)(gp + DI_PK_QK_SC + 2 * DI_PK_WORD));
   q4k_sc r;
   r.sc[0] = _mm256_and_si256(A, m6);
   r.mn[0] = _mm256_and_si256(B, m6);
@@ -85,7 +86,7 @@ AI void q4k_finish(int MT, const uint8_t *gp, const di_act_q8k *const *a, const 
   __m256i mn[4] = {_mm256_shuffle_epi8(d->mn[0], sc_ctl(0, 1, false)), _mm256_shuffle_epi8(d->mn[0], sc_ctl(2, 3, false)),
                    _mm256_shuffle_epi8(d->mn[1], sc_ctl(0, 1, false)), _mm256_shuffle_epi8(d->mn[1], sc_ctl(2, 3, false))};
   __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
-  __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + 16)));
+  __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(gp + DI_PK_M)));
   UNROLL for (int i = 0; i < MT; i++) {
     /* bsums of 16 -> of 32 (<= 4064, int16), paired per int32 for madd against (m_s, m_s+1) */
     __m256i bs = _mm256_loadu_si256((const __m256i *)a[i]->bsums);
@@ -105,7 +106,7 @@ AI void q4k_finish(int MT, const uint8_t *gp, const di_act_q8k *const *a, const 
  * = sum_g sc_g * dot_g(q) on the 0..63 quants; the -32 offset comes off as
  * 32 * sum_g sc_g * bsums_g (a madd per group pair), then s = fma(isum, d_w * d_a, s). */
 AI void q6k_finish(int MT, const uint8_t *gp, const di_act_q8k *const *a, __m256i *isum, pk_acc *acc) {
-  const uint8_t *q = gp + 16;
+  const uint8_t *q = gp + DI_PK_Q6K_WORDS;
   __m256i corr[8]; /* MT <= 8 (matmul_pack_tiles.h, PK_MT_CAP) */
   UNROLL for (int i = 0; i < MT; i++) corr[i] = _mm256_setzero_si256();
   UNROLL for (int pr = 0; pr < 8; pr++) {

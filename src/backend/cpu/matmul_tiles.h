@@ -26,17 +26,18 @@
 #define MT_MAX 4
 
 /* Packed GEMV prefetch distance (matmul_pack_tiles.h) in whole group-blocks of
- * gbb bytes: the 32-element types' blocks (144-272 bytes) about 2 KB ahead
- * (1.1B Q4_0 tg +12-18% over one block ahead, AVX2 and AVX-512); the K-quants'
- * (1-2 KB) one block ahead, as 2 blocks cost 1.1B Q4_K_M ~20% of its tg. */
+ * gbb bytes: the 32-element types' blocks (144-272 bytes) about 2 KB ahead, as
+ * one block ahead is too close to cover the memory latency; the K-quants'
+ * (1-2 KB) one block ahead, as two of them ahead evict lines still in use
+ * (measured on the 1.1B shapes: docs/BENCHMARKS.md). */
 AI size_t pk_ahead(size_t gbb) { return gbb >= 1024 ? gbb : gbb * (1 + 2048 / gbb); }
 /* GEMV streams weights from memory. A tile's rows lie back to back, so its
  * walk over them (step bytes per block, rows interleaved) covers one contiguous
  * span: fetch that span as a linear sweep ahead of the walk, into L1 l1_ahead
  * bytes ahead and into L2 GEMV_PF_L2 ahead, so the memory sees one sequential
- * stream and more lines are in flight than the L1's fill buffers hold. (Per-row
- * prefetches of the next tile's rows, before: 1.1B F16 layer shapes on one
- * core 16.9 -> 18.8 GB/s.) p: where this block's step starts in the span. The
+ * stream and more lines are in flight than the L1's fill buffers hold (per-row
+ * prefetches of the next tile's rows leave it well short of the bandwidth).
+ * p: where this block's step starts in the span. The
  * float and unpacked kernels sweep L1 GEMV_PF_L1 ahead, the packed ones
  * pk_ahead. */
 #define GEMV_PF_L1 (16 * 1024)
