@@ -14,6 +14,7 @@ int di_cmd_tokenize(int argc, char **argv);
 int di_cmd_detokenize(int argc, char **argv);
 int di_cmd_template(int argc, char **argv);
 int di_cmd_grammar_bench(int argc, char **argv);
+int di_cmd_grammar_check(int argc, char **argv);
 int di_cmd_chat(int argc, char **argv);
 
 /* Prints "deepinfer <cmd>: <msg>\n" to stderr and returns 2. */

@@ -150,7 +150,7 @@ int di_cmd_grammar_bench(int argc, char **argv) {
   for (size_t fi = 0; fi < files.n; fi++) {
     const char *path = files.v[fi];
     json_error_t je;
-    json_t *doc = json_load_file(path, JSON_DECODE_ANY, &je);
+    json_t *doc = json_load_file(path, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
     if (!doc || !json_object_get(doc, "schema")) {
       json_decref(doc);
       return di_cli_fail("grammar-bench", "%s: not a MaskBench file (%s)", path, doc ? "no \"schema\"" : je.text);

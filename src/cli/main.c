@@ -30,6 +30,7 @@ static const struct {
     {"detokenize", di_cmd_detokenize, "JSON array of ids on stdin -> text"},
     {"template", di_cmd_template, "render a chat template"},
     {"grammar-bench", di_cmd_grammar_bench, "MaskBench: structured-output masks, pass counts, timings"},
+    {"grammar-check", di_cmd_grammar_check, "which strings (JSON lines on stdin) a grammar matches"},
 };
 
 static void usage(FILE *f) {

@@ -51,13 +51,14 @@ di_grammar *di_grammar_retain(di_grammar *g) {
 
 int32_t di_grammar_n_vocab(const di_grammar *g) { return g->v->n_vocab; }
 
-static di_code build(const di_tokenizer *tok, di_grammar_kind kind, const char *src, size_t len,
-                     const di_grammar_opts *o, di_grammar **out, di_status *st) {
+static di_code build_once(const di_tokenizer *tok, di_grammar_kind kind, const char *src, size_t len,
+                          const di_grammar_opts *o, bool split, di_grammar **out, di_status *st) {
   static const gvocab no_vocab; /* tok NULL: bytes only (validation, fuzzing) */
   const gvocab *v = tok ? gvocab_get(tok, st) : &no_vocab;
   if (!v) return st->code;
   gx x;
   gx_init(&x, GX_MAX_NODES);
+  x.split_groups = split;
   int32_t root = -1;
   switch (kind) {
   case DI_GRAMMAR_JSON_SCHEMA: root = gfe_json_schema(&x, src, len, o, st); break;
@@ -90,6 +91,19 @@ static di_code build(const di_tokenizer *tok, di_grammar_kind kind, const char *
   gp_init(&g->scratch);
   *out = g;
   return DI_OK;
+}
+
+/* A regex whose automaton would be too large is retried with its groups as
+ * rules of their own. */
+static di_code build(const di_tokenizer *tok, di_grammar_kind kind, const char *src, size_t len,
+                     const di_grammar_opts *o, di_grammar **out, di_status *st) {
+  di_status first = {0};
+  di_code rc = build_once(tok, kind, src, len, o, false, out, &first);
+  if (rc != DI_ERR_RANGE || !strstr(first.msg, "automaton states")) {
+    if (rc && st) *st = first;
+    return rc;
+  }
+  return build_once(tok, kind, src, len, o, true, out, st);
 }
 
 di_code di_grammar_compile(const di_tokenizer *tok, di_grammar_kind kind, const char *src, size_t len,

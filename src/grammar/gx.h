@@ -38,6 +38,10 @@ typedef struct gx {
   size_t n_rules, cap_rules;
   size_t max_nodes; /* budget (nodes + kids) */
   bool overflow;
+  /* Regex groups become rules of their own: each rule's automaton stays
+   * small where one determinised automaton would blow up (the stack sets
+   * carry the nondeterminism instead). Set for a second attempt. */
+  bool split_groups;
 } gx;
 
 void gx_init(gx *g, size_t max_nodes);

@@ -374,6 +374,11 @@ static rpiece parse_seq(rx *r) {
         break;
       }
       r->i++;
+      if (r->g->split_groups && !a.sa && !a.ea) {
+        int32_t rule = gx_rule_new(r->g, "group");
+        gx_rule_define(r->g, rule, a.e);
+        a.e = gx_ref(r->g, rule);
+      }
       if (a.sa && consumed) {
         fail(r, "'^' inside the pattern is not supported");
         break;

@@ -99,7 +99,8 @@ static int32_t compile_string(sc *c, const json_t *s) {
   int32_t body;
   if (json_is_string(pat) || fre) {
     const char *re = json_is_string(pat) ? json_string_value(pat) : fre;
-    body = rx_compile(g, re, strlen(re), true, gj_encode_chars, NULL, c->st);
+    size_t rl = json_is_string(pat) ? json_string_length(pat) : strlen(re);
+    body = rx_compile(g, re, rl, true, gj_encode_chars, NULL, c->st);
     if (body < 0) {
       c->err = true;
       return GX_NOTHING;
@@ -693,7 +694,7 @@ static int32_t compile(sc *c, const json_t *s) {
 
 int32_t gfe_json_schema(gx *g, const char *src, size_t len, const di_grammar_opts *o, di_status *st) {
   json_error_t je;
-  json_t *root = json_loadb(src, len, JSON_DECODE_ANY, &je);
+  json_t *root = json_loadb(src, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
   if (!root) {
     di_errorf(st, DI_ERR_INVALID, "JSON Schema: not JSON: %s at line %d column %d", je.text, je.line, je.column);
     return -1;
