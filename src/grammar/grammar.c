@@ -76,7 +76,10 @@ static di_code build_once(const di_tokenizer *tok, di_grammar_kind kind, const c
     gx_free(&x);
     return di_errorf(st, DI_ERR_NOMEM, "grammar: out of memory");
   }
-  di_code rc = ga_compile(&x, root, &LIMITS, &g->a, st);
+  /* the first attempt gives up early when a retry with split groups can help */
+  ga_limits lim = LIMITS;
+  if (!split && x.n_rules < 64) lim.max_dfa_states = 1u << 15;
+  di_code rc = ga_compile(&x, root, &lim, &g->a, st);
   gx_free(&x);
   if (rc) {
     free(g);

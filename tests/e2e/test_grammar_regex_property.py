@@ -69,7 +69,7 @@ def test_regex_matches_python_re():
     r = random.Random(1234)
     disagreements = []
     n_match = too_large = 0
-    for _ in range(80):
+    for _ in range(60):
         node = alt(r, 0)
         strings = set()
         for _ in range(25):
@@ -103,4 +103,4 @@ def test_regex_matches_python_re():
                 disagreements.append((node.rx, s, g, want))
     assert not disagreements, disagreements[:10]
     assert too_large <= 3
-    assert n_match > 500  # the generator does produce matching strings
+    assert n_match > 400  # the generator does produce matching strings
