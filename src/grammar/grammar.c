@@ -13,7 +13,7 @@ static size_t g_cache_next;
 
 /* Budgets that bound compile time and memory whatever the input. */
 static const size_t GX_MAX_NODES = 4u << 20;
-static const ga_limits LIMITS = {.max_nfa_states = 1u << 20, .max_dfa_states = 1u << 18};
+static const ga_limits LIMITS = {.max_nfa_states = 2u << 20, .max_dfa_states = 1u << 18};
 
 static void key_of(const di_tokenizer *tok, di_grammar_kind kind, const char *src, size_t len,
                    const di_grammar_opts *o, uint64_t key[2]) {
