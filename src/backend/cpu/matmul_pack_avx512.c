@@ -263,7 +263,7 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
  * where they fall inside [n0, n1). */
 AI void pk_group2(di_dtype t, int MT, bool pf, const di_pk_job *j, const uint8_t *gw, int64_t g, const uint8_t *x,
                   float *Y) {
-  const size_t gbb = j->gbb;
+  const size_t gbb = DI_PK_G * di_pk_block_bytes(t); /* a constant here, as the prefetch distance */
   const uint8_t *w0 = gw, *w1 = gw + j->gstride;
   __m512 acc[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) acc[i] = _mm512_setzero_ps();

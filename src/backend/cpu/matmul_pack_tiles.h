@@ -77,17 +77,18 @@ AI void pk_store_group(di_dtype t, int MT, const di_pk_job *j, int64_t g, const 
 /* Group g (at gw) x MT rows (x) over all nb blocks. */
 AI void pk_group(di_dtype t, int MT, bool pf, const di_pk_job *j, const uint8_t *gw, int64_t g, const uint8_t *x,
                  float *Y) {
+  const size_t gbb = DI_PK_G * di_pk_block_bytes(t); /* a constant here, as the prefetch distance */
   pk_acc acc[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) pk_acc_zero(&acc[i]);
   for (int64_t b = 0; b < j->nb; b++) {
-    const uint8_t *gp = gw + (size_t)b * j->gbb;
+    const uint8_t *gp = gw + (size_t)b * gbb;
     /* Fetch a group-block ahead (pk_ahead; past the last, the next group's)
      * while this one computes: the hardware prefetcher restarts at every
      * matrix and Q6_K reads inside a block with jumps, so alone it leaves GEMV
      * short of the memory bandwidth; gemv_prefetch adds the L2 sweep. pf:
      * GEMV, and a batch's first row tile of a panel, which streams the panel
      * from memory; later row tiles find it in L2. */
-    if (pf) gemv_prefetch(gp, j->gbb, pk_ahead(j->gbb));
+    if (pf) gemv_prefetch(gp, gbb, pk_ahead(gbb));
     if (di_pk_kquant(t)) {
       const di_act_q8k *a[PK_MT_CAP];
       UNROLL for (int i = 0; i < MT; i++) a[i] = (const di_act_q8k *)(x + i * j->xrow) + b;
@@ -105,20 +106,33 @@ AI void pk_group(di_dtype t, int MT, bool pf, const di_pk_job *j, const uint8_t 
   pk_store_group(t, MT, j, g, acc, Y);
 }
 
-/* Groups [g0, g1) (g0's at w) for MT rows. */
+/* Groups [g0, g1) (g0's at w) for MT rows. With PK_GROUP2, pairs of groups
+ * go through pk_group2 and a group left over (a range of odd length) through
+ * the one-row function `one`, row by row: it comes at most once per range and
+ * row tile, and so no MT-row copy of the single-group body is built for those
+ * types (each output's chain is the same whatever the tile, so are its bits). */
+typedef void (*pk_tile_fn)(const di_pk_job *j, const uint8_t *w, int64_t g0, int64_t g1, const uint8_t *x, float *Y,
+                           bool pf);
 AI void pk_groups(di_dtype t, int MT, const di_pk_job *j, const uint8_t *w, int64_t g0, int64_t g1, const uint8_t *x,
-                  float *Y, bool pf) {
+                  float *Y, bool pf, pk_tile_fn one) {
   int64_t g = g0;
 #ifdef PK_GROUP2
-  if (pk_group2_ok(t))
+  if (pk_group2_ok(t)) {
     for (; g + 1 < g1; g += 2, w += 2 * j->gstride) pk_group2(t, MT, pf, j, w, g, x, Y);
+    if (g < g1) {
+      if (MT == 1) pk_group(t, 1, pf, j, w, g, x, Y);
+      else
+        for (int i = 0; i < MT; i++) one(j, w, g, g + 1, x + i * j->xrow, Y + i * j->ldy, pf);
+    }
+    return;
+  }
+#else
+  (void)one;
 #endif
   for (; g < g1; g++, w += j->gstride) pk_group(t, MT, pf, j, w, g, x, Y);
 }
 
 /* One type's tile functions: fn[MT] for MT = 1..mt. */
-typedef void (*pk_tile_fn)(const di_pk_job *j, const uint8_t *w, int64_t g0, int64_t g1, const uint8_t *x, float *Y,
-                           bool pf);
 typedef struct {
   di_dtype t;
   int mt;
@@ -127,8 +141,10 @@ typedef struct {
 
 #define PK_TILE(NAME, T, MT)                                                                                   \
   __attribute__((noinline)) static void pk_##NAME##_##MT(const di_pk_job *j, const uint8_t *w, int64_t g0,     \
+                                                           int64_t g1, const uint8_t *x, float *Y, bool pf);  \
+  __attribute__((noinline)) static void pk_##NAME##_##MT(const di_pk_job *j, const uint8_t *w, int64_t g0,     \
                                                            int64_t g1, const uint8_t *x, float *Y, bool pf) { \
-    pk_groups(T, MT, j, w, g0, g1, x, Y, pf);                                                                  \
+    pk_groups(T, MT, j, w, g0, g1, x, Y, pf, pk_##NAME##_1);                                                   \
   }
 #define PK_TILES_4(NAME, T) PK_TILE(NAME, T, 1) PK_TILE(NAME, T, 2) PK_TILE(NAME, T, 3) PK_TILE(NAME, T, 4)
 #define PK_TILES_8(NAME, T)                                                                                    \
@@ -198,6 +214,9 @@ static void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
     return;
   }
   int64_t panel = (int64_t)(PANEL_BYTES / j.gstride);
+#ifdef PK_GROUP2
+  if (pk_group2_ok(t)) panel -= panel % 2; /* whole pairs per panel */
+#endif
   if (panel < 1) panel = 1;
   for (int64_t p0 = g0; p0 < g1; p0 += panel) {
     const int64_t p1 = g1 - p0 < panel ? g1 : p0 + panel, pf1 = p1 < gf ? p1 : gf;
