@@ -55,3 +55,16 @@ def test_errors():
     p = subprocess.run([binary(), "grammar-bench", "--tokenizer", str(tokenizer_dir("llama3"))],
                        capture_output=True)
     assert p.returncode == 2 and b"no MaskBench files" in p.stderr
+
+
+def test_unloadable_file_counts_and_run_goes_on(tmp_path):
+    """A file jansson cannot load (an object key holding a NUL byte, as one dev-split schema
+    has) is counted as a compile error; the files after it are still benchmarked."""
+    (tmp_path / "a_nul_key.json").write_text('{"schema": {"properties": {"a\\u0000b": {}}}, "tests": []}')
+    (tmp_path / "b_ok.json").write_text(json.dumps(
+        {"schema": {"type": "integer"}, "tests": [{"valid": True, "data": 5}, {"valid": False, "data": "x"}]}))
+    p = subprocess.run([binary(), "grammar-bench", "--tokenizer", str(tokenizer_dir("llama3")), str(tmp_path),
+                        "--json"], capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()
+    r = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    assert r["schemas"] == 2 and r["compile_error"] == 1 and r["passing"] == 1, r
