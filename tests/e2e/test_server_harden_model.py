@@ -143,10 +143,10 @@ def _read_until_closed(s, limit):
 
 def test_sigterm_drains_streams():
     # the short stream must finish inside the drain even on a loaded host; the
-    # long one (2000 tokens) cannot
-    s = start_real("--drain-timeout", "8", "--max-seqs", "4", "--ctx", "2048")
+    # long one (8000 tokens) cannot, even on a quiet one (2000 had finished in 8 s)
+    s = start_real("--drain-timeout", "8", "--max-seqs", "4", "--ctx", "8192")
     body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Count to a thousand."}],
-            "max_tokens": 2000, "ignore_eos": True, "stream": True}
+            "max_tokens": 8000, "ignore_eos": True, "stream": True}
     short = dict(body, max_tokens=3)
     try:
         long_s = _stream(s.port, body)
