@@ -175,7 +175,10 @@ static int32_t parse_seq(gb *p, bool nested) {
       e = gx_utf8_range(p->g, 0, 0x10FFFF);
     } else if (c == '(') {
       p->i++;
-      if (++p->depth > 100) return fail(p, "groups nested too deeply");
+      if (++p->depth > 100) {
+        free(items);
+        return fail(p, "groups nested too deeply");
+      }
       space(p, true);
       e = parse_alts(p, true);
       p->depth--;
