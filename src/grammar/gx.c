@@ -1,5 +1,6 @@
 /* Internal grammar builder (see gx.h) and UTF-8 encoding of code point sets. */
 #include "grammar/gx.h"
+#include "tokenizer/tok_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,28 +181,8 @@ void gx_cpset_free(gx_cpset *s) {
   memset(s, 0, sizeof *s);
 }
 
-size_t gx_utf8_encode(uint32_t cp, char out[4]) {
-  if (cp < 0x80) {
-    out[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    out[0] = (char)(0xC0 | (cp >> 6));
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    out[0] = (char)(0xE0 | (cp >> 12));
-    out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  out[0] = (char)(0xF0 | (cp >> 18));
-  out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  out[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
-}
+/* The tokenizer's encoder: one UTF-8 encoder in the project. */
+size_t gx_utf8_encode(uint32_t cp, char out[4]) { return (size_t)di_utf8_encode(cp, out); }
 
 static int utf8_len(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
 
