@@ -33,6 +33,7 @@ struct di_srv_guard {
   guard_conn *head;
   guard_cancel *cancels;
   double header_s, idle_s;
+  int draining; /* di_srv_guard_drain: idle connections are closed, not kept alive */
 };
 
 static void *watch(void *arg) {
@@ -159,7 +160,29 @@ void di_srv_guard_headers_done(di_server *s, struct MHD_Connection *c) { set_dea
  * its next request's headers within the header timeout. */
 void di_srv_guard_request_done(di_server *s, struct MHD_Connection *c) {
   struct di_srv_guard *g = s->guard;
-  if (g) set_deadline(s, c, di_srv_now() + g->idle_s + g->header_s);
+  if (!g) return;
+  pthread_mutex_lock(&g->mu);
+  int draining = g->draining;
+  pthread_mutex_unlock(&g->mu);
+  set_deadline(s, c, draining ? di_srv_now() : di_srv_now() + g->idle_s + g->header_s);
+  if (draining) pthread_cond_signal(&g->cv);
+}
+
+/* A draining server takes no new requests, so a kept-alive connection has
+ * nothing left to wait for: closing it tells a client that reads until close
+ * that its answer is complete, instead of holding it until the server stops
+ * (while its other, unread streams fill their socket buffers and cannot even
+ * be told of the drain's cancel). */
+void di_srv_guard_drain(di_server *s) {
+  struct di_srv_guard *g = s->guard;
+  if (!g) return;
+  pthread_mutex_lock(&g->mu);
+  g->draining = 1;
+  double now = di_srv_now();
+  for (guard_conn *k = g->head; k; k = k->next)
+    if (k->deadline > 0) k->deadline = now;
+  pthread_cond_signal(&g->cv);
+  pthread_mutex_unlock(&g->mu);
 }
 
 void di_srv_guard_cancel_later(di_server *s, di_srv_gen *g) {

@@ -59,16 +59,23 @@ int di_srv_client_left(struct MHD_Connection *c, int *probed, di_srv_buf *sse_ou
   return 0;
 }
 
+/* A draining server answers what it has and closes the connection (see
+ * di_srv_guard_drain). */
+enum MHD_Result di_srv_queue(di_srv_req *r, unsigned status, struct MHD_Response *resp) {
+  if (r->close || atomic_load(&r->s->draining)) MHD_add_response_header(resp, "Connection", "close");
+  r->status = (int)status;
+  enum MHD_Result ret = MHD_queue_response(r->c, status, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
 enum MHD_Result di_srv_reply(di_srv_req *r, int status, const char *ctype, const char *body,
                              size_t len) {
   struct MHD_Response *resp =
       MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
   if (!resp) return MHD_NO;
   MHD_add_response_header(resp, "Content-Type", ctype);
-  r->status = status;
-  enum MHD_Result ret = MHD_queue_response(r->c, (unsigned)status, resp);
-  MHD_destroy_response(resp);
-  return ret;
+  return di_srv_queue(r, (unsigned)status, resp);
 }
 
 enum MHD_Result di_srv_reply_json(di_srv_req *r, int status, json_t *body) {
@@ -103,11 +110,7 @@ enum MHD_Result di_srv_reply_err(di_srv_req *r, const di_srv_err *e) {
     MHD_add_response_header(resp, "Retry-After", ra);
   }
   if (e->status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
-  if (r->close) MHD_add_response_header(resp, "Connection", "close");
-  r->status = e->status;
-  enum MHD_Result ret = MHD_queue_response(r->c, (unsigned)e->status, resp);
-  MHD_destroy_response(resp);
-  return ret;
+  return di_srv_queue(r, (unsigned)e->status, resp);
 }
 
 /* Framing checks on the headers (RFC 9112 section 6): a body is framed by
@@ -374,6 +377,7 @@ int di_server_port(const di_server *s) { return s->port; }
 
 bool di_server_drain(di_server *s, int drain_s, const sigset_t *sigs) {
   atomic_store(&s->draining, 1);
+  di_srv_guard_drain(s);
   double deadline = di_srv_now() + drain_s;
   int cancelling = 0;
   for (;;) {

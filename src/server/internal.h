@@ -73,6 +73,9 @@ typedef struct di_srv_req {
 
 extern const char di_srv_chat_page[]; /* chat_page.c */
 extern const size_t di_srv_chat_page_len;
+/* Queues resp (and drops the caller's reference), adding Connection: close when
+ * the request asked for it or the server is draining. */
+enum MHD_Result di_srv_queue(di_srv_req *r, unsigned status, struct MHD_Response *resp);
 enum MHD_Result di_srv_reply(di_srv_req *r, int status, const char *ctype, const char *body,
                              size_t len);
 enum MHD_Result di_srv_reply_json(di_srv_req *r, int status, json_t *body); /* steals body */
@@ -94,6 +97,7 @@ void di_srv_guard_notify(void *cls, struct MHD_Connection *c, void **socket_ctx,
 /* State changes of one connection: headers complete, request finished. */
 void di_srv_guard_headers_done(di_server *s, struct MHD_Connection *c);
 void di_srv_guard_request_done(di_server *s, struct MHD_Connection *c);
+void di_srv_guard_drain(di_server *s); /* close idle kept-alive connections, now and from now on */
 /* Cancels g from the watchdog thread (the engine callback that finds a
  * stream's buffer full must not call into the engine); holds a reference. */
 void di_srv_guard_cancel_later(di_server *s, di_srv_gen *g);

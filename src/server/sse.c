@@ -123,8 +123,5 @@ enum MHD_Result di_srv_stream_start(di_srv_req *r, di_srv_gen *g) {
   MHD_add_response_header(resp, "Content-Type", "text/event-stream; charset=utf-8");
   MHD_add_response_header(resp, "Cache-Control", "no-cache");
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-  r->status = 200;
-  enum MHD_Result ret = MHD_queue_response(r->c, 200, resp);
-  MHD_destroy_response(resp);
-  return ret;
+  return di_srv_queue(r, 200, resp);
 }
