@@ -63,6 +63,7 @@ typedef struct di_engine_opts {
   di_spec_kind spec;        /* speculative decoding: DI_SPEC_OFF (default) or a drafter */
   int spec_k_max;           /* most draft tokens per sequence and step, 1..32; 0 = DI_SPEC_K_DEFAULT */
   di_spec_mode spec_mode;
+  const char *draft_model_path; /* DI_SPEC_DRAFT: the draft model (same vocabulary), greedy, KV beside the target's */
 } di_engine_opts;
 
 void di_engine_opts_default(di_engine_opts *o);

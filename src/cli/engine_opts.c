@@ -29,7 +29,7 @@ int di_cli_spec_opt(const char *cmd, int argc, char **argv, int *i, di_engine_op
     else if (!strcmp(v, "always")) o->spec_mode = DI_SPEC_ALWAYS;
     else return di_cli_fail(cmd, "--spec-mode: '%s' must be auto or always", v);
   } else {
-    return di_cli_fail(cmd, "--draft-model: draft-model speculation is not implemented yet (use --spec ngram)");
+    o->draft_model_path = v; /* checked against --spec at engine start-up (both orders allowed) */
   }
   return 1;
 }

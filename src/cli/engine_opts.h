@@ -19,8 +19,10 @@
   DI_CLI_SPEC_OPTS_HELP
 
 #define DI_CLI_SPEC_OPTS_HELP                                                                \
-  "      --spec KIND          speculative decoding: off (default), ngram (prompt lookup);\n"  \
-  "                           outputs are identical to off, only faster when drafts match\n" \
+  "      --spec KIND          speculative decoding: off (default), ngram (prompt lookup),\n"  \
+  "                           draft (a draft model); outputs are identical to off\n"        \
+  "      --draft-model PATH   --spec draft: a smaller or lower-precision model with the\n"   \
+  "                           target's vocabulary (its KV takes a share of --kv-mem)\n"     \
   "      --spec-k-max K       most draft tokens per sequence and step (1..32, default 8)\n"  \
   "      --spec-mode M        auto (default: tuned per request, backs off) or always\n"
 

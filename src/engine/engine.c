@@ -37,9 +37,24 @@ void di_request_params_default(di_request_params *p) {
 
 di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backend *be, di_engine **out,
                                  di_status *st) {
+  return di_engine_create_spec(o, be, NULL, out, st);
+}
+
+/* An engine that failed to start, and the draft backend it did not hand on. */
+static void create_fail(di_engine *e, di_engine_backend *draft) {
+  if (draft->destroy) draft->destroy(draft->user);
+  di_engine_destroy(e);
+}
+
+di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *be, const di_engine_backend *draft,
+                              di_engine **out, di_status *st) {
   *out = NULL;
   di_engine *e = calloc(1, sizeof *e);
-  if (!e) return di_errorf(st, DI_ERR_NOMEM, "engine: out of memory");
+  if (!e) {
+    if (draft && draft->destroy) draft->destroy(draft->user);
+    if (be->destroy) be->destroy(be->user);
+    return di_errorf(st, DI_ERR_NOMEM, "engine: out of memory");
+  }
   e->be = *be;
   e->max_seqs = o->max_seqs > 0 ? o->max_seqs : 16;
   e->max_batch_tokens = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
@@ -48,8 +63,10 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
   pthread_mutex_init(&e->mu, NULL);
   pthread_cond_init(&e->cv, NULL);
   e->next_id = 1;
+  di_engine_backend dbe = {0};
+  if (draft) dbe = *draft; /* owned from here: freed below on an early error, else by the draft drafter */
   if (o->max_seqs < 0 || o->max_batch_tokens < 0 || o->block_size < 0 || o->ctx < 0) {
-    di_engine_destroy(e);
+    create_fail(e, &dbe);
     return di_errorf(st, DI_ERR_INVALID, "engine: max_seqs, max_batch_tokens, block_size and ctx must be >= 0");
   }
   size_t kv_mem = o->kv_mem;
@@ -67,33 +84,55 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
   }
   if (o->spec < DI_SPEC_OFF || o->spec > DI_SPEC_MTP || o->spec_mode < DI_SPEC_AUTO || o->spec_mode > DI_SPEC_ALWAYS ||
       o->spec_k_max < 0 || o->spec_k_max > DI_SPEC_K_LIMIT) {
-    di_engine_destroy(e);
+    create_fail(e, &dbe);
     return di_errorf(st, DI_ERR_INVALID, "engine: spec_k_max must be in [1, %d] (0 = default %d)", DI_SPEC_K_LIMIT,
                      DI_SPEC_K_DEFAULT);
   }
+  const char *spec_err = NULL;
+  if (o->spec == DI_SPEC_DRAFT && !draft) spec_err = "--spec draft needs --draft-model PATH";
+  else if ((draft || o->draft_model_path) && o->spec != DI_SPEC_DRAFT) spec_err = "--draft-model needs --spec draft";
+  if (spec_err) {
+    create_fail(e, &dbe);
+    return di_errorf(st, DI_ERR_INVALID, "%s", spec_err);
+  }
   if (o->spec == DI_SPEC_NGRAM) {
     di_drafter_ngram(&e->spec.drafter);
+  } else if (o->spec == DI_SPEC_DRAFT) {
+    e->spec.drafter = (di_drafter){.name = "draft"};
   } else if (o->spec != DI_SPEC_OFF) {
-    di_engine_destroy(e);
-    if (o->spec == DI_SPEC_MTP)
-      return di_errorf(st, DI_ERR_UNSUPPORTED,
-                       "--spec mtp: %s has no MTP (multi-token prediction) weights; use --spec ngram or off",
-                       o->model_path ? o->model_path : "this model");
-    return di_errorf(st, DI_ERR_UNSUPPORTED, "--spec draft: draft-model speculation is not implemented yet; use --spec ngram");
+    create_fail(e, &dbe);
+    return di_errorf(st, DI_ERR_UNSUPPORTED,
+                     "--spec mtp: %s has no MTP (multi-token prediction) weights; use --spec ngram or off",
+                     o->model_path ? o->model_path : "this model");
   }
   e->spec.on = o->spec != DI_SPEC_OFF;
   e->spec.always = o->spec_mode == DI_SPEC_ALWAYS;
   e->spec.k_max = o->spec_k_max > 0 ? o->spec_k_max : DI_SPEC_K_DEFAULT;
   if (be->n_swa_tables < 0 || be->n_swa_tables > DI_KV_MAX_SWA_TABLES) {
-    di_engine_destroy(e);
+    create_fail(e, &dbe);
     return di_errorf(st, DI_ERR_INVALID, "engine: %d sliding-window tables (at most %d)", be->n_swa_tables,
                      DI_KV_MAX_SWA_TABLES);
   }
-  di_code rc = di_kv_pool_create_spec(&e->pool, kv_mem, bs, &spec, st);
+  size_t draft_mem = 0;
+  if (draft) { /* both pools hold as many positions: the budget splits by bytes per position */
+    size_t t = di_kv_spec_block_bytes(&spec, 1) * (size_t)(1 + be->n_swa_tables), d = di_spec_model_pos_bytes(draft, o->kv_type);
+    if (o->kv_mem) {
+      draft_mem = (size_t)((double)kv_mem * (double)d / (double)(t + d));
+      kv_mem -= draft_mem;
+    } else {
+      draft_mem = (size_t)((double)kv_mem * (double)d / (double)t);
+    }
+  }
+  di_code rc = DI_OK;
+  if (draft) { /* first: its errors (vocabulary, budget) say more than the target pool's */
+    rc = di_spec_model_create(e, &dbe, draft_mem, bs, o->kv_type, &e->spec.model, st);
+    dbe.destroy = NULL;
+  }
+  if (rc == DI_OK) rc = di_kv_pool_create_spec(&e->pool, kv_mem, bs, &spec, st);
   if (rc == DI_OK && o->prefix_cache && be->policy != DI_KV_POLICY_WINDOW) rc = di_kv_prefix_enable(e->pool, st);
   if (rc == DI_OK) rc = di_sampler_init(&e->sampler, be->n_vocab, st);
   if (rc != DI_OK) {
-    di_engine_destroy(e);
+    create_fail(e, &dbe);
     return rc;
   }
   int nt = e->max_batch_tokens, ns = e->max_seqs;
@@ -110,7 +149,7 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
   e->running.cap = ns;
   if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->logits || !e->cmask ||
       !e->running.v) {
-    di_engine_destroy(e);
+    create_fail(e, &dbe);
     return di_errorf(st, DI_ERR_NOMEM, "engine: cannot allocate batch buffers (%d tokens, %d sequences)", nt, ns);
   }
   *out = e;
@@ -120,6 +159,7 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
 static void seq_free(di_engine *e, di_seq *s) {
   if (!s) return;
   if (e->pool) di_seq_kv_release(e, s);
+  di_spec_model_seq_free(e, s);
   di_kv_table_free(&s->table);
   for (int k = 0; k < DI_KV_MAX_SWA_TABLES; k++) di_kv_table_free(&s->swa[k]);
   if (s->detok && e->be.detok_free) e->be.detok_free(s->detok);
@@ -173,6 +213,7 @@ void di_engine_destroy(di_engine *e) {
   free(e->cmask);
   free(e->cancels);
   di_sampler_free(&e->sampler);
+  di_spec_model_free(e->spec.model);
   di_kv_pool_destroy(e->pool);
   if (e->be.destroy) e->be.destroy(e->be.user);
   pthread_mutex_destroy(&e->mu);
@@ -656,6 +697,7 @@ static void publish_stats(di_engine *e) {
 
 int di_engine_step(di_engine *e) {
   drain_inbox(e);
+  if (e->spec.model) di_spec_model_step(e); /* drafts for the batch the scheduler is about to build */
   double t0 = di_engine_now();
   di_batch b;
   int n = di_sched_build(e, &b);

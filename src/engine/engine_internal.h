@@ -11,6 +11,7 @@
 
 #include "deepinfer.h"
 #include "engine/sampler.h"
+#include "engine/spec/draft.h"
 #include "engine/spec/tune.h"
 #include "graph/batch.h"
 #include "kv/pool.h"
@@ -81,6 +82,7 @@ typedef struct di_seq {
   int n_gen;
   int n_preempted;
   di_spec_seq spec;       /* acceptance estimates, back-off and counts (spec/tune.h) */
+  di_draft_seq *dseq;     /* draft-model KV and proposal (spec/draft.c); NULL until it drafts */
   uint64_t queued_at;     /* engine step when it last entered the waiting queue */
   /* per-step scratch */
   int take;               /* tokens in this step's batch */
@@ -140,6 +142,7 @@ struct di_engine {
     bool on, always;
     int k_max;
     di_drafter drafter;
+    di_spec_model *model; /* --spec draft: the draft model (proposals come from di_spec_model_step) */
     di_spec_cost cost;    /* step time against tokens (spec/tune.h) */
     double plan_emit;     /* expected tokens the step being built emits */
   } spec;
@@ -164,6 +167,10 @@ di_code di_engine_submit_constrained(di_engine *e, const di_request_params *p, c
                                      char *err, size_t errlen);
 di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backend *be, di_engine **out,
                                  di_status *st);
+/* The same with a draft model for --spec draft (NULL otherwise); the engine
+ * owns both backends from the call on, failure included. */
+di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *be, const di_engine_backend *draft,
+                              di_engine **out, di_status *st);
 void di_engine_finish_seq(di_engine *e, di_seq *s, di_finish why, const char *error);
 void di_engine_after_forward(di_engine *e, di_seq *s, const float *logits);
 /* Samples one token from a logits row and emits it (stop tokens, stop strings, max_tokens). */
@@ -178,6 +185,9 @@ bool di_engine_logit_rows(di_engine *e, int rows);
 /* Drafts up to k_cap tokens after s's tokens (at tokens[len..]) and returns how
  * many the planner wants verified; tokens = the step's tokens so far with s's. */
 int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens);
+/* Most draft tokens s may verify this step given k_cap, --spec-k-max, its
+ * context and max_tokens. */
+int di_spec_k_cap(const di_engine *e, const di_seq *s, int k_cap);
 /* Verifies s's drafts against the rows of this step (row 0: its base token). */
 void di_spec_verify(di_engine *e, di_seq *s, const float *rows);
 

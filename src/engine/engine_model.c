@@ -58,71 +58,83 @@ static void mb_destroy(void *u) {
   free(m);
 }
 
-di_code di_engine_create(const di_engine_opts *o, di_engine **out, char *err, size_t errlen) {
-  di_status st = {0};
-  *out = NULL;
+/* Loads the model at path (weights, tokenizer, forward scratch) as an engine
+ * backend; on failure nothing is left allocated. */
+static di_code backend_open(const char *path, const di_engine_opts *o, di_engine_backend *be, di_status *st) {
+  memset(be, 0, sizeof *be);
   di_model_backend *m = calloc(1, sizeof *m);
-  di_code rc = m ? DI_OK : di_errorf(&st, DI_ERR_NOMEM, "engine: out of memory");
-  if (rc == DI_OK && !o->model_path) rc = di_errorf(&st, DI_ERR_INVALID, "engine: no model path");
+  di_code rc = m ? DI_OK : di_errorf(st, DI_ERR_NOMEM, "engine: out of memory");
   di_model_opts mo = {.use_mmap = o->use_mmap != 0};
-  if (rc == DI_OK) rc = di_model_load(o->model_path, &mo, &m->model, &st);
+  if (rc == DI_OK) rc = di_model_load(path, &mo, &m->model, st);
   if (rc == DI_OK)
-    rc = m->model->gguf ? di_tokenizer_from_gguf(m->model->gguf, &m->tok, &st)
-                        : di_tokenizer_load(o->model_path, &m->tok, &st);
+    rc = m->model->gguf ? di_tokenizer_from_gguf(m->model->gguf, &m->tok, st) : di_tokenizer_load(path, &m->tok, st);
   if (rc != DI_OK && m && m->model && o->tokenizer_optional) { /* ids in, ids out */
-    di_status_clear(&st);
+    di_status_clear(st);
     m->tok = NULL;
     rc = DI_OK;
   }
   int max_batch = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
-  if (rc == DI_OK) rc = di_forward_ctx_create(m->model, max_batch, o->threads, &m->fwd, &st);
-  di_engine_backend be = {0};
-  if (rc == DI_OK) {
-    const di_hparams *hp = &m->model->hp;
-    m->parse_special = o->allow_special_in_content != 0;
-    be.n_vocab = hp->n_vocab;
-    be.n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
-    be.n_layers = hp->n_layer;
-    di_kv_spec spec;
-    di_forward_kv_spec(m->model, &spec);
-    be.kv_dim = spec.kv_dim;
-    be.kv_v_in_k = spec.v_in_k;
-    /* Layer groups (kv/table.h): all sliding -> one table under WINDOW; mixed ->
-     * the pool's blocks hold the full-attention layers and the sliding ones
-     * are spread over ceil(n_swa / n_full) WINDOW tables of the same blocks. */
-    int n_swa = 0;
-    for (int il = 0; il < hp->n_layer; il++) n_swa += di_hparams_layer_is_swa(hp, il);
-    int n_full = hp->n_layer - n_swa;
-    be.policy = n_swa > 0 && n_full == 0 ? DI_KV_POLICY_WINDOW : DI_KV_POLICY_FULL;
-    be.window = n_swa > 0 ? hp->sliding_window : 0;
-    if (n_swa > 0 && n_full > 0 && (n_swa + n_full - 1) / n_full <= DI_KV_MAX_SWA_TABLES &&
-        !getenv("DI_KV_NO_GROUPS")) {
-      be.n_layers = n_full;
-      be.n_swa_tables = (n_swa + n_full - 1) / n_full;
-    }
-    const int32_t *eos = NULL;
-    size_t n_eos = m->tok ? di_tokenizer_eos(m->tok, &eos) : 0;
-    int k = 0;
-    if (hp->eos_id >= 0) m->eos[k++] = hp->eos_id;
-    for (size_t i = 0; i < n_eos && k < 16; i++)
-      if (eos[i] != hp->eos_id) m->eos[k++] = eos[i];
-    be.eos_ids = m->eos;
-    be.n_eos = k;
-    be.user = m;
-    be.forward = mb_forward;
-    if (m->tok) {
-      be.encode = mb_encode;
-      be.detok_new = mb_detok_new;
-      be.detok_push = mb_detok_push;
-      be.detok_flush = mb_detok_flush;
-      be.detok_free = mb_detok_free;
-    }
-    be.tokenizer = m->tok;
-    be.destroy = mb_destroy;
-    rc = di_engine_create_backend(o, &be, out, &st); /* owns m from here, even on failure */
-    m = NULL;
+  if (rc == DI_OK) rc = di_forward_ctx_create(m->model, max_batch, o->threads, &m->fwd, st);
+  if (rc != DI_OK) {
+    mb_destroy(m);
+    return rc;
   }
-  mb_destroy(m);
+  const di_hparams *hp = &m->model->hp;
+  m->parse_special = o->allow_special_in_content != 0;
+  be->n_vocab = hp->n_vocab;
+  be->n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
+  be->n_layers = hp->n_layer;
+  di_kv_spec spec;
+  di_forward_kv_spec(m->model, &spec);
+  be->kv_dim = spec.kv_dim;
+  be->kv_v_in_k = spec.v_in_k;
+  /* Layer groups (kv/table.h): all sliding -> one table under WINDOW; mixed ->
+   * the pool's blocks hold the full-attention layers and the sliding ones
+   * are spread over ceil(n_swa / n_full) WINDOW tables of the same blocks. */
+  int n_swa = 0;
+  for (int il = 0; il < hp->n_layer; il++) n_swa += di_hparams_layer_is_swa(hp, il);
+  int n_full = hp->n_layer - n_swa;
+  be->policy = n_swa > 0 && n_full == 0 ? DI_KV_POLICY_WINDOW : DI_KV_POLICY_FULL;
+  be->window = n_swa > 0 ? hp->sliding_window : 0;
+  if (n_swa > 0 && n_full > 0 && (n_swa + n_full - 1) / n_full <= DI_KV_MAX_SWA_TABLES && !getenv("DI_KV_NO_GROUPS")) {
+    be->n_layers = n_full;
+    be->n_swa_tables = (n_swa + n_full - 1) / n_full;
+  }
+  const int32_t *eos = NULL;
+  size_t n_eos = m->tok ? di_tokenizer_eos(m->tok, &eos) : 0;
+  int k = 0;
+  if (hp->eos_id >= 0) m->eos[k++] = hp->eos_id;
+  for (size_t i = 0; i < n_eos && k < 16; i++)
+    if (eos[i] != hp->eos_id) m->eos[k++] = eos[i];
+  be->eos_ids = m->eos;
+  be->n_eos = k;
+  be->user = m;
+  be->forward = mb_forward;
+  if (m->tok) {
+    be->encode = mb_encode;
+    be->detok_new = mb_detok_new;
+    be->detok_push = mb_detok_push;
+    be->detok_flush = mb_detok_flush;
+    be->detok_free = mb_detok_free;
+  }
+  be->tokenizer = m->tok;
+  be->destroy = mb_destroy;
+  return DI_OK;
+}
+
+di_code di_engine_create(const di_engine_opts *o, di_engine **out, char *err, size_t errlen) {
+  di_status st = {0};
+  *out = NULL;
+  di_engine_backend be, draft;
+  di_code rc = o->model_path ? DI_OK : di_errorf(&st, DI_ERR_INVALID, "engine: no model path");
+  if (rc == DI_OK) rc = backend_open(o->model_path, o, &be, &st);
+  bool with_draft = rc == DI_OK && o->spec == DI_SPEC_DRAFT && o->draft_model_path;
+  if (with_draft && (rc = backend_open(o->draft_model_path, o, &draft, &st)) != DI_OK) {
+    di_error_wrap(&st, "--draft-model %s: ", o->draft_model_path);
+    mb_destroy(be.user);
+  }
+  /* owns both backends from here, even on failure */
+  if (rc == DI_OK) rc = di_engine_create_spec(o, &be, with_draft ? &draft : NULL, out, &st);
   if (rc != DI_OK && err && errlen) snprintf(err, errlen, "%s", st.msg);
   return rc;
 }

@@ -14,21 +14,33 @@
 
 #include "engine/engine_internal.h"
 
-int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens) {
-  if (!e->spec.on || s->req->p.spec_off || k_cap <= 0 || !di_spec_active(&s->spec, e->acc.steps)) return 0;
-  di_req *r = s->req;
+int di_spec_k_cap(const di_engine *e, const di_seq *s, int k_cap) {
+  const di_req *r = s->req;
+  if (!e->spec.on || r->p.spec_off || k_cap <= 0) return 0;
   if (k_cap > e->spec.k_max) k_cap = e->spec.k_max;
   if (k_cap > s->cap - s->len) k_cap = s->cap - s->len;
   if (r->p.max_tokens > 0 && k_cap > r->p.max_tokens - s->n_gen - 1) k_cap = r->p.max_tokens - s->n_gen - 1;
-  if (k_cap <= 0) return 0;
-  int n = e->spec.drafter.propose(e->spec.drafter.self, s->tokens, s->len, k_cap, s->tokens + s->len);
-  const di_constraint *c = &r->constraint;
-  if (n > 0 && c->accept) {
-    int ok = 0;
-    while (ok < n && c->accept(c->self, s->tokens[s->len + ok])) ok++;
-    if (ok > 0) c->rollback(c->self, (size_t)ok);
-    n = ok;
-  }
+  return k_cap > 0 ? k_cap : 0;
+}
+
+/* A draft is cut before the first token the request's constraint forbids
+ * (the target could never choose it); the walk over it is rolled back. */
+static int constraint_cut(const di_constraint *c, const int32_t *draft, int n) {
+  if (n <= 0 || !c->accept) return n;
+  int ok = 0;
+  while (ok < n && c->accept(c->self, draft[ok])) ok++;
+  if (ok > 0) c->rollback(c->self, (size_t)ok);
+  return ok;
+}
+
+int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens) {
+  if ((k_cap = di_spec_k_cap(e, s, k_cap)) <= 0) return 0;
+  const di_constraint *c = &s->req->constraint;
+  int32_t *out = s->tokens + s->len;
+  if (e->spec.model) /* planned and drafted before the batch was built (di_spec_model_step) */
+    return constraint_cut(c, out, di_spec_model_take(e, s, k_cap, out));
+  if (!di_spec_active(&s->spec, e->acc.steps)) return 0;
+  int n = constraint_cut(c, out, e->spec.drafter.propose(e->spec.drafter.self, s->tokens, s->len, k_cap, out));
   di_spec_plan_in in = {.k_avail = n, .always = e->spec.always, .emit = e->spec.plan_emit + 1, .tokens = tokens,
                         .step = e->acc.steps};
   bool fallback = false;
@@ -36,7 +48,6 @@ int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens) {
   if (fallback) e->acc.spec_fallbacks++;
   return k;
 }
-
 
 void di_spec_verify(di_engine *e, di_seq *s, const float *rows) {
   const int L = s->len, k = s->n_draft, V = e->be.n_vocab;

@@ -89,8 +89,29 @@ static int oracle_propose(void *self, const int32_t *tokens, int n, int k, int32
   return m;
 }
 
+/* A draft model that disagrees with the target now and then: the fake
+ * model's logits with the runner-up lifted to the top in about a third of
+ * the rows (decided by a hash of the row, so deterministic). */
+static di_code noisy_forward(void *user, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
+  di_code rc = fake_forward(user, kv, b, logits, st);
+  int rows = 0;
+  for (int i = 0; i < b->n_tokens; i++) rows += b->want_logits ? b->want_logits[i] : i == b->n_tokens - 1;
+  for (int r = 0; rc == DI_OK && r < rows; r++) {
+    float *l = logits + (size_t)r * FAKE_VOCAB;
+    uint32_t bits;
+    memcpy(&bits, &l[7], 4);
+    if (fake_mix(bits) % 3) continue;
+    int best = 0;
+    for (int v = 1; v < FAKE_VOCAB; v++)
+      if (l[v] > l[best]) best = v;
+    l[(best + 1) % FAKE_VOCAB] = l[best] + 1;
+  }
+  return rc;
+}
+
 typedef struct cfg {
   int spec;        /* DI_SPEC_* */
+  int draft;       /* DI_SPEC_DRAFT: 1 = the target itself as draft, 2 = a noisy copy */
   bool oracle, always;
   int k_max, max_seqs, at_once;
   size_t kv_mem;
@@ -122,6 +143,9 @@ static void run(const cfg *c, out *outs) {
   o.max_batch_tokens = 128;
   o.block_size = 4;
   o.kv_mem = c->kv_mem;
+  /* the draft's KV takes its share of --kv-mem (the same bytes per position
+   * here): double it so the target's pool, and hence preemption, is the reference's */
+  if (c->spec == DI_SPEC_DRAFT) o.kv_mem *= 2;
   o.spec = c->spec;
   o.spec_k_max = c->k_max;
   o.spec_mode = c->always ? DI_SPEC_ALWAYS : DI_SPEC_AUTO;
@@ -132,7 +156,9 @@ static void run(const cfg *c, out *outs) {
   be.n_swa_tables = c->mixed ? 2 : 0;
   di_engine *e = NULL;
   di_status st = {0};
-  CHECKF(di_engine_create_backend(&o, &be, &e, &st) == DI_OK, "%s", st.msg);
+  di_engine_backend draft = be;
+  if (c->draft == 2) draft.forward = noisy_forward;
+  CHECKF(di_engine_create_spec(&o, &be, c->spec == DI_SPEC_DRAFT ? &draft : NULL, &e, &st) == DI_OK, "%s", st.msg);
   if (!e) return;
   if (c->oracle) e->spec.drafter = (di_drafter){.name = "oracle", .propose = oracle_propose};
   memset(outs, 0, sizeof(out) * NP);
@@ -163,6 +189,7 @@ static void run(const cfg *c, out *outs) {
   }
   di_engine_stats_get(e, &last_stats);
   CHECKF(last_stats.kv_blocks_used == 0, "blocks still used: %d", last_stats.kv_blocks_used);
+  CHECKF(di_spec_model_blocks_used(e) == 0, "draft blocks still used: %d", di_spec_model_blocks_used(e));
   di_engine_destroy(e);
   fake_window = fake_mixed = 0;
 }
@@ -181,6 +208,7 @@ static int compare(const out *a, const out *b, const char *what) {
 }
 
 static out ref[NP], got[NP];
+static void check_counts(const char *what, bool rejections);
 
 static void equivalence(cfg base, const char *name) {
   char what[160];
@@ -206,16 +234,40 @@ static void equivalence(cfg base, const char *name) {
     snprintf(what, sizeof what, "%s [%s, %s, k=%d]", name, v[t].oracle ? "oracle" : "ngram",
              v[t].always ? "always" : "auto", v[t].k);
     compare(ref, got, what);
-    if (v[t].oracle && v[t].always) { /* drafts were verified, and both accepted and rejected */
-      CHECKF(last_stats.spec_drafted > 0 && last_stats.spec_accepted > 0 &&
-                 last_stats.spec_accepted < last_stats.spec_drafted,
-             "%s: drafted %llu accepted %llu", what, (unsigned long long)last_stats.spec_drafted,
-             (unsigned long long)last_stats.spec_accepted);
-      int d = 0, a = 0;
-      for (int i = 0; i < NP; i++) d += got[i].drafted, a += got[i].accepted;
-      CHECK((uint64_t)d == last_stats.spec_drafted && (uint64_t)a == last_stats.spec_accepted);
-    }
+    if (v[t].oracle && v[t].always) check_counts(what, true); /* drafts verified, both accepted and rejected */
   }
+  /* The draft-model drafter: the target itself as draft (greedy requests
+   * accept nearly every draft) and a noisy copy (rejections everywhere). */
+  for (int dm = 1; dm <= 2; dm++)
+    for (int always = 0; always < 2; always++) {
+      cfg on = base;
+      on.spec = DI_SPEC_DRAFT;
+      on.draft = dm;
+      on.always = always;
+      on.k_max = always ? 5 : 8;
+      run(&on, got);
+      snprintf(what, sizeof what, "%s [draft model %s, %s]", name, dm == 1 ? "= target" : "noisy",
+               always ? "always" : "auto");
+      compare(ref, got, what);
+      if (always && !base.kv_mem) check_counts(what, dm == 2); /* under pressure drafts rarely fit */
+      if (always && dm == 1 && base.temp == 0)
+        CHECKF(last_stats.spec_accepted * 10 >= last_stats.spec_drafted * 8, "%s: drafted %llu accepted %llu", what,
+               (unsigned long long)last_stats.spec_drafted, (unsigned long long)last_stats.spec_accepted);
+      if (always && dm == 2 && base.temp == 0)
+        CHECKF(last_stats.spec_accepted * 10 < last_stats.spec_drafted * 9, "%s: drafted %llu accepted %llu", what,
+               (unsigned long long)last_stats.spec_drafted, (unsigned long long)last_stats.spec_accepted);
+    }
+}
+
+/* Drafts were verified, some accepted, and the per-request counts add up to the engine's. */
+static void check_counts(const char *what, bool rejections) {
+  CHECKF(last_stats.spec_drafted > 0 && last_stats.spec_accepted > 0 &&
+             (!rejections || last_stats.spec_accepted < last_stats.spec_drafted),
+         "%s: drafted %llu accepted %llu", what, (unsigned long long)last_stats.spec_drafted,
+         (unsigned long long)last_stats.spec_accepted);
+  int d = 0, a = 0;
+  for (int i = 0; i < NP; i++) d += got[i].drafted, a += got[i].accepted;
+  CHECK((uint64_t)d == last_stats.spec_drafted && (uint64_t)a == last_stats.spec_accepted);
 }
 
 static void test_ngram(void) {
@@ -435,6 +487,21 @@ static void test_bad_opts(void) {
   o.spec_k_max = 0;
   o.spec = DI_SPEC_MTP;
   CHECK(di_engine_create_backend(&o, &be, &e, &st) == DI_ERR_UNSUPPORTED && !e && strstr(st.msg, "MTP"));
+  di_status_clear(&st);
+  o.spec = DI_SPEC_DRAFT; /* without a draft model */
+  CHECK(di_engine_create_backend(&o, &be, &e, &st) == DI_ERR_INVALID && !e && strstr(st.msg, "--draft-model"));
+  di_status_clear(&st);
+  di_engine_backend draft = fake_backend(64);
+  o.spec = DI_SPEC_NGRAM; /* a draft model without --spec draft */
+  CHECK(di_engine_create_spec(&o, &be, &draft, &e, &st) == DI_ERR_INVALID && !e && strstr(st.msg, "--spec draft"));
+  di_status_clear(&st);
+  o.spec = DI_SPEC_DRAFT;
+  draft.n_vocab = FAKE_VOCAB + 1; /* no tokenizers: the vocabulary widths must agree */
+  CHECK(di_engine_create_spec(&o, &be, &draft, &e, &st) == DI_ERR_INVALID && !e && strstr(st.msg, "vocabulary"));
+  di_status_clear(&st);
+  draft.n_vocab = FAKE_VOCAB;
+  o.kv_mem = 3 * di_kv_block_bytes(16, 1, 2, DI_KV_F16); /* the draft's half is under two blocks */
+  CHECK(di_engine_create_spec(&o, &be, &draft, &e, &st) == DI_ERR_RANGE && !e && strstr(st.msg, "--kv-mem"));
 }
 
 int main(void) {

@@ -60,7 +60,7 @@ static int best_k(const di_spec_seq *s, const di_spec_cost *c, const di_spec_pla
   int k_best = 0;
   for (int k = 1; k <= in->k_avail; k++) {
     e += run *= s->p[k - 1];
-    double f = (in->emit + e) / di_spec_cost_time(c, in->tokens + k);
+    double f = (in->emit + e) / (di_spec_cost_time(c, in->tokens + k) + k * in->k_cost);
     if (f > best * (1 + 1e-9)) best = f, k_best = k;
   }
   return k_best;

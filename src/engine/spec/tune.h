@@ -47,6 +47,7 @@ typedef struct di_spec_plan_in {
   double emit;       /* expected tokens the step emits so far, this sequence's one included */
   int tokens;        /* tokens in the step so far, this sequence's one included */
   uint64_t step;     /* engine step counter */
+  double k_cost;     /* measured seconds the drafter spends per draft token (0: free, as n-gram) */
 } di_spec_plan_in;
 
 /* Draft tokens to verify (0..k_avail); *fallback is set when the sequence
