@@ -99,6 +99,9 @@ di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *
     di_drafter_ngram(&e->spec.drafter);
   } else if (o->spec == DI_SPEC_DRAFT) {
     e->spec.drafter = (di_drafter){.name = "draft"};
+  } else if (o->spec == DI_SPEC_MTP && be->forward_mtp && be->hidden && be->n_embd > 0) {
+    e->spec.drafter = (di_drafter){.name = "mtp"};
+    e->spec.mtp = true;
   } else if (o->spec != DI_SPEC_OFF) {
     create_fail(e, &dbe);
     return di_errorf(st, DI_ERR_UNSUPPORTED,
@@ -147,7 +150,16 @@ di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *
   e->cmask = calloc(((size_t)be->n_vocab + 31) / 32, sizeof *e->cmask);
   e->running.v = malloc((size_t)ns * sizeof *e->running.v);
   e->running.cap = ns;
-  if (!e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->logits || !e->cmask ||
+  bool mtp_ok = true;
+  if (e->spec.mtp) {
+    e->spec.mtp_hidden = malloc((size_t)nt * (size_t)be->n_embd * sizeof *e->spec.mtp_hidden);
+    e->spec.mtp_tokens = malloc((size_t)nt * sizeof *e->spec.mtp_tokens);
+    e->spec.mtp_pos = malloc((size_t)nt * sizeof *e->spec.mtp_pos);
+    e->spec.mtp_seq = malloc((size_t)nt * sizeof *e->spec.mtp_seq);
+    e->spec.mtp_want = malloc((size_t)nt * sizeof *e->spec.mtp_want);
+    mtp_ok = e->spec.mtp_hidden && e->spec.mtp_tokens && e->spec.mtp_pos && e->spec.mtp_seq && e->spec.mtp_want;
+  }
+  if (!mtp_ok || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->logits || !e->cmask ||
       !e->running.v) {
     create_fail(e, &dbe);
     return di_errorf(st, DI_ERR_NOMEM, "engine: cannot allocate batch buffers (%d tokens, %d sequences)", nt, ns);
@@ -212,6 +224,11 @@ void di_engine_destroy(di_engine *e) {
   free(e->logits);
   free(e->cmask);
   free(e->cancels);
+  free(e->spec.mtp_hidden);
+  free(e->spec.mtp_tokens);
+  free(e->spec.mtp_pos);
+  free(e->spec.mtp_seq);
+  free(e->spec.mtp_want);
   di_sampler_free(&e->sampler);
   di_spec_model_free(e->spec.model);
   di_kv_pool_destroy(e->pool);
@@ -737,6 +754,7 @@ int di_engine_step(di_engine *e) {
         }
       }
       if (e->spec.on && e->step_prefill == 0) di_spec_cost_add(&e->spec.cost, n, di_engine_now() - t1);
+      if (e->spec.mtp) di_spec_mtp_step(e, &b);
     }
     e->acc.step_seconds += di_engine_now() - t1;
   }

@@ -43,6 +43,14 @@ typedef struct di_engine_backend {
   void (*detok_free)(void *stream);
   const struct di_tokenizer *tokenizer;
   void (*destroy)(void *user);
+  /* --spec mtp (NULL: the model has no MTP module): forward also leaves each
+   * token's last hidden state in hidden ([tokens][n_embd]), the pool has one
+   * more layer (n_layers counts it) for the module's K/V, and forward_mtp
+   * runs the module (graph/forward.h, di_forward_mtp) writing logits rows. */
+  int n_embd;
+  const float *hidden;
+  di_code (*forward_mtp)(void *user, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
+                         di_status *st);
 } di_engine_backend;
 
 /* A request's token constraint (a grammar matcher, src/grammar/): fill_mask
@@ -83,6 +91,8 @@ typedef struct di_seq {
   int n_preempted;
   di_spec_seq spec;       /* acceptance estimates, back-off and counts (spec/tune.h) */
   di_draft_seq *dseq;     /* draft-model KV and proposal (spec/draft.c); NULL until it drafts */
+  int32_t mtp_draft;      /* --spec mtp: the module's proposal for tokens[mtp_at] (spec/mtp.c) */
+  int mtp_at;
   uint64_t queued_at;     /* engine step when it last entered the waiting queue */
   /* per-step scratch */
   int take;               /* tokens in this step's batch */
@@ -143,6 +153,10 @@ struct di_engine {
     int k_max;
     di_drafter drafter;
     di_spec_model *model; /* --spec draft: the draft model (proposals come from di_spec_model_step) */
+    bool mtp;             /* --spec mtp: proposals from the model's MTP module (di_spec_mtp_step) */
+    float *mtp_hidden;    /* [max_batch_tokens][n_embd] the module's input rows */
+    int32_t *mtp_tokens, *mtp_pos, *mtp_seq;
+    bool *mtp_want;
     di_spec_cost cost;    /* step time against tokens (spec/tune.h) */
     double plan_emit;     /* expected tokens the step being built emits */
   } spec;
@@ -188,6 +202,11 @@ int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens);
 /* Most draft tokens s may verify this step given k_cap, --spec-k-max, its
  * context and max_tokens. */
 int di_spec_k_cap(const di_engine *e, const di_seq *s, int k_cap);
+/* spec/mtp.c: after a step's forward and sampling, runs the MTP module over
+ * every position the step computed (the target's hidden state there beside
+ * the token after it), keeping its K/V current, and records the next draft of
+ * each decode-ready sequence. */
+void di_spec_mtp_step(di_engine *e, const di_batch *b);
 /* Verifies s's drafts against the rows of this step (row 0: its base token). */
 void di_spec_verify(di_engine *e, di_seq *s, const float *rows);
 

@@ -17,11 +17,18 @@ typedef struct di_model_backend {
   di_tokenizer *tok;
   bool parse_special;
   int32_t eos[16];
+  float *hidden;  /* --spec mtp: the forward's last hidden states */
 } di_model_backend;
 
 static di_code mb_forward(void *u, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
   di_model_backend *m = u;
   return di_forward(m->fwd, kv, b, logits, st);
+}
+
+static di_code mb_forward_mtp(void *u, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
+                             di_status *st) {
+  di_model_backend *m = u;
+  return di_forward_mtp(m->fwd, kv, b, hidden, logits, NULL, st);
 }
 
 static di_code mb_encode(void *u, const char *text, size_t len, bool parse_special, int32_t **ids, size_t *n,
@@ -53,6 +60,7 @@ static void mb_destroy(void *u) {
   di_model_backend *m = u;
   if (!m) return;
   di_forward_ctx_free(m->fwd);
+  free(m->hidden);
   di_tokenizer_free(m->tok);
   di_model_free(m->model);
   free(m);
@@ -119,6 +127,22 @@ static di_code backend_open(const char *path, const di_engine_opts *o, di_engine
   }
   be->tokenizer = m->tok;
   be->destroy = mb_destroy;
+  /* --spec mtp on a model with an MTP module: the engine reads the hidden
+   * states, and the module's K/V are one more pool layer (without a module the
+   * engine reports that --spec mtp cannot run) */
+  if (o->spec == DI_SPEC_MTP && m->model->mtp && be->n_swa_tables == 0) {
+    m->hidden = malloc((size_t)max_batch * (size_t)hp->n_embd * sizeof *m->hidden);
+    if (!m->hidden) {
+      mb_destroy(m);
+      memset(be, 0, sizeof *be);
+      return di_errorf(st, DI_ERR_NOMEM, "--spec mtp: out of memory");
+    }
+    di_forward_capture_hidden(m->fwd, m->hidden);
+    be->n_layers++;
+    be->n_embd = hp->n_embd;
+    be->hidden = m->hidden;
+    be->forward_mtp = mb_forward_mtp;
+  }
   return DI_OK;
 }
 

@@ -40,7 +40,13 @@ int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens) {
   if (e->spec.model) /* planned and drafted before the batch was built (di_spec_model_step) */
     return constraint_cut(c, out, di_spec_model_take(e, s, k_cap, out));
   if (!di_spec_active(&s->spec, e->acc.steps)) return 0;
-  int n = constraint_cut(c, out, e->spec.drafter.propose(e->spec.drafter.self, s->tokens, s->len, k_cap, out));
+  int n = 0;
+  if (e->spec.mtp) { /* the module's proposal, made after the last step (spec/mtp.c) */
+    if (s->mtp_at == s->len) out[n++] = s->mtp_draft;
+  } else {
+    n = e->spec.drafter.propose(e->spec.drafter.self, s->tokens, s->len, k_cap, out);
+  }
+  n = constraint_cut(c, out, n);
   di_spec_plan_in in = {.k_avail = n, .always = e->spec.always, .emit = e->spec.plan_emit + 1, .tokens = tokens,
                         .step = e->acc.steps};
   bool fallback = false;

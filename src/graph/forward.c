@@ -36,6 +36,11 @@ static wscan scan_weights(const di_model *m, int T) {
   wscan_one((di_tensor *)&m->tok_embd, &w);
   wscan_one((di_tensor *)&m->output, &w);
   for (int il = 0; il < m->hp.n_layer; il++) di_layer_each_matrix(&m->hp, &m->layers[il], wscan_one, &w);
+  if (m->mtp) {
+    di_layer_each_matrix(&m->hp, &m->mtp->layer, wscan_one, &w);
+    wscan_one((di_tensor *)&m->mtp->eh_proj, &w);
+    wscan_one((di_tensor *)&m->mtp->head, &w);
+  }
   return w;
 }
 
@@ -93,6 +98,10 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
     f->acc = malloc(T * hp->n_embd * sizeof(float));
     extra_ok = extra_ok && f->rlogit && f->selw && f->sel && f->bucket && f->bucket_w && f->xg && f->eo && f->acc;
   }
+  if (m->mtp) {
+    f->cat = malloc(T * 2 * (size_t)hp->n_embd * sizeof(float));
+    extra_ok = extra_ok && f->cat;
+  }
   f->xq_bytes = ws.act_bytes;
   f->xq = di_alloc_aligned(f->xq_bytes, false);
   f->attn = di_attn_sched_create(max_tokens);
@@ -124,7 +133,7 @@ void di_forward_ctx_free(di_forward_ctx *f) {
   di_threadpool_free(f->tp);
   free(f->x), free(f->xn), free(f->q), free(f->k), free(f->v), free(f->att);
   free(f->gate), free(f->up), free(f->tmp), free(f->rope_g), free(f->rope_l);
-  free(f->qa), free(f->kva), free(f->qm), free(f->attm);
+  free(f->qa), free(f->kva), free(f->qm), free(f->attm), free(f->cat);
   free(f->rlogit), free(f->selw), free(f->sel), free(f->bucket), free(f->bucket_w), free(f->xg), free(f->eo),
       free(f->acc);
   di_free_aligned(f->xq, f->xq_bytes);
@@ -224,7 +233,9 @@ void di_forward_kv_spec(const di_model *m, di_kv_spec *s) {
   if (hp->attn_kind == DI_ATTN_MLA) s->kv_dim = hp->kv_lora_rank + hp->rope_dim, s->v_in_k = true;
 }
 
-static di_code check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const di_batch *b, di_status *st) {
+void di_forward_capture_hidden(di_forward_ctx *f, float *rows) { f->hidden_out = rows; }
+
+di_code di_fwd_check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const di_batch *b, di_status *st) {
   const di_hparams *hp = &f->m->hp;
   if (b->n_tokens <= 0 || b->n_tokens > f->max_tokens)
     return di_errorf(st, DI_ERR_INVALID, "forward: batch of %d tokens (1..%d allowed)", b->n_tokens, f->max_tokens);
@@ -233,8 +244,10 @@ static di_code check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const 
   bool grouped = b->n_swa_tables > 0;
   di_kv_spec spec;
   di_forward_kv_spec(f->m, &spec);
+  /* an MTP module's cache is one more layer after the main ones (--spec mtp) */
+  bool mtp_layer = f->m->mtp && !grouped && kv->n_layers == hp->n_layer + 1;
   if (kv->kv_dim != spec.kv_dim || kv->v_in_k != spec.v_in_k ||
-      (!grouped && kv->n_layers != hp->n_layer) ||
+      (!grouped && kv->n_layers != hp->n_layer && !mtp_layer) ||
       (grouped && (kv->n_layers != hp->n_layer - n_swa || b->n_swa_tables > DI_KV_MAX_SWA_TABLES ||
                    b->n_swa_tables * kv->n_layers < n_swa)))
     return di_errorf(st, DI_ERR_INVALID, "forward: KV pool geometry does not match the model");
@@ -424,6 +437,7 @@ static bool split_plan(di_forward_ctx *f, const di_batch *b, float *logits, spli
                             .seq = b->seq + start, .want_logits = want + start, .n_seqs = b->n_seqs,
                             .seqs = b->seqs, .n_swa_tables = b->n_swa_tables};
     t->logits[k] = logits ? logits + (size_t)n_out * f->m->hp.n_vocab : NULL;
+    f->part[k]->hidden_out = f->hidden_out ? f->hidden_out + (size_t)start * f->m->hp.n_embd : NULL;
     for (int i = start; i < end; i++) n_out += want[i];
     start = end;
   }
@@ -434,6 +448,35 @@ static bool split_plan(di_forward_ctx *f, const di_batch *b, float *logits, spli
   return true;
 }
 
+void di_fwd_embed(di_forward_ctx *f, const di_batch *b, float *x) {
+  const di_model *m = f->m;
+  const di_hparams *hp = &m->hp;
+  const int D = hp->n_embd;
+  for (int t = 0; t < b->n_tokens; t++) {
+    const di_tensor *e = &m->tok_embd;
+    if (e->packed) {
+      di_cpu_packed_dequant_row(e->type, e->data, e->ne[1], D, b->tokens[t], x + (size_t)t * D);
+    } else {
+      const uint8_t *row = (const uint8_t *)e->data + (size_t)b->tokens[t] * e->row_bytes;
+      di_cpu_dequant_row(e->type, row, x + (size_t)t * D, D);
+    }
+    if (hp->embd_scale)
+      for (int i = 0; i < D; i++) x[(size_t)t * D + i] *= sqrtf((float)D);
+  }
+}
+
+/* RoPE tables per token: global layers and sliding-window layers */
+void di_fwd_rope_tables(di_forward_ctx *f, const di_batch *b) {
+  const di_hparams *hp = &f->m->hp;
+  const int rd = hp->rope_dim;
+  bool local_unscaled = hp->rope_local_unscaled; /* gemma3 scales only its global layers */
+  for (int t = 0; t < b->n_tokens; t++) {
+    di_cpu_rope_cache(f->rope_g + (size_t)t * rd, b->pos[t], rd, hp->rope_base, hp, true, f->freq_factors);
+    di_cpu_rope_cache(f->rope_l + (size_t)t * rd, b->pos[t], rd, hp->rope_base_local, hp, !local_unscaled,
+                      f->freq_factors);
+  }
+}
+
 /* The first matmul on a layer's normed input (its activations are prepared
  * by the norm's stage). */
 static const di_tensor *first_matmul(const di_hparams *hp, const di_layer_weights *L) {
@@ -441,9 +484,45 @@ static const di_tensor *first_matmul(const di_hparams *hp, const di_layer_weight
   return &L->wq;
 }
 
+di_code di_fwd_layer(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const di_layer_weights *L, kv_loc loc,
+                     bool swa, bool first, const di_layer_weights *next, di_status *st) {
+  const di_hparams *hp = &f->m->hp;
+  const int T = b->n_tokens;
+  di_code rc;
+  stage_ctx sc = {.f = f, .kv = kv, .b = b, .L = L, .loc = loc, .rope = swa ? f->rope_l : f->rope_g, .next = next};
+
+  /* attention block (the first layer's input norm; the others' ran in st_ffn_out) */
+  if (first) par_rows_prep(&sc, st_attn_norm, first_matmul(hp, L), f->xn);
+  if (L->attn == DI_ATTN_MLA) {
+    if ((rc = di_fwd_attn_mla(&sc, st))) return rc;
+  } else {
+    const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};
+    float *qkv_y[] = {f->q, f->k, f->v};
+    di_fwd_matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
+    di_fwd_par_tokens(&sc, st_qk);
+    if ((rc = di_attn_run(f->attn, f->tp, hp, kv, b, loc.table, loc.layer, swa, f->q, f->att, st))) return rc;
+  }
+  di_fwd_matmul(f, &L->wo, f->att, T, f->tmp);
+  /* residual, then the FFN's input norm */
+  par_rows_prep(&sc, st_attn_out, L->ffn == DI_FFN_MOE ? &L->router : &L->w_gate, f->xn);
+
+  /* feed-forward block */
+  if (L->ffn == DI_FFN_MOE) {
+    di_fwd_ffn_moe(&sc);
+  } else {
+    const di_tensor *gu_w[] = {&L->w_gate, &L->w_up};
+    float *gu_y[] = {f->gate, f->up};
+    di_fwd_matmul_n(f, gu_w, gu_y, 2, f->xn, T);
+    par_rows_prep(&sc, st_glu, &L->w_down, f->gate);
+    di_fwd_matmul(f, &L->w_down, f->gate, T, f->tmp);
+  }
+  par_rows_prep(&sc, st_ffn_out, next ? first_matmul(hp, next) : NULL, f->xn);
+  return DI_OK;
+}
+
 di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
   di_code rc;
-  if ((rc = check_batch(f, kv, b, st))) return rc;
+  if ((rc = di_fwd_check_batch(f, kv, b, st))) return rc;
   split_task split = {.f = f, .kv = kv};
   if (split_plan(f, b, logits, &split)) {
     di_threadpool_run(f->tp, split_run, &split);
@@ -456,63 +535,20 @@ di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *
   }
   const di_model *m = f->m;
   const di_hparams *hp = &m->hp;
-  const int T = b->n_tokens, D = hp->n_embd, rd = hp->rope_dim;
+  const int T = b->n_tokens, D = hp->n_embd;
 
-  /* token embeddings */
-  for (int t = 0; t < T; t++) {
-    const di_tensor *e = &m->tok_embd;
-    if (e->packed) {
-      di_cpu_packed_dequant_row(e->type, e->data, e->ne[1], D, b->tokens[t], f->x + (size_t)t * D);
-    } else {
-      const uint8_t *row = (const uint8_t *)e->data + (size_t)b->tokens[t] * e->row_bytes;
-      di_cpu_dequant_row(e->type, row, f->x + (size_t)t * D, D);
-    }
-    if (hp->embd_scale)
-      for (int i = 0; i < D; i++) f->x[(size_t)t * D + i] *= sqrtf((float)D);
-  }
-  /* RoPE tables per token: global layers and sliding-window layers */
-  bool local_unscaled = hp->rope_local_unscaled; /* gemma3 scales only its global layers */
-  for (int t = 0; t < T; t++) {
-    di_cpu_rope_cache(f->rope_g + (size_t)t * rd, b->pos[t], rd, hp->rope_base, hp, true, f->freq_factors);
-    di_cpu_rope_cache(f->rope_l + (size_t)t * rd, b->pos[t], rd, hp->rope_base_local, hp, !local_unscaled,
-                      f->freq_factors);
-  }
+  di_fwd_embed(f, b, f->x);
+  di_fwd_rope_tables(f, b);
 
   int n_kind[2] = {0, 0}; /* full and sliding-window layers so far */
   for (int il = 0; il < hp->n_layer; il++) {
-    const di_layer_weights *L = &m->layers[il];
     bool swa = di_hparams_layer_is_swa(hp, il);
     kv_loc loc = layer_kv(kv, b, il, swa, n_kind[swa]++);
-    stage_ctx sc = {.f = f, .kv = kv, .b = b, .L = L, .loc = loc, .rope = swa ? f->rope_l : f->rope_g,
-                    .next = il + 1 < hp->n_layer ? &m->layers[il + 1] : NULL};
-
-    /* attention block (layer 0's input norm; the others' ran in st_ffn_out) */
-    if (il == 0) par_rows_prep(&sc, st_attn_norm, first_matmul(hp, L), f->xn);
-    if (L->attn == DI_ATTN_MLA) {
-      if ((rc = di_fwd_attn_mla(&sc, st))) return rc;
-    } else {
-      const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};
-      float *qkv_y[] = {f->q, f->k, f->v};
-      di_fwd_matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
-      di_fwd_par_tokens(&sc, st_qk);
-      if ((rc = di_attn_run(f->attn, f->tp, hp, kv, b, loc.table, loc.layer, swa, f->q, f->att, st))) return rc;
-    }
-    di_fwd_matmul(f, &L->wo, f->att, T, f->tmp);
-    /* residual, then the FFN's input norm */
-    par_rows_prep(&sc, st_attn_out, L->ffn == DI_FFN_MOE ? &L->router : &L->w_gate, f->xn);
-
-    /* feed-forward block */
-    if (L->ffn == DI_FFN_MOE) {
-      di_fwd_ffn_moe(&sc);
-    } else {
-      const di_tensor *gu_w[] = {&L->w_gate, &L->w_up};
-      float *gu_y[] = {f->gate, f->up};
-      di_fwd_matmul_n(f, gu_w, gu_y, 2, f->xn, T);
-      par_rows_prep(&sc, st_glu, &L->w_down, f->gate);
-      di_fwd_matmul(f, &L->w_down, f->gate, T, f->tmp);
-    }
-    par_rows_prep(&sc, st_ffn_out, sc.next ? first_matmul(hp, sc.next) : NULL, f->xn);
+    if ((rc = di_fwd_layer(f, kv, b, &m->layers[il], loc, swa, il == 0, il + 1 < hp->n_layer ? &m->layers[il + 1] : NULL,
+                           st)))
+      return rc;
   }
+  if (f->hidden_out) memcpy(f->hidden_out, f->x, (size_t)T * D * sizeof *f->x);
 
   /* classifier for the tokens that want logits */
   int n_out = 0;

@@ -23,4 +23,17 @@ void di_forward_kv_spec(const di_model *m, di_kv_spec *s);
  * Row invariant: a token's logits do not depend on the rest of the batch. */
 di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st);
 
+/* From now on, di_forward also writes every token's last hidden state (the
+ * final norm's input, [n_tokens][n_embd]) to rows (NULL: stop). */
+void di_forward_capture_hidden(di_forward_ctx *f, float *rows);
+
+/* The model's MTP module (m->mtp) over a batch: token t of the batch is the
+ * token at pos + 1 and hidden[t] the main model's hidden state at pos (both
+ * as in training: the embedding of the next token beside the state before
+ * it); its K/V go to the pool's layer n_layer (a pool of n_layer + 1 layers)
+ * at pos. Writes the logits of the tokens with want_logits (the token at
+ * pos + 2) and, if hidden_out, each token's output state (to chain it). */
+di_code di_forward_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
+                       float *hidden_out, di_status *st);
+
 #endif

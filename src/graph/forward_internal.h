@@ -37,6 +37,8 @@ struct di_forward_ctx {
   int n_parts;
   bool *split_want; /* [max_tokens] want_logits when the batch leaves it NULL */
   int split_mode;   /* DI_FORWARD_SPLIT: -1 never, 1 whenever possible, 0 by model size */
+  float *cat;        /* MTP: [T][2 * n_embd] normed embedding beside normed hidden state */
+  float *hidden_out; /* di_forward_capture_hidden: where the last layer's output rows go (NULL: nowhere) */
 };
 
 typedef struct kv_loc {
@@ -63,6 +65,16 @@ void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n,
 void di_fwd_matmul(di_forward_ctx *f, const di_tensor *w, const float *x, int64_t M, float *y);
 void di_fwd_par_tokens(stage_ctx *c, void (*fn)(stage_ctx *, int));
 
+di_code di_fwd_check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const di_batch *b, di_status *st);
+/* The batch's token embeddings into x ([T][n_embd]). */
+void di_fwd_embed(di_forward_ctx *f, const di_batch *b, float *x);
+/* RoPE cos/sin rows of the batch's positions (f->rope_g, f->rope_l). */
+void di_fwd_rope_tables(di_forward_ctx *f, const di_batch *b);
+/* One decoder layer over f->x in place; its K/V at loc. first: also run its
+ * input norm (otherwise the previous layer's last stage did); next: the layer
+ * whose input norm this one's last stage runs (NULL: none). */
+di_code di_fwd_layer(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const di_layer_weights *L, kv_loc loc,
+                     bool swa, bool first, const di_layer_weights *next, di_status *st);
 /* MLA attention of layer sc->L: f->xn -> f->att ([T][n_head * v_head_dim]). */
 di_code di_fwd_attn_mla(stage_ctx *sc, di_status *st);
 /* MoE feed-forward of layer sc->L: f->xn -> f->tmp. */

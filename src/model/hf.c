@@ -143,6 +143,7 @@ di_code di_hf_load(di_model *m, bool use_mmap, di_status *st) {
   if ((rc = bind(m, &m->output_norm, n, hp->n_embd, 1, 0, true, st))) return rc;
   if ((rc = bind(m, &m->output, "lm_head.weight", hp->n_embd, hp->n_vocab, 0, !hp->tied_output, st))) return rc;
   if ((rc = di_model_bind_layers(m, pre, bind, norm_offset, st))) return rc;
+  if ((rc = di_model_bind_mtp(m, pre, bind, norm_offset, st))) return rc;
   if (norm_offset != 0 && (rc = di_model_to_f32(m, &m->output_norm, norm_offset, st))) return rc;
   return DI_OK;
 }

@@ -323,9 +323,11 @@ static di_code read_mla_moe(cfgr *c, di_hparams *hp) {
       (rc = get_int(c, "first_k_dense_replace", &hp->first_k_dense, false)) ||
       (rc = get_int(c, "moe_layer_freq", &hp->moe_layer_freq, false)) || (rc = get_int(c, "n_group", &hp->n_group, false)) ||
       (rc = get_int(c, "topk_group", &hp->topk_group, false)) ||
-      /* the MTP layer (stored as layer num_hidden_layers) is not part of the main model's forward */
+      /* the MTP layers (stored as layers num_hidden_layers, ...) are not part of the main model's forward */
       (rc = get_int(c, "num_nextn_predict_layers", &nextn, false)))
     return rc;
+  if (nextn < 0) return bad(c, "num_nextn_predict_layers", "must be >= 0");
+  hp->n_nextn = nextn;
   if (hp->kv_lora_rank <= 0 || hp->qk_nope_dim <= 0 || hp->rope_dim <= 0 || hp->rope_dim % 2 || hp->v_head_dim <= 0)
     return bad(c, "kv_lora_rank", "and qk_nope_head_dim, qk_rope_head_dim (even), v_head_dim must be positive");
   hp->head_dim = hp->qk_nope_dim + hp->rope_dim;

@@ -341,7 +341,17 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
   if ((rc = bind_gguf(m, &m->rope_freqs, "rope_freqs.weight", hp->rope_dim / 2, 1, 0, false, st))) return rc;
   if (m->rope_freqs.data && m->rope_freqs.type != DI_F32 && (rc = di_model_to_f32(m, &m->rope_freqs, 0, st)))
     return rc;
+  /* llama.cpp's converter counts MTP layers in block_count and names them in nextn_predict_layers */
+  int nextn = 0;
+  if (gk_i(g, hp->arch, "nextn_predict_layers", &nextn) && nextn > 0) {
+    if (nextn >= hp->n_layer)
+      return di_errorf(st, DI_ERR_FORMAT, "%s: %s.nextn_predict_layers %d leaves no main layers of %d", m->path,
+                       hp->arch, nextn, hp->n_layer);
+    hp->n_layer -= nextn;
+    hp->n_nextn = nextn;
+  }
   if ((rc = di_model_bind_layers(m, NULL, bind_gguf, 0, st))) return rc;
+  if ((rc = di_model_bind_mtp(m, NULL, bind_gguf, 0, st))) return rc;
   return DI_OK;
 }
 
@@ -384,6 +394,18 @@ static di_code absorb_prepare(di_model *m, di_layer_weights *L, di_status *st) {
   return DI_OK;
 }
 
+/* A layer's norms and biases as f32, and MLA's absorbed kv_b. */
+static di_code layer_finish(di_model *m, di_layer_weights *L, di_status *st) {
+  di_code rc;
+  for (size_t i = 0; i < di_n_layer_tensors; i++) {
+    const di_tensor_desc *d = &di_layer_tensors[i];
+    if (d->kind != DI_W_NORM && d->kind != DI_W_BIAS) continue;
+    di_tensor *t = (di_tensor *)((char *)L + d->off);
+    if (t->data && t->type != DI_F32 && (rc = di_model_to_f32(m, t, 0, st))) return rc;
+  }
+  return L->attn == DI_ATTN_MLA ? absorb_prepare(m, L, st) : DI_OK;
+}
+
 static di_code finish_load(di_model *m, di_status *st) {
   di_hparams *hp = &m->hp;
   if (hp->attn_kind == DI_ATTN_MLA &&
@@ -404,15 +426,13 @@ static di_code finish_load(di_model *m, di_status *st) {
   di_code rc;
   for (size_t i = 0; i < 1; i++)
     if (small[i]->data && small[i]->type != DI_F32 && (rc = di_model_to_f32(m, small[i], 0, st))) return rc;
-  for (int il = 0; il < hp->n_layer; il++) {
-    di_layer_weights *L = &m->layers[il];
-    for (size_t i = 0; i < di_n_layer_tensors; i++) {
-      const di_tensor_desc *d = &di_layer_tensors[i];
-      if (d->kind != DI_W_NORM && d->kind != DI_W_BIAS) continue;
-      di_tensor *t = (di_tensor *)((char *)L + d->off);
-      if (t->data && t->type != DI_F32 && (rc = di_model_to_f32(m, t, 0, st))) return rc;
-    }
-    if (L->attn == DI_ATTN_MLA && (rc = absorb_prepare(m, L, st))) return rc;
+  for (int il = 0; il < hp->n_layer; il++)
+    if ((rc = layer_finish(m, &m->layers[il], st))) return rc;
+  if (m->mtp) {
+    di_tensor *mt[] = {&m->mtp->enorm, &m->mtp->hnorm, &m->mtp->head_norm};
+    for (size_t i = 0; i < sizeof mt / sizeof *mt; i++)
+      if (mt[i]->type != DI_F32 && (rc = di_model_to_f32(m, mt[i], 0, st))) return rc;
+    if ((rc = layer_finish(m, &m->mtp->layer, st))) return rc;
   }
   if (!m->output.data) m->output = m->tok_embd;
   return DI_OK;
@@ -457,6 +477,11 @@ static void pack_each(di_tensor *t, void *u) {
 static di_code pack_weights(di_model *m, bool mmapped, di_status *st) {
   pack_ctx c = {m, mmapped, pack_one(m, &m->output, mmapped, st), st};
   for (int il = 0; il < m->hp.n_layer && !c.rc; il++) di_layer_each_matrix(&m->hp, &m->layers[il], pack_each, &c);
+  if (m->mtp && !c.rc) {
+    di_layer_each_matrix(&m->hp, &m->mtp->layer, pack_each, &c);
+    pack_each(&m->mtp->eh_proj, &c);
+    pack_each(&m->mtp->head, &c);
+  }
   return c.rc;
 }
 
@@ -497,6 +522,12 @@ void di_model_free(di_model *m) {
     free(m->layers[il].exp_gate);
     free(m->layers[il].exp_up);
     free(m->layers[il].exp_down);
+  }
+  if (m->mtp) {
+    free(m->mtp->layer.exp_gate);
+    free(m->mtp->layer.exp_up);
+    free(m->mtp->layer.exp_down);
+    free(m->mtp);
   }
   free(m->layers);
   free(m->path);

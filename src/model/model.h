@@ -80,6 +80,7 @@ typedef struct di_hparams {
   bool tied_output;      /* classifier is the token embedding */
   di_act act;
   int32_t bos_id, eos_id;
+  int n_nextn;           /* multi-token-prediction layers stored after the main ones (DeepSeek-V3 MTP) */
 } di_hparams;
 
 /* Is layer il a sliding-window layer? */
@@ -113,11 +114,22 @@ typedef struct di_layer_weights {
   const float *kv_b;
 } di_layer_weights;
 
+/* DeepSeek-V3's multi-token-prediction module (the first one): the embedding
+ * of token t+1 and the main model's last hidden state at t, each normed
+ * (enorm, hnorm), concatenated and projected (eh_proj), then a full decoder
+ * block and a head (head_norm, head; head NULL = the main output) give the
+ * token at t+2. It is not part of the main forward; --spec mtp drafts with it. */
+typedef struct di_mtp_weights {
+  di_layer_weights layer;
+  di_tensor enorm, hnorm, eh_proj, head_norm, head;
+} di_mtp_weights;
+
 typedef struct di_model {
   di_hparams hp;
   di_tensor tok_embd, output_norm, output;
   di_tensor rope_freqs;     /* optional per-pair frequency divisors (llama3 GGUF) */
   di_layer_weights *layers;
+  di_mtp_weights *mtp;      /* NULL: none loaded */
   char *path;
   di_gguf *gguf;            /* when loaded from GGUF */
   struct di_st_model *st;   /* when loaded from safetensors */

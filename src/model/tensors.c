@@ -137,37 +137,83 @@ static di_code bind_experts(di_model *m, const di_tensor_desc *d, di_tensor **sl
   return DI_OK;
 }
 
+static di_code bind_layer(di_model *m, di_layer_weights *L, int il, const char *hf_prefix, di_bind_fn bind,
+                          float norm_offset, di_status *st) {
+  const di_hparams *hp = &m->hp;
+  di_code rc;
+  L->attn = hp->attn_kind;
+  L->ffn = di_hparams_layer_ffn(hp, il);
+  unsigned bits = di_layer_bits(hp, L);
+  for (size_t i = 0; i < di_n_layer_tensors; i++) {
+    const di_tensor_desc *d = &di_layer_tensors[i];
+    const char *nm = hf_prefix ? d->hf : d->gguf;
+    if (!nm || (d->need & bits) != d->need) continue;
+    int64_t ne0 = di_dim_value(hp, d->ne0), ne1 = di_dim_value(hp, d->ne1);
+    if (d->experts) {
+      if ((rc = bind_experts(m, d, (di_tensor **)((char *)L + d->off), hf_prefix, il, ne0, ne1, bind, st))) return rc;
+      continue;
+    }
+    di_tensor *t = (di_tensor *)((char *)L + d->off);
+    char n[192];
+    if (hf_prefix) snprintf(n, sizeof n, "%s.layers.%d.%s", hf_prefix, il, nm);
+    else snprintf(n, sizeof n, "blk.%d.%s", il, nm);
+    if ((rc = bind(m, t, n, ne0, ne1, d->sub == DIM_ONE ? 0 : di_dim_value(hp, d->sub), true, st))) return rc;
+    if (hf_prefix && d->kind == DI_W_NORM && t->data && norm_offset != 0 && (rc = di_model_to_f32(m, t, norm_offset, st)))
+      return rc;
+  }
+  return DI_OK;
+}
+
 di_code di_model_bind_layers(di_model *m, const char *hf_prefix, di_bind_fn bind, float norm_offset, di_status *st) {
   const di_hparams *hp = &m->hp;
   m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
   if (!m->layers) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
   di_code rc;
-  for (int il = 0; il < hp->n_layer; il++) {
-    di_layer_weights *L = &m->layers[il];
-    L->attn = hp->attn_kind;
-    L->ffn = di_hparams_layer_ffn(hp, il);
-    unsigned bits = di_layer_bits(hp, L);
-    for (size_t i = 0; i < di_n_layer_tensors; i++) {
-      const di_tensor_desc *d = &di_layer_tensors[i];
-      const char *nm = hf_prefix ? d->hf : d->gguf;
-      if (!nm || (d->need & bits) != d->need) continue;
-      int64_t ne0 = di_dim_value(hp, d->ne0), ne1 = di_dim_value(hp, d->ne1);
-      if (d->experts) {
-        if ((rc = bind_experts(m, d, (di_tensor **)((char *)L + d->off), hf_prefix, il, ne0, ne1, bind, st)))
-          return rc;
-        continue;
-      }
-      di_tensor *t = (di_tensor *)((char *)L + d->off);
-      char n[192];
-      if (hf_prefix) snprintf(n, sizeof n, "%s.layers.%d.%s", hf_prefix, il, nm);
-      else snprintf(n, sizeof n, "blk.%d.%s", il, nm);
-      if ((rc = bind(m, t, n, ne0, ne1, d->sub == DIM_ONE ? 0 : di_dim_value(hp, d->sub), true, st))) return rc;
-      if (hf_prefix && d->kind == DI_W_NORM && t->data && norm_offset != 0 &&
-          (rc = di_model_to_f32(m, t, norm_offset, st)))
-        return rc;
-    }
-  }
+  for (int il = 0; il < hp->n_layer; il++)
+    if ((rc = bind_layer(m, &m->layers[il], il, hf_prefix, bind, norm_offset, st))) return rc;
   return DI_OK;
+}
+
+di_code di_model_bind_mtp(di_model *m, const char *hf_prefix, di_bind_fn bind, float norm_offset, di_status *st) {
+  const di_hparams *hp = &m->hp;
+  if (hp->n_nextn <= 0) return DI_OK;
+  di_mtp_weights *w = m->mtp = calloc(1, sizeof *m->mtp);
+  if (!w) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+  const int il = hp->n_layer;
+  di_code rc;
+  static const struct {
+    size_t off;
+    const char *gguf, *hf;
+    di_dim ne0, ne1;
+    bool norm, required;
+  } extra[] = {
+      {offsetof(di_mtp_weights, enorm), "nextn.enorm.weight", "enorm.weight", DIM_EMBD, DIM_ONE, true, true},
+      {offsetof(di_mtp_weights, hnorm), "nextn.hnorm.weight", "hnorm.weight", DIM_EMBD, DIM_ONE, true, true},
+      {offsetof(di_mtp_weights, eh_proj), "nextn.eh_proj.weight", "eh_proj.weight", DIM_ONE, DIM_EMBD, false, true},
+      {offsetof(di_mtp_weights, head_norm), "nextn.shared_head_norm.weight", "shared_head.norm.weight", DIM_EMBD,
+       DIM_ONE, true, true},
+      {offsetof(di_mtp_weights, head), "nextn.shared_head_head.weight", "shared_head.head.weight", DIM_EMBD, DIM_ONE,
+       false, false},
+  };
+  for (size_t i = 0; i < sizeof extra / sizeof *extra; i++) {
+    di_tensor *t = (di_tensor *)((char *)w + extra[i].off);
+    char n[192];
+    if (hf_prefix) snprintf(n, sizeof n, "%s.layers.%d.%s", hf_prefix, il, extra[i].hf);
+    else snprintf(n, sizeof n, "blk.%d.%s", il, extra[i].gguf);
+    /* eh_proj reads [embedding; hidden]; the head has the vocabulary's rows */
+    int64_t ne0 = i == 2 ? 2 * (int64_t)hp->n_embd : di_dim_value(hp, extra[i].ne0);
+    int64_t ne1 = i == 4 ? hp->n_vocab : di_dim_value(hp, extra[i].ne1);
+    /* a checkpoint may drop the MTP weights its config still counts: then there is no MTP */
+    if ((rc = bind(m, t, n, ne0, ne1, 0, extra[i].required && i > 0, st))) return rc;
+    if (i == 0 && !t->data) {
+      free(m->mtp);
+      m->mtp = NULL;
+      return DI_OK;
+    }
+    if (hf_prefix && extra[i].norm && t->data && norm_offset != 0 && (rc = di_model_to_f32(m, t, norm_offset, st)))
+      return rc;
+  }
+  return bind_layer(m, &w->layer, il, hf_prefix, bind, norm_offset, st);
 }
 
 void di_layer_each_matrix(const di_hparams *hp, di_layer_weights *L, void (*fn)(di_tensor *t, void *u), void *u) {

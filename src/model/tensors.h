@@ -65,6 +65,11 @@ typedef di_code (*di_bind_fn)(di_model *m, di_tensor *t, const char *name, int64
  * hf_prefix NULL = GGUF names, else HF names under it; norm_offset is added to
  * HF norm weights (Gemma). */
 di_code di_model_bind_layers(di_model *m, const char *hf_prefix, di_bind_fn bind, float norm_offset, di_status *st);
+/* Binds the first MTP module (hp.n_nextn > 0) as layer n_layer's table
+ * tensors plus its own: HF "<prefix>.layers.N.{enorm,hnorm,eh_proj,
+ * shared_head.norm,shared_head.head}", GGUF "blk.N.nextn.{enorm,hnorm,eh_proj,
+ * shared_head_norm,shared_head_head}" (llama.cpp's names); the head is optional. */
+di_code di_model_bind_mtp(di_model *m, const char *hf_prefix, di_bind_fn bind, float norm_offset, di_status *st);
 /* Calls fn for every matmul weight of layer L (routed experts included). */
 void di_layer_each_matrix(const di_hparams *hp, di_layer_weights *L, void (*fn)(di_tensor *t, void *u), void *u);
 

@@ -109,6 +109,53 @@ static di_code noisy_forward(void *user, di_kv_pool *kv, const di_batch *b, floa
   return rc;
 }
 
+/* A fake MTP module (--spec mtp). The target forward leaves "hidden states"
+ * that are each token's position; the module checks that its pair at p got
+ * the hidden state of p, writes (token, pos) into the pool's layer 1 at p,
+ * checks that every earlier row of layer 1 holds the token after the same
+ * position of layer 0 (a stale row after a rollback fails the request), and
+ * predicts the target's own logits for position p + 1 from layer 0's history
+ * and the token it was given: a perfect drafter for greedy requests. */
+static float mtp_hidden_rows[128];
+static di_code mtp_target_forward(void *user, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
+  for (int t = 0; t < b->n_tokens; t++) mtp_hidden_rows[t] = (float)b->pos[t];
+  return fake_forward(user, kv, b, logits, st);
+}
+
+static float *fake_row(di_kv_pool *kv, const int32_t *tab, int layer, int pos) {
+  return (float *)di_kv_k(kv, tab[pos / kv->block_size], layer) + (size_t)(pos % kv->block_size) * kv->kv_dim;
+}
+
+static di_code fake_mtp(void *user, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
+                        di_status *st) {
+  (void)user;
+  for (int t = 0; t < b->n_tokens; t++) {
+    const int32_t *tab = b->seqs[b->seq[t]].blocks;
+    int p = b->pos[t];
+    if (hidden[t] != (float)p) return di_errorf(st, DI_ERR_INTERNAL, "fake mtp: pos %d got hidden %g", p, hidden[t]);
+    if (kv->refcount[tab[p / kv->block_size]] != 1) return di_errorf(st, DI_ERR_INTERNAL, "fake mtp: shared block");
+    float *k = fake_row(kv, tab, 1, p);
+    k[0] = (float)b->tokens[t];
+    k[1] = (float)p;
+  }
+  for (int t = 0, row = 0; t < b->n_tokens; t++) {
+    if (!b->want_logits[t]) continue;
+    const int32_t *tab = b->seqs[b->seq[t]].blocks;
+    int p = b->pos[t];
+    for (int q = 0; q < p; q++)
+      if (fake_row(kv, tab, 1, q)[0] != fake_row(kv, tab, 0, q + 1)[0] || fake_row(kv, tab, 1, q)[1] != (float)q)
+        return di_errorf(st, DI_ERR_INTERNAL, "fake mtp: stale row at %d of %d", q, p);
+    uint64_t h = 1469598103934665603ull;
+    di_code rc = fake_read(kv, tab, 0, p, &h, st);
+    if (rc) return rc;
+    h = fake_mix(h ^ (uint64_t)b->tokens[t]) + (uint64_t)(p + 1);
+    float *l = logits + (size_t)row++ * FAKE_VOCAB;
+    for (int v = 0; v < FAKE_VOCAB; v++) l[v] = (float)(fake_mix(h + (uint64_t)v * 0x9E3779B97F4A7C15ull) % 1000) / 200.0f;
+    l[FAKE_EOS] = h % 29 == 0 ? 10.0f : -5.0f;
+  }
+  return DI_OK;
+}
+
 typedef struct cfg {
   int spec;        /* DI_SPEC_* */
   int draft;       /* DI_SPEC_DRAFT: 1 = the target itself as draft, 2 = a noisy copy */
@@ -144,8 +191,9 @@ static void run(const cfg *c, out *outs) {
   o.block_size = 4;
   o.kv_mem = c->kv_mem;
   /* the draft's KV takes its share of --kv-mem (the same bytes per position
-   * here): double it so the target's pool, and hence preemption, is the reference's */
-  if (c->spec == DI_SPEC_DRAFT) o.kv_mem *= 2;
+   * here), MTP's a second layer: double it so the target's pool, and hence
+   * preemption, is the reference's */
+  if (c->spec == DI_SPEC_DRAFT || c->spec == DI_SPEC_MTP) o.kv_mem *= 2;
   o.spec = c->spec;
   o.spec_k_max = c->k_max;
   o.spec_mode = c->always ? DI_SPEC_ALWAYS : DI_SPEC_AUTO;
@@ -156,6 +204,13 @@ static void run(const cfg *c, out *outs) {
   be.n_swa_tables = c->mixed ? 2 : 0;
   di_engine *e = NULL;
   di_status st = {0};
+  if (c->spec == DI_SPEC_MTP) {
+    be.n_layers = 2;
+    be.forward = mtp_target_forward;
+    be.n_embd = 1;
+    be.hidden = mtp_hidden_rows;
+    be.forward_mtp = fake_mtp;
+  }
   di_engine_backend draft = be;
   if (c->draft == 2) draft.forward = noisy_forward;
   CHECKF(di_engine_create_spec(&o, &be, c->spec == DI_SPEC_DRAFT ? &draft : NULL, &e, &st) == DI_OK, "%s", st.msg);
@@ -209,6 +264,7 @@ static int compare(const out *a, const out *b, const char *what) {
 
 static out ref[NP], got[NP];
 static void check_counts(const char *what, bool rejections);
+static void equivalence_mtp(cfg base, const char *name);
 
 static void equivalence(cfg base, const char *name) {
   char what[160];
@@ -257,6 +313,24 @@ static void equivalence(cfg base, const char *name) {
         CHECKF(last_stats.spec_accepted * 10 < last_stats.spec_drafted * 9, "%s: drafted %llu accepted %llu", what,
                (unsigned long long)last_stats.spec_drafted, (unsigned long long)last_stats.spec_accepted);
     }
+  if (!base.mixed) equivalence_mtp(base, name); /* the module's K/V is a pool layer: no layer groups */
+}
+
+/* The MTP drafter over the fake module: one draft token per step. */
+static void equivalence_mtp(cfg base, const char *name) {
+  char what[160];
+  for (int always = 0; always < 2; always++) {
+    cfg on = base;
+    on.spec = DI_SPEC_MTP;
+    on.always = always;
+    run(&on, got);
+    snprintf(what, sizeof what, "%s [mtp, %s]", name, always ? "always" : "auto");
+    compare(ref, got, what);
+    if (always && !base.kv_mem) check_counts(what, base.temp > 0);
+    if (always && base.temp == 0)
+      CHECKF(last_stats.spec_accepted * 10 >= last_stats.spec_drafted * 8, "%s: drafted %llu accepted %llu", what,
+             (unsigned long long)last_stats.spec_drafted, (unsigned long long)last_stats.spec_accepted);
+  }
 }
 
 /* Drafts were verified, some accepted, and the per-request counts add up to the engine's. */

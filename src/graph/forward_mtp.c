@@ -1,0 +1,39 @@
+/* DeepSeek-V3's multi-token-prediction module as a draft forward: the
+ * embedding of the next token and the main model's hidden state, each normed,
+ * projected together, then one decoder block (the same layer code as the main
+ * forward, its K/V in the pool's extra layer) and the module's own head. */
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "graph/forward_internal.h"
+
+di_code di_forward_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
+                       float *hidden_out, di_status *st) {
+  const di_model *m = f->m;
+  const di_hparams *hp = &m->hp;
+  const di_mtp_weights *w = m->mtp;
+  di_code rc;
+  if (!w || !f->cat) return di_errorf(st, DI_ERR_UNSUPPORTED, "%s has no MTP module", m->path);
+  if ((rc = di_fwd_check_batch(f, kv, b, st))) return rc;
+  if (kv->n_layers != hp->n_layer + 1 || b->n_swa_tables)
+    return di_errorf(st, DI_ERR_INVALID, "forward: the KV pool has no MTP layer (%d layers for %d)", kv->n_layers,
+                     hp->n_layer);
+  const int T = b->n_tokens, D = hp->n_embd;
+  di_fwd_embed(f, b, f->x);
+  for (int t = 0; t < T; t++) { /* [enorm(embedding); hnorm(hidden)], DeepSeek's order */
+    float *c = f->cat + (size_t)t * 2 * D;
+    di_cpu_rms_norm(f->x + (size_t)t * D, w->enorm.data, c, D, hp->rms_eps);
+    di_cpu_rms_norm(hidden + (size_t)t * D, w->hnorm.data, c + D, D, hp->rms_eps);
+  }
+  di_fwd_matmul(f, &w->eh_proj, f->cat, T, f->x);
+  di_fwd_rope_tables(f, b);
+  if ((rc = di_fwd_layer(f, kv, b, &w->layer, (kv_loc){-1, hp->n_layer}, false, true, NULL, st))) return rc;
+  if (hidden_out) memcpy(hidden_out, f->x, (size_t)T * D * sizeof *f->x);
+  int n_out = 0;
+  for (int t = 0; t < T; t++) {
+    bool want = b->want_logits ? b->want_logits[t] : t == T - 1;
+    if (want) di_cpu_rms_norm(f->x + (size_t)t * D, w->head_norm.data, f->xn + (size_t)n_out++ * D, D, hp->rms_eps);
+  }
+  if (n_out) di_fwd_matmul(f, w->head.data ? &w->head : &m->output, f->xn, n_out, logits);
+  return DI_OK;
+}
