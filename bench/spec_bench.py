@@ -10,7 +10,9 @@ both alike; speedup = decode tokens/s on / off summed over the prompts of a work
 time: from the first generated token to the last; the prompt's forward is excluded on both
 sides). DeepInfer's outputs with and without speculation are compared and must be identical.
 
-DeepInfer: `deepinfer run ... --stats --spec off|ngram` (the last stderr line is JSON).
+DeepInfer: `deepinfer run ... --stats --spec off|ngram` (the last stderr line is JSON);
+`--draft-model D` measures `--spec draft --draft-model D` instead of ngram (e.g. a model's F16 copy
+from bench/make_gguf_copy.py as --model and the original as D).
 llama.cpp: llama-cpp-python's Llama(draft_model=LlamaPromptLookupDecoding(num_pred_tokens=K))
 vs Llama() in a separate interpreter (--llamacpp-python, default $LLAMACPP_PYTHON); skipped when
 it is missing (--skip-llamacpp).
@@ -106,11 +108,13 @@ def workloads(n):
     return w
 
 
-def run_ours(binary, model, prompt, gen, spec, threads, k):
+def run_ours(binary, model, prompt, gen, spec, threads, k, draft=None):
     cmd = [binary, "run", "-m", model, "-p", prompt, "-n", str(gen), "--temp", "0", "--threads", str(threads),
            "--stats", "--print-ids", "--spec", spec]
     if spec != "off":
         cmd += ["--spec-k-max", str(k)]
+    if spec == "draft":
+        cmd += ["--draft-model", draft]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         sys.exit(f"deepinfer failed: {r.stderr[-2000:]}")
@@ -161,6 +165,7 @@ def main():
     ap.add_argument("--llamacpp-python", default=os.environ.get("LLAMACPP_PYTHON", "/tmp/spec_llama_venv/bin/python"))
     ap.add_argument("--skip-llamacpp", action="store_true")
     ap.add_argument("--json", help="write per-prompt results here")
+    ap.add_argument("--draft-model", help="measure --spec draft with this draft model instead of --spec ngram")
     a = ap.parse_args()
     wl = workloads(a.prompts)
     rows, detail = [], []
@@ -173,9 +178,10 @@ def main():
         agg = {}
         for i, (kind, prompt) in enumerate(wl):
             off, ids_off = run_ours(a.bin, model, prompt, a.gen, "off", a.threads, a.k)
-            on, ids_on = run_ours(a.bin, model, prompt, a.gen, "ngram", a.threads, a.k)
+            spec = "draft" if a.draft_model else "ngram"
+            on, ids_on = run_ours(a.bin, model, prompt, a.gen, spec, a.threads, a.k, a.draft_model)
             if ids_off != ids_on:
-                sys.exit(f"{model} prompt {i} ({kind}): outputs differ with --spec ngram")
+                sys.exit(f"{model} prompt {i} ({kind}): outputs differ with --spec {spec}")
             g = agg.setdefault(kind, {"off_t": 0, "off_s": 0, "on_t": 0, "on_s": 0, "drafted": 0, "accepted": 0,
                                       "l_off_t": 0, "l_off_s": 0, "l_on_t": 0, "l_on_s": 0, "n": 0})
             g["n"] += 1
