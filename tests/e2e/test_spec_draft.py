@@ -4,7 +4,7 @@ A model is a valid draft for itself (the acceptance is then ~100%): with SmolLM2
 stories260K as their own drafts, 30 greedy and 30 seeded sampled completions through `deepinfer
 batch` (16 at once, every other request opting out) are identical (ids, logprobs, finish) to
 `--spec off`; on stories260K also under KV pressure that preempts. `run --stats` reports the
-drafter and its acceptance. Bad input is a clear start-up error: a draft with another vocabulary
+drafter and its acceptance (also for Gemma 3 as its own draft: sliding-window layer groups). Bad input is a clear start-up error: a draft with another vocabulary
 (naming the first differing token), --spec draft without --draft-model and the reverse, and a
 --kv-mem whose draft share cannot hold the draft's KV.
 
@@ -42,7 +42,8 @@ def test_self_draft_under_preemption(tmp_path):
     assert got == ref
 
 
-@pytest.mark.parametrize("model", [pytest.param(STORIES, id="stories260K"), pytest.param(SMOL, id="smollm2")])
+@pytest.mark.parametrize("model", [pytest.param(STORIES, id="stories260K"), pytest.param(SMOL, id="smollm2"),
+                                   pytest.param(base.GEMMA, id="gemma3")])
 def test_stats_and_acceptance(tmp_path, model):
     base.need(model)
     p = base.SEEDS[3]

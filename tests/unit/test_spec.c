@@ -390,6 +390,15 @@ static void test_tuner(void) {
   CHECK(di_spec_plan(&h, &big, &alone, &fb) > 0);
   di_spec_seq h2 = {0};
   CHECK(di_spec_plan(&h2, &big, &crowd, &fb) == 0);
+  /* Positions past the verified ones follow them: one early rejection at
+   * position 2 does not cap k at 2 once positions 0 and 1 keep being accepted
+   * (a draft model costing a third of a step per token, c0-bound verification). */
+  di_spec_seq d = {0};
+  di_spec_observe(&d, 3, 2);
+  di_spec_plan_in dm = {.k_avail = 8, .emit = 1, .tokens = 1, .k_cost = 0.0035};
+  for (int i = 0; i < 30; i++) di_spec_observe(&d, 2, 2);
+  CHECKF(di_spec_plan(&d, &c, &dm, &fb) >= 3, "k %d after steady acceptance (p2 %.2f)", di_spec_plan(&d, &c, &dm, &fb),
+         d.p[2]);
 }
 
 /* Prefix-cache hit over blocks written by verified (and rolled back) steps:

@@ -9,6 +9,8 @@
 #define COST_PRIOR_RATIO (1.0 / 16)
 #define P_PRIOR 0.5f
 #define P_RATE 0.25f
+/* Slower than P_RATE, so verified outcomes outweigh the drift (di_spec_seq). */
+#define P_DRIFT 0.1f
 #define BACKOFF_MIN 3
 #define BACKOFF_MAX 10
 
@@ -98,5 +100,7 @@ int di_spec_plan(di_spec_seq *s, const di_spec_cost *c, const di_spec_plan_in *i
 
 void di_spec_observe(di_spec_seq *s, int k, int a) {
   seq_init(s);
-  for (int j = 0; j < k && j <= a; j++) s->p[j] += P_RATE * ((j < a ? 1.0f : 0.0f) - s->p[j]);
+  int n = 0;
+  for (int j = 0; j < k && j <= a; j++, n++) s->p[j] += P_RATE * ((j < a ? 1.0f : 0.0f) - s->p[j]);
+  for (int j = n; j < DI_SPEC_K_LIMIT && n > 0; j++) s->p[j] += P_DRIFT * (s->p[n - 1] - s->p[j]);
 }

@@ -5,7 +5,9 @@
  * verifying k more tokens is measured on this machine, model and load.
  * Benefit: per sequence, an estimate p[j] that draft position j is accepted
  * given that all before it were (an exponential moving average over its own
- * verifications); k draft tokens are then expected to add
+ * verifications; positions past the last one verified drift towards its
+ * estimate, so a drafter that keeps being right is tried deeper instead of
+ * being held by an old rejection there); k draft tokens are then expected to add
  * E(k) = p0 + p0 p1 + ... accepted tokens. The planner picks the k that
  * maximizes the batch's expected emitted tokens per predicted second,
  * (emitted + E(k)) / T(tokens + k), given what is already in the step: alone
