@@ -63,6 +63,7 @@ typedef struct job {
   int prompt_tokens, cached_tokens;
   const di_tokenizer *tok;
   char *result;              /* output line when finished */
+  di_gmatcher *matcher;      /* response_format / grammar / regex (n = 1) */
   struct batch *b;
 } job;
 
@@ -189,6 +190,7 @@ static void job_free(job *j) {
     json_decref(j->ch[i].lp_top);
   }
   free(j->ch);
+  di_gmatcher_free(j->matcher);
   json_decref(j->custom_id);
   free(j);
 }
@@ -290,6 +292,12 @@ static bool submit_body(di_engine *eng, batch *b, job *j, json_t *body, di_srv_e
     if (ok && best_of && best_of != n) ok = di_srv_bad(e, "best_of", "'best_of' different from 'n' is not supported");
     if (ok) ok = line_prompt(b, body, &ids, &n_ids, e);
   }
+  di_srv_constraint con = {0};
+  if (ok) ok = di_srv_constraint_parse(body, &con, e);
+  if (ok && con.on && n > 1)
+    ok = di_srv_bad(e, "n", "'n' > 1 with '%s' is not supported in batch mode (send one line per completion)", con.param);
+  if (ok && con.on) ok = di_srv_constraint_matcher(&b->be, &con, &j->matcher, e);
+  di_srv_constraint_free(&con);
   if (ok) ok = di_srv_sampling_parse(body, b->n_vocab, &q, e);
   if (ok && q.stream) ok = di_srv_bad(e, "stream", "'stream' is not supported in batch mode");
   flag = 0;
@@ -324,7 +332,7 @@ static bool submit_body(di_engine *eng, batch *b, job *j, json_t *body, di_srv_e
     p.cb = on_event;
     p.user = j;
     char eerr[512];
-    if (di_engine_submit(eng, &p, NULL, eerr, sizeof eerr) != DI_OK) ok = di_srv_bad(e, NULL, "%s", eerr);
+    if (di_srv_submit_matcher(eng, &p, j->matcher, NULL, eerr, sizeof eerr) != DI_OK) ok = di_srv_bad(e, NULL, "%s", eerr);
   }
   free(ids);
   di_srv_sampling_free(&q);

@@ -9,6 +9,7 @@
 #include "cli/engine_opts.h"
 #include "engine/engine_internal.h"
 #include "grammar/grammar.h"
+#include "server/engine_backend.h"
 #include "util/progress.h"
 
 static const char *usage =
@@ -82,12 +83,6 @@ static void on_event(const di_event *ev, void *user) {
   o->verify_steps = ev->spec_verify_steps;
   if (ev->error) snprintf(o->error, sizeof o->error, "%s", ev->error);
 }
-
-/* The grammar matcher as the engine's request constraint. */
-static void gm_mask(void *m, uint32_t *mask) { di_gmatcher_fill_mask(m, mask); }
-static bool gm_accept(void *m, int32_t t) { return di_gmatcher_accept_token(m, t); }
-static bool gm_finished(void *m) { return di_gmatcher_is_finished(m); }
-static void gm_rollback(void *m, size_t n) { di_gmatcher_rollback(m, n); }
 
 /* Compiles --json-schema FILE / --grammar FILE / --regex RE for the engine's tokenizer. */
 static int load_grammar(di_engine *e, const char *schema_path, const char *gbnf_path, const char *regex,
@@ -288,8 +283,7 @@ int di_cmd_run(int argc, char **argv) {
   rp.user = &o;
   if (dump) rp.logits_cb = on_logits;
   o.t_submit = di_engine_now();
-  di_constraint gc = {gm, gm_mask, gm_accept, gm_finished, gm_rollback};
-  if (di_engine_submit_constrained(e, &rp, gm ? &gc : NULL, NULL, err, sizeof err) != DI_OK) {
+  if (di_srv_submit_matcher(e, &rp, gm, NULL, err, sizeof err) != DI_OK) {
     ret = di_cli_fail("run", "%s", err);
     goto done;
   }

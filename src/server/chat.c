@@ -110,16 +110,6 @@ static bool parse_messages(json_t *body, int *prefix, di_srv_err *e) {
 }
 
 static bool parse_tools(json_t *body, di_srv_err *e) {
-  json_t *rf = json_object_get(body, "response_format");
-  if (rf && !json_is_null(rf)) {
-    const char *type = json_string_value(json_object_get(rf, "type"));
-    if (!json_is_object(rf) || !type)
-      return di_srv_bad(e, "response_format", "'response_format' must be an object with a 'type'");
-    if (strcmp(type, "text") && strcmp(type, "json_object") && strcmp(type, "json_schema"))
-      return di_srv_bad(e, "response_format", "unknown response_format type '%.40s'", type);
-    if (strcmp(type, "text"))
-      return di_srv_bad(e, "response_format", "response_format '%s' is not supported by this server yet", type);
-  }
   json_t *tools = json_object_get(body, "tools");
   if (tools && !json_is_null(tools)) {
     if (!json_is_array(tools)) return di_srv_bad(e, "tools", "'tools' must be an array");
@@ -202,8 +192,14 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
                s->be.max_seqs);
     return di_srv_reply_err(r, &e);
   }
-  di_srv_gen *g = di_srv_gen_new(r, DI_SRV_CHAT, 1, (int)n);
-  if (!g) return MHD_NO;
+  di_srv_constraint con;
+  if (!di_srv_constraint_parse(body, &con, &e)) return di_srv_reply_err(r, &e);
+  /* constrained: one submission per completion, each with its own matcher */
+  di_srv_gen *g = con.on ? di_srv_gen_new(r, DI_SRV_CHAT, (int)n, 1) : di_srv_gen_new(r, DI_SRV_CHAT, 1, (int)n);
+  if (!g) {
+    di_srv_constraint_free(&con);
+    return MHD_NO;
+  }
   r->gen = g; /* the request's reference; dropped when the request completes */
   g->logprobs = logprobs;
   g->top_logprobs = (int)top;
@@ -218,7 +214,11 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
     if (st.code == DI_ERR_INTERNAL || st.code == DI_ERR_NOMEM) e.status = 500, e.type = "server_error";
   }
   if (ok && json_array_size(q.tools) > 0 && !tools_reach_template(s, body, prefix, sub, &e)) ok = false;
-  if (!ok || !di_srv_check_context(g, sub, &e)) return di_srv_reply_err(r, &e);
+  if (ok) ok = di_srv_check_context(g, sub, &e);
+  for (int k = 1; ok && k < g->n_subs; k++) ok = di_srv_sub_copy_prompt(g, k, 0, &e);
+  if (ok) ok = di_srv_gen_constrain(g, &con, &e);
+  di_srv_constraint_free(&con);
+  if (!ok) return di_srv_reply_err(r, &e);
   for (int i = 0; i < g->n_choices; i++) di_srv_think_init(&g->choices[i].think, g->think_open);
   if (!di_srv_gen_submit(g, &e)) return di_srv_reply_err(r, &e);
   return di_srv_gen_answer(r, g);

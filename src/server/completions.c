@@ -54,13 +54,13 @@ static bool parse_prompts(json_t *body, json_t **items, size_t *n, int *as_ids, 
   return true;
 }
 
-static bool prepare_sub(di_srv_gen *g, di_srv_sub *sub, json_t *item, int as_ids, const char *suffix,
+static bool prepare_sub(di_srv_gen *g, di_srv_sub *sub, size_t item_k, json_t *item, int as_ids, const char *suffix,
                         int echo, di_srv_err *e) {
   di_server *s = g->s;
   di_status st = {0};
   if (as_ids) {
     if (suffix) return di_srv_bad(e, "suffix", "'suffix' needs a text prompt");
-    if (!ids_from_json(s, item, (size_t)sub->k, sub, e)) return false;
+    if (!ids_from_json(s, item, item_k, sub, e)) return false;
     if (echo) {
       size_t len = 0;
       if (s->be.detokenize(s->be.ctx, sub->prompt_ids, sub->n_prompt, &sub->echo, &len, &st) != DI_OK)
@@ -105,21 +105,29 @@ enum MHD_Result di_srv_handle_completions(di_srv_req *r, json_t *body) {
     return di_srv_reply_err(r, &e);
   }
   if (suffix && !*suffix) suffix = NULL;
-  di_srv_gen *g = di_srv_gen_new(r, DI_SRV_COMPLETION, (int)n_items, (int)n);
-  if (!g) return MHD_NO;
+  di_srv_constraint con;
+  if (!di_srv_constraint_parse(body, &con, &e)) return di_srv_reply_err(r, &e);
+  /* constrained: one submission per completion, each with its own matcher */
+  int per = con.on ? 1 : (int)n, reps = con.on ? (int)n : 1;
+  di_srv_gen *g = di_srv_gen_new(r, DI_SRV_COMPLETION, (int)n_items * reps, per);
+  if (!g) {
+    di_srv_constraint_free(&con);
+    return MHD_NO;
+  }
   r->gen = g;
   g->logprobs = logprobs >= 0;
   g->top_logprobs = logprobs > 0 ? (int)logprobs : 0;
   g->params.logprobs = g->logprobs;
   g->params.top_logprobs = g->top_logprobs;
-  if (!di_srv_parse_sampling(body, g, &e)) return di_srv_reply_err(r, &e);
-  if (g->stream && g->logprobs && echo) {
-    di_srv_bad(&e, "echo", "'echo' with 'logprobs' is not supported when streaming");
-    return di_srv_reply_err(r, &e);
+  bool ok = di_srv_parse_sampling(body, g, &e);
+  if (ok && g->stream && g->logprobs && echo) ok = di_srv_bad(&e, "echo", "'echo' with 'logprobs' is not supported when streaming");
+  for (size_t k = 0; ok && k < n_items; k++) {
+    ok = prepare_sub(g, &g->subs[k * (size_t)reps], k, items[k], as_ids, suffix, echo, &e);
+    for (int j = 1; ok && j < reps; j++) ok = di_srv_sub_copy_prompt(g, (int)k * reps + j, (int)k * reps, &e);
   }
-  for (size_t k = 0; k < n_items; k++)
-    if (!prepare_sub(g, &g->subs[k], items[k], as_ids, suffix, echo, &e)) return di_srv_reply_err(r, &e);
-  if (!di_srv_gen_submit(g, &e)) return di_srv_reply_err(r, &e);
+  if (ok) ok = di_srv_gen_constrain(g, &con, &e);
+  di_srv_constraint_free(&con);
+  if (!ok || !di_srv_gen_submit(g, &e)) return di_srv_reply_err(r, &e);
   return di_srv_gen_answer(r, g);
 }
 

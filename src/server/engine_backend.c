@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine_internal.h"
 #include "recipe/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -16,6 +17,39 @@ static di_code eb_submit(void *ctx, const di_request_params *p, uint64_t *id, ch
 }
 
 static di_code eb_cancel(void *ctx, uint64_t id) { return di_engine_cancel(((di_srv_engine *)ctx)->e, id); }
+
+/* The grammar matcher as the engine's request constraint. */
+static void gm_mask(void *m, uint32_t *mask) { di_gmatcher_fill_mask(m, mask); }
+static bool gm_accept(void *m, int32_t t) { return di_gmatcher_accept_token(m, t); }
+static bool gm_finished(void *m) { return di_gmatcher_is_finished(m); }
+static void gm_rollback(void *m, size_t n) { di_gmatcher_rollback(m, n); }
+
+di_code di_srv_submit_matcher(di_engine *e, const di_request_params *p, di_gmatcher *m, uint64_t *id, char *err,
+                              size_t errlen) {
+  di_constraint c = {m, gm_mask, gm_accept, gm_finished, gm_rollback};
+  return di_engine_submit_constrained(e, p, m ? &c : NULL, id, err, errlen);
+}
+
+static di_code eb_submit_constrained(void *ctx, const di_request_params *p, di_gmatcher *m, uint64_t *id, char *err,
+                                     size_t errlen) {
+  return di_srv_submit_matcher(((di_srv_engine *)ctx)->e, p, m, id, err, errlen);
+}
+
+static di_code eb_grammar(void *ctx, di_grammar_kind kind, const char *src, size_t len, const di_grammar_opts *o,
+                          di_grammar **out, di_status *st) {
+  di_srv_engine *x = ctx;
+  if (!x->tok) return di_errorf(st, DI_ERR_UNSUPPORTED, "this model has no tokenizer");
+  di_code rc = di_grammar_compile(x->tok, kind, src, len, o, out, st);
+  /* the engine's mask holds its own vocabulary; a larger tokenizer would write past it */
+  if (rc == DI_OK && di_grammar_n_vocab(*out) > di_engine_n_vocab(x->e)) {
+    int nt = di_grammar_n_vocab(*out);
+    di_grammar_release(*out);
+    *out = NULL;
+    return di_errorf(st, DI_ERR_UNSUPPORTED, "the tokenizer has more tokens than the model (%d > %d)", nt,
+                     di_engine_n_vocab(x->e));
+  }
+  return rc;
+}
 
 static void eb_stats(void *ctx, di_engine_stats *s) { di_engine_stats_get(((di_srv_engine *)ctx)->e, s); }
 
@@ -110,6 +144,8 @@ void di_srv_engine_backend(di_srv_engine *x, di_srv_backend *be) {
   be->token_bytes = eb_token_bytes;
   be->render_chat = eb_render;
   be->fim = eb_fim;
+  be->grammar = eb_grammar;
+  be->submit_constrained = eb_submit_constrained;
 }
 
 di_code di_srv_engine_attach(di_srv_engine *x, di_engine *e, di_status *st) {

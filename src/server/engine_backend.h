@@ -24,5 +24,9 @@ void di_srv_engine_backend(di_srv_engine *x, di_srv_backend *be);
 di_code di_srv_engine_attach(di_srv_engine *x, di_engine *e, di_status *st);
 void di_srv_engine_ready(di_srv_engine *x);
 void di_srv_engine_detach(di_srv_engine *x);
+/* Submits p with m (NULL: none) constraining its tokens; m must outlive the
+ * request's final event. */
+di_code di_srv_submit_matcher(di_engine *e, const di_request_params *p, di_gmatcher *m, uint64_t *id, char *err,
+                              size_t errlen);
 
 #endif

@@ -86,6 +86,7 @@ static void gen_free(di_srv_gen *g) {
   for (int k = 0; k < g->n_subs; k++) {
     free(g->subs[k].prompt_ids);
     free(g->subs[k].echo);
+    di_gmatcher_free(g->subs[k].matcher);
   }
   for (int i = 0; i < g->n_stops; i++) free(g->stops[i]);
   free(g->stops);
@@ -233,13 +234,16 @@ bool di_srv_gen_submit(di_srv_gen *g, di_srv_err *e) {
     p.n = g->n_per;
     p.cb = on_event;
     p.user = sub;
+    /* the forks of one prompt are separate requests: each its own sample stream */
+    if (sub->fork) p.sampling.seed = mix64(p.sampling.seed + (uint64_t)sub->fork);
     pthread_mutex_lock(&g->mu);
     g->refs++;
     g->engine_live++;
     pthread_mutex_unlock(&g->mu);
     char err[256] = "";
     uint64_t id = 0;
-    di_code rc = s->be.submit(s->be.ctx, &p, &id, err, sizeof err);
+    di_code rc = sub->matcher ? s->be.submit_constrained(s->be.ctx, &p, sub->matcher, &id, err, sizeof err)
+                              : s->be.submit(s->be.ctx, &p, &id, err, sizeof err);
     pthread_mutex_lock(&g->mu);
     if (rc == DI_OK) {
       sub->id = id;
@@ -267,6 +271,28 @@ bool di_srv_gen_submit(di_srv_gen *g, di_srv_err *e) {
   pthread_mutex_unlock(&g->mu);
   if (!ok) di_srv_gen_cancel(g);
   return ok;
+}
+
+bool di_srv_sub_copy_prompt(di_srv_gen *g, int k, int from, di_srv_err *e) {
+  di_srv_sub *d = &g->subs[k], *o = &g->subs[from];
+  d->prompt_ids = malloc((o->n_prompt ? o->n_prompt : 1) * sizeof *d->prompt_ids);
+  if (!d->prompt_ids || (o->echo && !(d->echo = strdup(o->echo))))
+    return di_srv_fail(e, 500, "server_error", NULL, "out of memory");
+  if (o->n_prompt) memcpy(d->prompt_ids, o->prompt_ids, o->n_prompt * sizeof *d->prompt_ids);
+  d->n_prompt = o->n_prompt;
+  d->max_tokens = o->max_tokens;
+  d->fork = k - from;
+  return true;
+}
+
+bool di_srv_gen_constrain(di_srv_gen *g, const di_srv_constraint *c, di_srv_err *e) {
+  if (!c->on) return true;
+  if (g->n_per != 1) return di_srv_fail(e, 500, "server_error", NULL, "a constrained request needs one completion per submission");
+  if (!di_srv_constraint_matcher(&g->s->be, c, &g->subs[0].matcher, e)) return false;
+  for (int k = 1; k < g->n_subs; k++)
+    if (!(g->subs[k].matcher = di_gmatcher_fork(g->subs[0].matcher)))
+      return di_srv_fail(e, 500, "server_error", NULL, "out of memory");
+  return true;
 }
 
 void di_srv_gen_cancel(di_srv_gen *g) {

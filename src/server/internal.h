@@ -158,6 +158,8 @@ typedef struct di_srv_sub {
   size_t n_prompt;
   int max_tokens;
   char *echo; /* completions with echo: the prompt text */
+  di_gmatcher *matcher; /* structured output: constrains this sub's one completion */
+  int fork;             /* with a matcher: which of the request's n completions this is */
 } di_srv_sub;
 
 struct di_srv_gen {
@@ -203,6 +205,12 @@ bool di_srv_parse_sampling(json_t *body, di_srv_gen *g, di_srv_err *e);
 bool di_srv_check_model(di_server *s, json_t *body, di_srv_err *e);
 /* Checks the prompt against the context and sets the sub's max_tokens. */
 bool di_srv_check_context(di_srv_gen *g, di_srv_sub *sub, di_srv_err *e);
+/* Structured output (and forced tool calls): gives every sub a matcher of
+ * c's grammar (forks of one). Subs of a constrained request carry one
+ * completion each: the engine runs a constraint with n = 1. */
+bool di_srv_gen_constrain(di_srv_gen *g, const di_srv_constraint *c, di_srv_err *e);
+/* Sub k repeats sub from's prompt as completion k - from of it (n > 1 under a constraint). */
+bool di_srv_sub_copy_prompt(di_srv_gen *g, int k, int from, di_srv_err *e);
 /* Admits and submits every sub; on failure cancels what was submitted. */
 bool di_srv_gen_submit(di_srv_gen *g, di_srv_err *e);
 void di_srv_gen_cancel(di_srv_gen *g);

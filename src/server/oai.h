@@ -10,6 +10,8 @@
 #include <stdint.h>
 
 #include "deepinfer.h"
+#include "grammar/grammar.h"
+#include "server/server.h"
 
 /* ---- errors in OpenAI's shape ---- */
 typedef struct di_srv_err {
@@ -73,5 +75,24 @@ typedef struct di_srv_chat_req {
 } di_srv_chat_req;
 /* Validates n, logprobs, tools, tool_choice, response_format and messages. */
 bool di_srv_chat_parse(json_t *body, di_srv_chat_req *q, di_srv_err *e);
+
+/* ---- structured output: response_format, grammar, regex (and tools) ---- */
+typedef struct di_srv_constraint {
+  int on;
+  di_grammar_kind kind;
+  char *src; /* owned: the schema as JSON text, the GBNF or the regex */
+  size_t len;
+  di_grammar_opts opts;
+  char param[40]; /* the field that asked for it, named in compile errors */
+} di_srv_constraint;
+/* Reads response_format ({"type":"text"|"json_object"|"json_schema"}), the
+ * extension fields grammar (GBNF) and regex, and json_whitespace (free,
+ * compact, python). More than one constraint at once is a 400. */
+bool di_srv_constraint_parse(json_t *body, di_srv_constraint *c, di_srv_err *e);
+void di_srv_constraint_free(di_srv_constraint *c);
+/* Compiles c for the backend's tokenizer and makes a matcher; a compile
+ * error is a 400 naming c->param and the keyword at fault. */
+bool di_srv_constraint_matcher(const di_srv_backend *be, const di_srv_constraint *c, di_gmatcher **out,
+                               di_srv_err *e);
 
 #endif

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "deepinfer.h"
+#include "grammar/grammar.h"
 #include "util/status.h"
 
 typedef struct di_srv_backend {
@@ -47,6 +48,13 @@ typedef struct di_srv_backend {
   /* Fill-in-the-middle prompt; DI_ERR_UNSUPPORTED when the vocabulary has no FIM tokens. */
   di_code (*fim)(void *ctx, const char *prefix, const char *suffix, int32_t **ids, size_t *n_ids,
                  di_status *st);
+  /* Optional (structured output): compiles a grammar for the model's
+   * tokenizer, and submits a request whose tokens the matcher constrains
+   * (n = 1; the matcher must outlive the request's final event). */
+  di_code (*grammar)(void *ctx, di_grammar_kind kind, const char *src, size_t len, const di_grammar_opts *o,
+                     di_grammar **out, di_status *st);
+  di_code (*submit_constrained)(void *ctx, const di_request_params *p, di_gmatcher *m, uint64_t *id, char *err,
+                                size_t errlen);
   int n_ctx;   /* positions per sequence (or set later by di_server_set_model) */
   int n_vocab;
   int max_seqs;

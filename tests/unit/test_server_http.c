@@ -211,7 +211,17 @@ static void test_validation(void) {
   expect_err(cp, "{\"top_logprobs\":3," MSG "}", 400, "top_logprobs");
   expect_err(cp, "{\"stream_options\":{\"include_usage\":true}," MSG "}", 400, "stream_options");
   expect_err(cp, "{\"stream\":\"yes\"," MSG "}", 400, "stream");
-  expect_err(cp, "{\"response_format\":{\"type\":\"yaml\"}," MSG "}", 400, "response_format");
+  expect_err(cp, "{\"response_format\":{\"type\":\"yaml\"}," MSG "}", 400, "response_format.type");
+  expect_err(cp, "{\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}}," MSG "}", 400,
+             "response_format.json_schema.name");
+  expect_err(cp, "{\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"strict\":1}}," MSG "}",
+             400, "response_format.json_schema.strict");
+  expect_err(cp, "{\"response_format\":{\"type\":\"json_object\"},\"regex\":\"a\"," MSG "}", 400, "regex");
+  expect_err(cp, "{\"grammar\":\"root ::= \\\"a\\\"\",\"regex\":\"a\"," MSG "}", 400, "regex");
+  expect_err(cp, "{\"regex\":\"\"," MSG "}", 400, "regex");
+  expect_err(cp, "{\"json_whitespace\":\"tabs\"," MSG "}", 400, "json_whitespace");
+  /* the fake engine cannot constrain: a 400, never an unconstrained answer */
+  expect_err(cp, "{\"response_format\":{\"type\":\"json_object\"}," MSG "}", 400, "response_format");
   expect_err(cp, "{\"max_tokens\":250," MSG "}", 400, "messages");
   resp r;
   post(cp, "{\"max_tokens\":250," MSG "}", &r);
@@ -224,6 +234,7 @@ static void test_validation(void) {
   expect_err(co, "{\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "suffix");
   expect_err(co, "{\"prompt\":\"x\",\"logprobs\":21}", 400, "logprobs");
   expect_err(co, "{\"prompt\":\"x\",\"best_of\":3}", 400, "best_of");
+  expect_err(co, "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\"}", 400, "grammar");
   expect_err("/tokenize", "{\"prompt\":1}", 400, "prompt");
   expect_err("/detokenize", "{\"tokens\":[1,-1]}", 400, "tokens");
 }
