@@ -22,6 +22,12 @@ static void key_of(const di_tokenizer *tok, di_grammar_kind kind, const char *sr
   uint64_t hdr[3] = {(uint64_t)(uintptr_t)tok, (uint64_t)kind, (uint64_t)o->ws};
   XXH3_128bits_update(s, hdr, sizeof hdr);
   if (src) XXH3_128bits_update(s, src, len);
+  if (o->before || o->after) {
+    /* each piece with its terminating NUL, so the concatenation is unambiguous */
+    const char *w[3] = {o->before ? o->before : "", o->after ? o->after : "", o->sep ? o->sep : ""};
+    for (int i = 0; i < 3; i++) XXH3_128bits_update(s, w[i], strlen(w[i]) + 1);
+    XXH3_128bits_update(s, &o->max_repeat, sizeof o->max_repeat);
+  }
   XXH128_hash_t h = XXH3_128bits_digest(s);
   XXH3_freeState(s);
   key[0] = h.low64;
@@ -51,6 +57,18 @@ di_grammar *di_grammar_retain(di_grammar *g) {
 
 int32_t di_grammar_n_vocab(const di_grammar *g) { return g->v->n_vocab; }
 
+/* before root after (sep before root after){0, max_repeat - 1} as a new root rule. */
+static int32_t wrap_root(gx *x, int32_t root, const di_grammar_opts *o) {
+  int32_t r = gx_rule_new(x, "wrapped_root");
+  int32_t one = gx_seq3(x, gx_str(x, o->before ? o->before : ""), gx_ref(x, root), gx_str(x, o->after ? o->after : ""));
+  int32_t more = o->max_repeat == 0 || o->max_repeat == 1
+                     ? GX_EMPTY
+                     : gx_rep(x, gx_seq2(x, gx_str(x, o->sep ? o->sep : ""), one), 0,
+                              o->max_repeat < 0 ? -1 : o->max_repeat - 1);
+  gx_rule_define(x, r, gx_seq2(x, one, more));
+  return r;
+}
+
 static di_code build_once(const di_tokenizer *tok, di_grammar_kind kind, const char *src, size_t len,
                           const di_grammar_opts *o, bool split, di_grammar **out, di_status *st) {
   static const gvocab no_vocab; /* tok NULL: bytes only (validation, fuzzing) */
@@ -66,6 +84,7 @@ static di_code build_once(const di_tokenizer *tok, di_grammar_kind kind, const c
   case DI_GRAMMAR_REGEX: root = gfe_regex(&x, src, len, st); break;
   case DI_GRAMMAR_GBNF: root = gfe_gbnf(&x, src, len, st); break;
   }
+  if (root >= 0 && (o->before || o->after)) root = wrap_root(&x, root, o);
   if (root < 0) {
     gx_free(&x);
     if (st && st->code == DI_OK) di_errorf(st, DI_ERR_INTERNAL, "grammar front end failed");

@@ -32,6 +32,11 @@ typedef enum di_json_ws {
 
 typedef struct di_grammar_opts {
   di_json_ws ws;
+  /* Tool calls: when before or after is set, the language is the front
+   * end's, wrapped as before X after, repeated 1..max_repeat times (0 = once,
+   * -1 = unbounded) with sep between the repetitions. */
+  const char *before, *after, *sep;
+  int max_repeat;
 } di_grammar_opts;
 
 typedef struct di_grammar di_grammar;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "server/internal.h"
+#include "server/tools.h"
 
 #define MAX_MESSAGES 4096
 
@@ -109,6 +110,41 @@ static bool parse_messages(json_t *body, int *prefix, di_srv_err *e) {
   return true;
 }
 
+static json_t *fn_of(json_t *tool) { return json_object_get(tool, "function"); }
+
+static bool parse_tool_choice(json_t *body, json_t *tools, di_srv_tool_choice *c, di_srv_err *e) {
+  memset(c, 0, sizeof *c);
+  size_t n_tools = json_is_array(tools) ? json_array_size(tools) : 0;
+  c->mode = n_tools ? DI_TOOLS_AUTO : DI_TOOLS_NONE;
+  c->parallel = 1;
+  if (!di_srv_get_bool(body, "parallel_tool_calls", &c->parallel, e)) return false;
+  json_t *tc = json_object_get(body, "tool_choice");
+  if (!tc || json_is_null(tc)) return true;
+  const char *s = json_string_value(tc);
+  if (s && !strcmp(s, "none")) c->mode = DI_TOOLS_NONE;
+  else if (s && !strcmp(s, "auto")) c->mode = n_tools ? DI_TOOLS_AUTO : DI_TOOLS_NONE;
+  else if (s && !strcmp(s, "required")) c->mode = DI_TOOLS_REQUIRED;
+  else if (json_is_object(tc)) {
+    const char *type = json_string_value(json_object_get(tc, "type"));
+    const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+    if (!type || strcmp(type, "function") || !name)
+      return di_srv_bad(e, "tool_choice", "'tool_choice' object must be {\"type\":\"function\",\"function\":{\"name\":...}}");
+    c->mode = DI_TOOLS_NAMED;
+    c->name = name;
+  } else {
+    return di_srv_bad(e, "tool_choice", "'tool_choice' must be none, auto, required or an object");
+  }
+  if ((c->mode == DI_TOOLS_REQUIRED || c->mode == DI_TOOLS_NAMED) && !n_tools)
+    return di_srv_bad(e, "tool_choice", "'tool_choice' %s needs 'tools'", s ? s : "naming a function");
+  if (c->mode == DI_TOOLS_NAMED) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) if (!strcmp(json_string_value(json_object_get(fn_of(t), "name")), c->name)) return true;
+    return di_srv_bad(e, "tool_choice", "'tool_choice' names function '%.64s', which is not in 'tools'", c->name);
+  }
+  return true;
+}
+
 static bool parse_tools(json_t *body, di_srv_err *e) {
   json_t *tools = json_object_get(body, "tools");
   if (tools && !json_is_null(tools)) {
@@ -121,6 +157,12 @@ static bool parse_tools(json_t *body, di_srv_err *e) {
       if (!json_is_object(t) || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")) ||
           (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "function"))))
         return di_srv_bad(e, "tools", "tools[%zu] must be {\"type\":\"function\",\"function\":{\"name\":...}}", i);
+      json_t *params = json_object_get(fn, "parameters");
+      if (params && !json_is_null(params) && !json_is_object(params))
+        return di_srv_bad(e, "tools", "tools[%zu].function.parameters must be a JSON Schema object", i);
+      json_t *strict = json_object_get(fn, "strict");
+      if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+        return di_srv_bad(e, "tools", "tools[%zu].function.strict must be a boolean", i);
     }
   }
   /* The legacy form is not translated: a client using it would otherwise
@@ -131,35 +173,61 @@ static bool parse_tools(json_t *body, di_srv_err *e) {
   json_t *fc = json_object_get(body, "function_call");
   if (fc && !json_is_null(fc))
     return di_srv_bad(e, "function_call", "'function_call' is deprecated and not supported; use 'tool_choice'");
-  int parallel = 1;
-  if (!di_srv_get_bool(body, "parallel_tool_calls", &parallel, e)) return false;
-  json_t *tc = json_object_get(body, "tool_choice");
-  if (tc && !json_is_null(tc)) {
-    const char *s = json_string_value(tc);
-    if (!json_is_object(tc) && !(s && (!strcmp(s, "none") || !strcmp(s, "auto") || !strcmp(s, "required"))))
-      return di_srv_bad(e, "tool_choice", "'tool_choice' must be none, auto, required or an object");
-    if (json_is_object(tc) || !strcmp(s, "required"))
-      return di_srv_bad(e, "tool_choice", "forced tool calls are not supported by this server yet");
-  }
   return true;
 }
 
-/* A template that never reads `tools` renders the same prompt with and
- * without them: the model would not see the tools, so the request is refused
- * rather than silently answered without them. */
-static bool tools_reach_template(di_server *s, json_t *body, int prefix, const di_srv_sub *sub, di_srv_err *e) {
+/* Whether the template reads `tools`: a template that renders the same
+ * prompt without them would never show the model the functions. */
+static bool template_reads_tools(di_server *s, json_t *messages, int prefix, const di_srv_sub *sub) {
   int32_t *ids = NULL;
   size_t n = 0;
   int think = 0;
   di_status st = {0};
-  if (s->be.render_chat(s->be.ctx, json_object_get(body, "messages"), NULL, prefix, &ids, &n, &think, &st) != DI_OK)
+  if (s->be.render_chat(s->be.ctx, messages, NULL, prefix, &ids, &n, &think, &st) != DI_OK)
     return true; /* the render with tools succeeded; this one is only a comparison */
   bool same = n == sub->n_prompt && (n == 0 || !memcmp(ids, sub->prompt_ids, n * sizeof *ids));
   free(ids);
-  if (same)
-    return di_srv_bad(e, "tools", "this model's chat template does not support tools (it renders the same "
-                                  "prompt without them); describe the tools in a system message instead");
-  return true;
+  return !same;
+}
+
+static bool render(di_srv_gen *g, json_t *messages, json_t *tools, int prefix, di_srv_err *e) {
+  di_server *s = g->s;
+  di_srv_sub *sub = &g->subs[0];
+  di_status st = {0};
+  free(sub->prompt_ids);
+  sub->prompt_ids = NULL;
+  if (s->be.render_chat(s->be.ctx, messages, tools, prefix, &sub->prompt_ids, &sub->n_prompt, &g->think_open, &st) ==
+      DI_OK)
+    return true;
+  di_srv_bad(e, "messages", "%s", st.msg);
+  if (st.code == DI_ERR_INTERNAL || st.code == DI_ERR_NOMEM) e->status = 500, e->type = "server_error";
+  return false;
+}
+
+/* Renders the prompt and decides the tool-call format: the template's own
+ * when it reads tools, else Hermes' described in a system message. A forced
+ * call (required / named) becomes the grammar in tcon. */
+static bool prepare_tools(di_srv_gen *g, const di_srv_chat_req *q, const di_srv_toolfmt **fmt, di_srv_constraint *tcon,
+                          di_srv_err *e) {
+  di_server *s = g->s;
+  *fmt = NULL;
+  memset(tcon, 0, sizeof *tcon);
+  if (!render(g, q->messages, q->tools, q->prefix, e)) return false;
+  if (q->tool_choice.mode == DI_TOOLS_NONE) return true;
+  if (template_reads_tools(s, q->messages, q->prefix, &g->subs[0])) {
+    *fmt = di_srv_toolfmt_named(s->be.tool_format ? s->be.tool_format(s->be.ctx) : NULL);
+    if (!*fmt && q->tool_choice.mode != DI_TOOLS_AUTO)
+      return di_srv_bad(e, "tool_choice", "this model's chat template writes tool calls in a format this server "
+                                          "cannot force or parse yet; use tool_choice auto");
+  } else {
+    json_t *own = di_srv_tools_in_system(q->messages, q->tools);
+    if (!own) return di_srv_fail(e, 500, "server_error", NULL, "out of memory");
+    bool ok = render(g, own, NULL, q->prefix, e);
+    json_decref(own);
+    if (!ok) return false;
+    *fmt = &DI_TOOLFMT_HERMES;
+  }
+  return !*fmt || di_srv_tools_constraint(q->tools, &q->tool_choice, *fmt, tcon, e);
 }
 
 bool di_srv_chat_parse(json_t *body, di_srv_chat_req *q, di_srv_err *e) {
@@ -177,7 +245,7 @@ bool di_srv_chat_parse(json_t *body, di_srv_chat_req *q, di_srv_err *e) {
   q->messages = json_object_get(body, "messages");
   json_t *tools = json_object_get(body, "tools");
   q->tools = json_is_array(tools) ? tools : NULL;
-  return true;
+  return parse_tool_choice(body, q->tools, &q->tool_choice, e);
 }
 
 enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
@@ -185,7 +253,7 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
   di_srv_err e = {0};
   di_srv_chat_req q;
   if (!di_srv_check_model(s, body, &e) || !di_srv_chat_parse(body, &q, &e)) return di_srv_reply_err(r, &e);
-  int prefix = q.prefix, logprobs = q.logprobs;
+  int logprobs = q.logprobs;
   long long n = q.n, top = q.top_logprobs;
   if (s->be.max_seqs > 0 && n > s->be.max_seqs) {
     di_srv_bad(&e, "n", "'n' = %lld exceeds the sequences this server runs at once (--max-seqs %d)", n,
@@ -194,8 +262,15 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
   }
   di_srv_constraint con;
   if (!di_srv_constraint_parse(body, &con, &e)) return di_srv_reply_err(r, &e);
+  int forced = q.tool_choice.mode == DI_TOOLS_REQUIRED || q.tool_choice.mode == DI_TOOLS_NAMED;
+  if (con.on && forced) {
+    di_srv_bad(&e, "tool_choice", "a forced tool call cannot be combined with '%s'", con.param);
+    di_srv_constraint_free(&con);
+    return di_srv_reply_err(r, &e);
+  }
   /* constrained: one submission per completion, each with its own matcher */
-  di_srv_gen *g = con.on ? di_srv_gen_new(r, DI_SRV_CHAT, (int)n, 1) : di_srv_gen_new(r, DI_SRV_CHAT, 1, (int)n);
+  int one_each = con.on || forced;
+  di_srv_gen *g = one_each ? di_srv_gen_new(r, DI_SRV_CHAT, (int)n, 1) : di_srv_gen_new(r, DI_SRV_CHAT, 1, (int)n);
   if (!g) {
     di_srv_constraint_free(&con);
     return MHD_NO;
@@ -205,19 +280,21 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
   g->top_logprobs = (int)top;
   g->params.logprobs = logprobs;
   g->params.top_logprobs = (int)top;
-  di_srv_sub *sub = &g->subs[0];
-  di_status st = {0};
-  bool ok = di_srv_parse_sampling(body, g, &e);
-  if (ok && s->be.render_chat(s->be.ctx, q.messages, q.tools, prefix, &sub->prompt_ids, &sub->n_prompt,
-                              &g->think_open, &st) != DI_OK) {
-    ok = di_srv_bad(&e, "messages", "%s", st.msg);
-    if (st.code == DI_ERR_INTERNAL || st.code == DI_ERR_NOMEM) e.status = 500, e.type = "server_error";
+  const di_srv_toolfmt *fmt = NULL;
+  di_srv_constraint tcon = {0};
+  bool ok = di_srv_parse_sampling(body, g, &e) && prepare_tools(g, &q, &fmt, &tcon, &e);
+  if (tcon.on) {
+    di_srv_constraint_free(&con);
+    con = tcon;
   }
-  if (ok && json_array_size(q.tools) > 0 && !tools_reach_template(s, body, prefix, sub, &e)) ok = false;
-  if (ok) ok = di_srv_check_context(g, sub, &e);
+  if (ok) ok = di_srv_check_context(g, &g->subs[0], &e);
   for (int k = 1; ok && k < g->n_subs; k++) ok = di_srv_sub_copy_prompt(g, k, 0, &e);
   if (ok) ok = di_srv_gen_constrain(g, &con, &e);
   di_srv_constraint_free(&con);
+  for (int i = 0; ok && fmt && i < g->n_choices; i++) {
+    if (!(g->choices[i].tp = malloc(sizeof *g->choices[i].tp))) ok = di_srv_fail(&e, 500, "server_error", NULL, "out of memory");
+    else di_srv_toolparse_init(g->choices[i].tp, fmt);
+  }
   if (!ok) return di_srv_reply_err(r, &e);
   for (int i = 0; i < g->n_choices; i++) di_srv_think_init(&g->choices[i].think, g->think_open);
   if (!di_srv_gen_submit(g, &e)) return di_srv_reply_err(r, &e);
@@ -241,14 +318,51 @@ void di_srv_chat_stream_open(di_srv_gen *g) {
 }
 
 typedef struct sink {
+  di_srv_gen *g;
   di_srv_choice *ch;
-  json_t *delta; /* streaming: this event's delta */
+  int idx;
+  json_t *delta;      /* streaming: this event's delta */
+  di_srv_buf content; /* streaming: this event's content */
 } sink;
+
+static void content_out(void *user, const char *s, size_t n) {
+  sink *k = user;
+  di_srv_buf_put(k->delta ? &k->content : &k->ch->text, s, n);
+}
+
+static void call_out(void *user, int index, json_t *call) {
+  sink *k = user;
+  char id[40];
+  /* unique within the server's answers: the completion id, choice and call */
+  snprintf(id, sizeof id, "call_%.20s_%d_%d", k->g->id + strlen(k->g->id) - 16, k->idx, index);
+  json_t *tc = json_pack("{s:i,s:s,s:s,s:{s:O,s:O}}", "index", index, "id", id, "type", "function", "function", "name",
+                         json_object_get(call, "name"), "arguments", json_object_get(call, "arguments"));
+  k->ch->n_tool_calls++;
+  json_t **arr = k->delta ? &k->delta : &k->ch->tool_calls;
+  if (k->delta) {
+    json_t *a = json_object_get(k->delta, "tool_calls");
+    if (!a) json_object_set_new(k->delta, "tool_calls", a = json_array());
+    json_array_append_new(a, tc);
+  } else {
+    if (!*arr) *arr = json_array();
+    json_object_del(tc, "index");
+    json_array_append_new(*arr, tc);
+  }
+}
 
 static void on_piece(void *user, int reasoning, const char *s, size_t n) {
   sink *k = user;
-  if (k->delta) json_object_set_new(k->delta, reasoning ? "reasoning_content" : "content", json_stringn(s, n));
-  else di_srv_buf_put(reasoning ? &k->ch->reasoning : &k->ch->text, s, n);
+  if (reasoning) {
+    if (k->delta) json_object_set_new(k->delta, "reasoning_content", json_stringn(s, n));
+    else di_srv_buf_put(&k->ch->reasoning, s, n);
+    return;
+  }
+  if (k->ch->tp) {
+    di_srv_toolsink ts = {k, content_out, call_out};
+    di_srv_toolparse_feed(k->ch->tp, s, n, 0, &ts);
+  } else {
+    content_out(k, s, n);
+  }
 }
 
 static json_t *logprob_entry(di_srv_gen *g, const di_srv_evt *v) {
@@ -260,11 +374,22 @@ static json_t *logprob_entry(di_srv_gen *g, const di_srv_evt *v) {
   return ent;
 }
 
+/* A reply that made calls and ended by itself finished "tool_calls". */
+static const char *chat_finish(const di_srv_choice *ch, di_finish f) {
+  return f == DI_FINISH_STOP && ch->n_tool_calls ? "tool_calls" : di_srv_finish_name(f);
+}
+
 void di_srv_chat_apply(di_srv_gen *g, di_srv_choice *ch, int idx, const di_srv_evt *v) {
   if (v->token >= 0 && ch->think.state == 1) ch->reasoning_tokens++;
-  sink k = {ch, g->stream ? json_object() : NULL};
+  sink k = {g, ch, idx, g->stream ? json_object() : NULL, {0}};
   int final = v->finish != DI_FINISH_NONE;
   di_srv_think_feed(&ch->think, v->text ? v->text : "", v->text_len, final, on_piece, &k);
+  if (final && ch->tp) {
+    di_srv_toolsink ts = {&k, content_out, call_out};
+    di_srv_toolparse_feed(ch->tp, "", 0, 1, &ts);
+  }
+  if (k.delta && k.content.len) json_object_set_new(k.delta, "content", json_stringn(k.content.p, k.content.len));
+  di_srv_buf_free(&k.content);
   json_t *lp = g->logprobs && v->token >= 0 ? logprob_entry(g, v) : NULL;
   if (!g->stream) {
     if (lp) {
@@ -273,7 +398,7 @@ void di_srv_chat_apply(di_srv_gen *g, di_srv_choice *ch, int idx, const di_srv_e
     }
     return;
   }
-  const char *fin = v->finish == DI_FINISH_STOP || v->finish == DI_FINISH_LENGTH ? di_srv_finish_name(v->finish) : NULL;
+  const char *fin = v->finish == DI_FINISH_STOP || v->finish == DI_FINISH_LENGTH ? chat_finish(ch, v->finish) : NULL;
   if (json_object_size(k.delta) || lp || fin) {
     json_t *choice = json_pack("{s:i,s:o,s:o,s:o}", "index", idx, "delta", k.delta, "logprobs",
                                lp ? json_pack("{s:[o]}", "content", lp) : json_null(), "finish_reason",
@@ -289,6 +414,10 @@ json_t *di_srv_chat_result(di_srv_gen *g) {
   for (int i = 0; i < g->n_choices; i++) {
     di_srv_choice *ch = &g->choices[i];
     json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", ch->text.p ? ch->text.p : "", ch->text.len);
+    if (ch->tool_calls) {
+      if (!ch->text.len) json_object_set_new(msg, "content", json_null()); /* OpenAI's shape of a calls-only reply */
+      json_object_set(msg, "tool_calls", ch->tool_calls);
+    }
     /* Only reasoning turns carry the field; other models' answers omit it. */
     if (ch->think.opened || ch->reasoning.len)
       json_object_set_new(msg, "reasoning_content", json_stringn(ch->reasoning.p ? ch->reasoning.p : "", ch->reasoning.len));
@@ -296,7 +425,7 @@ json_t *di_srv_chat_result(di_srv_gen *g) {
     if (g->logprobs)
       lp = json_pack("{s:o}", "content", ch->logprobs ? json_incref(ch->logprobs) : json_array());
     json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", i, "message", msg, "logprobs", lp,
-                                             "finish_reason", di_srv_finish_name(ch->finish)));
+                                             "finish_reason", chat_finish(ch, ch->finish)));
   }
   return json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o}", "id", g->id, "object", "chat.completion", "created",
                    (json_int_t)g->created, "model", g->s->model_name, "system_fingerprint",

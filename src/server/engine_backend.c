@@ -8,6 +8,7 @@
 
 #include "engine/engine_internal.h"
 #include "recipe/chat.h"
+#include "server/tools.h"
 #include "tokenizer/tokenizer.h"
 
 static int eb_ready(void *ctx) { return atomic_load_explicit(&((di_srv_engine *)ctx)->ready, memory_order_acquire); }
@@ -50,6 +51,8 @@ static di_code eb_grammar(void *ctx, di_grammar_kind kind, const char *src, size
   }
   return rc;
 }
+
+static const char *eb_tool_format(void *ctx) { return ((di_srv_engine *)ctx)->tool_format; }
 
 static void eb_stats(void *ctx, di_engine_stats *s) { di_engine_stats_get(((di_srv_engine *)ctx)->e, s); }
 
@@ -146,6 +149,7 @@ void di_srv_engine_backend(di_srv_engine *x, di_srv_backend *be) {
   be->fim = eb_fim;
   be->grammar = eb_grammar;
   be->submit_constrained = eb_submit_constrained;
+  be->tool_format = eb_tool_format;
 }
 
 di_code di_srv_engine_attach(di_srv_engine *x, di_engine *e, di_status *st) {
@@ -161,6 +165,7 @@ di_code di_srv_engine_attach(di_srv_engine *x, di_engine *e, di_status *st) {
   x->bos = di_tokenizer_special_text(x->tok, "bos_token");
   x->eos = di_tokenizer_special_text(x->tok, "eos_token");
   const char *src = di_tokenizer_chat_template(x->tok, NULL);
+  x->tool_format = di_srv_toolfmt_detect(src);
   if (src) {
     di_status ts = {0};
     if (di_chat_template_compile(src, strlen(src), &x->tmpl, &ts) != DI_OK) {

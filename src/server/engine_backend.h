@@ -17,6 +17,7 @@ typedef struct di_srv_engine {
   struct di_chat_template *tmpl; /* NULL: the model has no (usable) chat template */
   const char *bos, *eos;
   int fim; /* index of the FIM marker set, -1 = none */
+  const char *tool_format; /* the template's tool-call format (server/tools.h), NULL = unknown */
   atomic_int ready;
 } di_srv_engine;
 

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "server/internal.h"
+#include "server/tools.h"
 
 static uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -81,6 +82,9 @@ static void gen_free(di_srv_gen *g) {
     di_srv_buf_free(&ch->text);
     di_srv_buf_free(&ch->reasoning);
     json_decref(ch->logprobs);
+    json_decref(ch->tool_calls);
+    if (ch->tp) di_srv_toolparse_free(ch->tp);
+    free(ch->tp);
     free(ch->error);
   }
   for (int k = 0; k < g->n_subs; k++) {

@@ -146,6 +146,9 @@ typedef struct di_srv_choice {
   int started;   /* completions: the echo was sent */
   int cb_tokens; /* tokens seen by the engine callback (metrics, under g->mu) */
   int spec_drafted, spec_accepted; /* from the final event (under g->mu) */
+  struct di_srv_toolparse *tp; /* chat with tools: content goes through the tool-call parser */
+  json_t *tool_calls;          /* parsed calls (whole answers) */
+  int n_tool_calls;
 } di_srv_choice;
 
 typedef struct di_srv_sub {

@@ -66,12 +66,21 @@ bool di_srv_context_fits(long long ctx, long long n_prompt, long long want, cons
                          di_srv_err *e);
 
 /* ---- chat bodies ---- */
+typedef enum di_srv_tool_mode { DI_TOOLS_NONE = 0, DI_TOOLS_AUTO, DI_TOOLS_REQUIRED, DI_TOOLS_NAMED } di_srv_tool_mode;
+
+typedef struct di_srv_tool_choice {
+  di_srv_tool_mode mode; /* none when there are no tools */
+  const char *name;      /* DI_TOOLS_NAMED: borrowed from the body */
+  int parallel;          /* parallel_tool_calls */
+} di_srv_tool_choice;
+
 typedef struct di_srv_chat_req {
   int n;            /* completions, 1..128 */
   int logprobs, top_logprobs;
   int prefix;       /* DeepSeek prefix completion of the last (assistant) message */
   json_t *messages; /* borrowed from the body, validated and normalized in place */
   json_t *tools;    /* borrowed; NULL when absent */
+  di_srv_tool_choice tool_choice;
 } di_srv_chat_req;
 /* Validates n, logprobs, tools, tool_choice, response_format and messages. */
 bool di_srv_chat_parse(json_t *body, di_srv_chat_req *q, di_srv_err *e);

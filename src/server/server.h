@@ -55,6 +55,9 @@ typedef struct di_srv_backend {
                      di_grammar **out, di_status *st);
   di_code (*submit_constrained)(void *ctx, const di_request_params *p, di_gmatcher *m, uint64_t *id, char *err,
                                 size_t errlen);
+  /* Optional: how the chat template writes tool calls ("hermes",
+   * "llama3"), NULL when unknown. */
+  const char *(*tool_format)(void *ctx);
   int n_ctx;   /* positions per sequence (or set later by di_server_set_model) */
   int n_vocab;
   int max_seqs;

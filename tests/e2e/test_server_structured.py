@@ -196,3 +196,104 @@ def test_batch_reads_the_same_fields(tmp_path):
     jsonschema.validate(json.loads(a), SCHEMAS[0])
     assert re.fullmatch(r" [0-9]{4}", res["b"]["response"]["body"]["choices"][0]["text"])
     assert res["c"]["error"] and "regex" in json.dumps(res["c"]["error"])
+
+
+# ---- tools (SmolLM2's template ignores `tools`: the server describes them in
+# a system message, Hermes-style, and parses <tool_call> blocks back) ----
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Get the weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                                        "unit": {"enum": ["c", "f"]}},
+                       "required": ["city", "unit"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Add two integers",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 999},
+                                                        "b": {"type": "integer", "minimum": 0, "maximum": 999}},
+                       "required": ["a", "b"], "additionalProperties": False}}},
+]
+PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def check_calls(calls, names=PARAMS):
+    assert calls
+    for tc in calls:
+        assert tc.type == "function" and tc.id.startswith("call_")
+        assert tc.function.name in names
+        jsonschema.validate(json.loads(tc.function.arguments), PARAMS[tc.function.name])
+
+
+def streamed_calls(stream):
+    """Joins delta.tool_calls fragments by index, as OpenAI clients do."""
+    calls, content, finish = {}, "", None
+    for ch in stream:
+        if not ch.choices:
+            continue
+        d = ch.choices[0].delta
+        content += d.content or ""
+        for tc in d.tool_calls or []:
+            c = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+            c["id"] = tc.id or c["id"]
+            if tc.function:
+                c["name"] += tc.function.name or ""
+                c["arguments"] += tc.function.arguments or ""
+        finish = ch.choices[0].finish_reason or finish
+    return [calls[i] for i in sorted(calls)], content, finish
+
+
+@pytest.mark.parametrize("choice,names", [("required", PARAMS),
+                                          ({"type": "function", "function": {"name": "add"}}, {"add"})])
+def test_forced_tool_calls_validate_streamed_and_not(client, choice, names):
+    kw = dict(model=MODEL_NAME, messages=WEATHER, tools=TOOLS, tool_choice=choice, max_tokens=60, temperature=0,
+              parallel_tool_calls=False)
+    r = client.chat.completions.create(**kw)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls" and c.message.content is None
+    check_calls(c.message.tool_calls, names)
+    assert len(c.message.tool_calls) == 1  # parallel_tool_calls false: one call
+    calls, content, finish = streamed_calls(client.chat.completions.create(**kw, stream=True))
+    assert finish == "tool_calls" and content == ""
+    assert [(x["name"], x["arguments"]) for x in calls] == \
+        [(t.function.name, t.function.arguments) for t in c.message.tool_calls]
+
+
+def test_required_sampled_n(client):
+    r = client.chat.completions.create(model=MODEL_NAME, messages=WEATHER, tools=TOOLS, tool_choice="required",
+                                       max_tokens=120, temperature=0.9, seed=5, n=3)
+    assert len(r.choices) == 3
+    for c in r.choices:
+        assert c.finish_reason == "tool_calls"
+        check_calls(c.message.tool_calls)
+        assert len({t.id for t in c.message.tool_calls}) == len(c.message.tool_calls)
+
+
+def test_auto_parses_calls_and_text(client):
+    # tool_choice auto only parses; a grammar makes the reply a known call after some text
+    call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 40}}\n</tool_call>'
+    kw = dict(model=MODEL_NAME, messages=WEATHER, tools=TOOLS, max_tokens=60, temperature=0,
+              extra_body={"grammar": 'root ::= "Let me add.\\n" "' + call.replace('"', '\\"').replace("\n", "\\n") + '"'})
+    r = client.chat.completions.create(**kw)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls" and c.message.content == "Let me add."
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in c.message.tool_calls] == [("add", {"a": 2, "b": 40})]
+    calls, content, finish = streamed_calls(client.chat.completions.create(**kw, stream=True))
+    assert (content, finish) == ("Let me add.", "tool_calls")
+    assert [(x["name"], json.loads(x["arguments"])) for x in calls] == [("add", {"a": 2, "b": 40})]
+    # plain text stays content; tool_choice none never parses
+    r = client.chat.completions.create(model=MODEL_NAME, messages=WEATHER, tools=TOOLS, tool_choice="none",
+                                       max_tokens=8, temperature=0, extra_body={"grammar": 'root ::= "<tool_call>x"'})
+    assert r.choices[0].message.content == "<tool_call>x" and not r.choices[0].message.tool_calls
+
+
+@pytest.mark.parametrize("kw,param", [
+    (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}), "tool_choice"),
+    (dict(tool_choice="required"), "tool_choice"),
+    (dict(tools=TOOLS, tool_choice="required", response_format={"type": "json_object"}), "tool_choice"),
+    (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": "x"}}]), "tools"),
+])
+def test_bad_tools_are_400(client, kw, param):
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.chat.completions.create(model=MODEL_NAME, messages=WEATHER, max_tokens=4, **kw)
+    assert ei.value.body["param"] == param, ei.value.body

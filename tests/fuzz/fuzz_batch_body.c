@@ -1,7 +1,8 @@
 /* libFuzzer target: the request bodies that `deepinfer batch` lines carry,
  * through the parsers batch shares with the server (server/oai.h): model
  * check, chat validation (messages normalized in place, tool calls, tools),
- * sampling/stop/logit-bias fields and the context check. The first byte
+ * sampling/stop/logit-bias fields, output constraints (response_format,
+ * grammar, regex) and the context check. The first byte
  * picks chat or completions. Any body must parse or fail with an OpenAI
  * error that names a message; normalized messages must stay valid input to
  * a second parse (batch and the server both render what the first left). */
@@ -40,6 +41,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ok = di_srv_context_fits(512, 16, sq.max_tokens, chat ? "messages" : "prompt", &max_tokens, &e);
     if (ok && (max_tokens < 1 || max_tokens > 512 - 16)) abort();
   }
+  di_srv_constraint con = {0};
+  if (ok) ok = di_srv_constraint_parse(body, &con, &e);
+  if (ok && con.on && (!con.param[0] || (!con.src) != (con.kind == DI_GRAMMAR_JSON_ANY))) abort();
+  di_srv_constraint_free(&con);
   if (!ok && (!e.msg[0] || e.status < 400 || e.status > 599)) abort();
   di_srv_sampling_free(&sq);
   json_decref(body);

@@ -140,6 +140,30 @@ int main(void) {
          (const char *const[]){"abbbbbbbbbbbbbbbbbbbbbbbb", "bbaaaaaaaaaaaaaaaaaaaaaaaaa", NULL},
          (const char *const[]){"abbbbbbbbbbbbbbbbbbbbbbb", "bbbbbbbbbbbbbbbbbbbbbbbbb", NULL});
   expect_error(DI_GRAMMAR_REGEX, "[]", "no string");
+  {
+    /* tool calls: the schema's language wrapped, repeated with a separator */
+    di_grammar_opts o = {.ws = DI_JSON_WS_PYTHON, .before = "<tool_call>\n", .after = "\n</tool_call>", .sep = "\n",
+                         .max_repeat = 2};
+    const char *sch = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"],"
+                      "\"additionalProperties\":false}";
+    di_grammar *g = NULL, *g1 = NULL;
+    di_status st = {0};
+    CHECKF(!di_grammar_compile(tok, DI_GRAMMAR_JSON_SCHEMA, sch, strlen(sch), &o, &g, &st), "%s", st.msg);
+    o.max_repeat = 0;
+    CHECKF(!di_grammar_compile(tok, DI_GRAMMAR_JSON_SCHEMA, sch, strlen(sch), &o, &g1, &st), "%s", st.msg);
+    CHECK(g && g1 && g != g1); /* the wrapping is part of the cache key */
+    const char *one = "<tool_call>\n{\"a\": 1}\n</tool_call>", *two = "<tool_call>\n{\"a\": 1}\n</tool_call>\n<tool_call>\n{\"a\": 2}\n</tool_call>";
+    CHECK(g && matches(g, one) && matches(g, two));
+    CHECK(g && !matches(g, "{\"a\": 1}") && !matches(g, "<tool_call>\n{\"a\": 1}") &&
+          !matches(g, "<tool_call>\n{\"b\": 1}\n</tool_call>"));
+    char three[256];
+    snprintf(three, sizeof three, "%s\n<tool_call>\n{\"a\": 3}\n</tool_call>", two);
+    CHECK(g && !matches(g, three));
+    CHECK(g1 && matches(g1, one) && !matches(g1, two));
+    CHECK(g && !matches(g, "<tool_call>\n{\"a\": 1}\n</tool_call><tool_call>\n{\"a\": 2}\n</tool_call>"));
+    di_grammar_release(g);
+    di_grammar_release(g1);
+  }
   /* GBNF */
   expect(DI_GRAMMAR_GBNF, "root ::= \"x\" item+ # comment\nitem ::= [0-9] | \"(\" root \")\"\n",
          (const char *const[]){"x1", "x(x12)3", NULL}, (const char *const[]){"x", "x(x)", "y1", NULL});
