@@ -279,6 +279,8 @@ static bool submit_body(di_engine *eng, batch *b, job *j, json_t *body, di_srv_e
     di_status st = {0};
     ok = di_srv_chat_parse(body, &cq, e);
     if (ok && cq.logprobs) ok = di_srv_bad(e, "logprobs", "logprobs on chat lines are not supported in batch mode yet");
+    if (ok && (cq.tool_choice.mode == DI_TOOLS_REQUIRED || cq.tool_choice.mode == DI_TOOLS_NAMED))
+      ok = di_srv_bad(e, "tool_choice", "forced tool calls are not supported in batch mode yet (use deepinfer serve)");
     if (ok && !b->attached) ok = di_srv_bad(e, "messages", "this model has no tokenizer");
     if (ok && b->be.render_chat(b->be.ctx, cq.messages, cq.tools, cq.prefix, &ids, &n_ids, &think_open, &st))
       ok = di_srv_bad(e, "messages", "%s", st.msg);
