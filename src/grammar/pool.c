@@ -1,6 +1,7 @@
 /* Hash-consed stack nodes and the pushdown step (see pool.h). */
 #include "grammar/pool.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,8 +145,27 @@ static void close_into(gp *p, const ga *a, gset *work, gset *out, bool *popped) 
   }
 }
 
-/* per thread: gp_step runs on many requests' threads at once */
+/* per thread: gp_step runs on many requests' threads at once. A thread
+ * that ends (the server's connection threads do) frees its set through the
+ * key's destructor, which runs while the thread's TLS is still there. */
 static _Thread_local gset work_tls;
+static _Thread_local bool work_registered;
+static pthread_key_t work_key;
+static pthread_once_t work_once = PTHREAD_ONCE_INIT;
+
+static void work_release(void *w) { gset_free(w); }
+static void work_key_make(void) {
+  if (pthread_key_create(&work_key, work_release)) abort();
+}
+
+static gset *work_set(void) {
+  if (!work_registered) {
+    pthread_once(&work_once, work_key_make);
+    pthread_setspecific(work_key, &work_tls);
+    work_registered = true;
+  }
+  return &work_tls;
+}
 
 void gp_step(gp *p, const ga *a, const gset *in, uint8_t b, gset *out, bool *popped) {
   out->n = 0;
@@ -154,7 +174,7 @@ void gp_step(gp *p, const ga *a, const gset *in, uint8_t b, gset *out, bool *pop
     memset(p->seen, 0, p->cap * sizeof *p->seen);
     p->stamp = 1;
   }
-  gset *work = &work_tls;
+  gset *work = work_set();
   work->n = 0;
   for (size_t i = 0; i < in->n; i++) {
     int32_t x = in->v[i];
@@ -175,7 +195,7 @@ void gp_close(gp *p, const ga *a, int32_t node, gset *out, bool *popped) {
     memset(p->seen, 0, p->cap * sizeof *p->seen);
     p->stamp = 1;
   }
-  gset *work = &work_tls;
+  gset *work = work_set();
   work->n = 0;
   p->seen[node] = p->stamp;
   gset_push(work, node);
