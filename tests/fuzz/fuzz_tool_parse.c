@@ -44,7 +44,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t step = (size_t)(data[0] >> 1) % 16 + 1;
   const char *s = (const char *)data + 1;
   size_t n = size - 1;
-  out whole = {{0}}, parts = {{0}};
+  out whole, parts;
+  memset(&whole, 0, sizeof whole);
+  memset(&parts, 0, sizeof parts);
   run(f, s, n, n ? n : 1, &whole);
   run(f, s, n, step, &parts);
   if (!same(&whole.text, &parts.text) || !same(&whole.calls, &parts.calls)) abort();
