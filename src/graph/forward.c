@@ -102,6 +102,7 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
     f->cat = malloc(T * 2 * (size_t)hp->n_embd * sizeof(float));
     extra_ok = extra_ok && f->cat;
   }
+  if (hp->attn_kind == DI_ATTN_DSV4 && di_fwd_v4_alloc(f)) extra_ok = false;
   f->xq_bytes = ws.act_bytes;
   f->xq = di_alloc_aligned(f->xq_bytes, false);
   f->attn = di_attn_sched_create(max_tokens);
@@ -109,7 +110,7 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
   const char *env = getenv("DI_FORWARD_SPLIT");
   f->split_mode = env && *env ? (atoi(env) > 0 ? 1 : -1) : 0;
   int nth = f->tp ? di_threadpool_size(f->tp) : 1;
-  if (f->split_mode >= 0 && nth > 1 && nth <= SPLIT_MAX_PARTS && max_tokens >= 2 * nth) {
+  if (hp->attn_kind != DI_ATTN_DSV4 && f->split_mode >= 0 && nth > 1 && nth <= SPLIT_MAX_PARTS && max_tokens >= 2 * nth) {
     int per = max_tokens / nth < SPLIT_MAX_TOKENS ? max_tokens / nth : SPLIT_MAX_TOKENS;
     f->split_want = malloc(T * sizeof(bool));
     split_ok = f->split_want != NULL;
@@ -137,6 +138,7 @@ void di_forward_ctx_free(di_forward_ctx *f) {
   free(f->rlogit), free(f->selw), free(f->sel), free(f->bucket), free(f->bucket_w), free(f->xg), free(f->eo),
       free(f->acc);
   di_free_aligned(f->xq, f->xq_bytes);
+  di_fwd_v4_free(f);
   free(f);
 }
 
@@ -231,6 +233,7 @@ void di_forward_kv_spec(const di_model *m, di_kv_spec *s) {
   const di_hparams *hp = &m->hp;
   *s = (di_kv_spec){.n_layers = hp->n_layer, .kv_dim = hp->n_head_kv * hp->head_dim};
   if (hp->attn_kind == DI_ATTN_MLA) s->kv_dim = hp->kv_lora_rank + hp->rope_dim, s->v_in_k = true;
+  if (hp->attn_kind == DI_ATTN_DSV4) di_fwd_v4_kv_spec(m, s);
 }
 
 void di_forward_capture_hidden(di_forward_ctx *f, float *rows) { f->hidden_out = rows; }
@@ -523,6 +526,7 @@ di_code di_fwd_layer(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const
 di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
   di_code rc;
   if ((rc = di_fwd_check_batch(f, kv, b, st))) return rc;
+  if (f->m->hp.attn_kind == DI_ATTN_DSV4) return di_fwd_v4(f, kv, b, logits, st);
   split_task split = {.f = f, .kv = kv};
   if (split_plan(f, b, logits, &split)) {
     di_threadpool_run(f->tp, split_run, &split);

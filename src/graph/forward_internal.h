@@ -39,6 +39,7 @@ struct di_forward_ctx {
   int split_mode;   /* DI_FORWARD_SPLIT: -1 never, 1 whenever possible, 0 by model size */
   float *cat;        /* MTP: [T][2 * n_embd] normed embedding beside normed hidden state */
   float *hidden_out; /* di_forward_capture_hidden: where the last layer's output rows go (NULL: nowhere) */
+  struct di_v4_scratch *v4; /* DeepSeek-V4's own scratch (forward_dsv4.c) */
 };
 
 typedef struct kv_loc {
@@ -79,5 +80,12 @@ di_code di_fwd_layer(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const
 di_code di_fwd_attn_mla(stage_ctx *sc, di_status *st);
 /* MoE feed-forward of layer sc->L: f->xn -> f->tmp. */
 void di_fwd_ffn_moe(stage_ctx *sc);
+
+/* DeepSeek-V4 (forward_dsv4.c: the layer sequence with hyper-connections;
+ * attn_dsv4.c: sliding / CSA / HCA attention; ffn_dsv4.c: hash and routed MoE). */
+di_code di_fwd_v4_alloc(di_forward_ctx *f);
+void di_fwd_v4_free(di_forward_ctx *f);
+void di_fwd_v4_kv_spec(const di_model *m, di_kv_spec *s);
+di_code di_fwd_v4(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st);
 
 #endif

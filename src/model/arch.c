@@ -27,6 +27,14 @@ static const di_arch_desc archs[] = {
      .act = DI_ACT_SILU,
      .attn = DI_ATTN_MLA,
      .hf_rope_interleaved = true},
+    /* DeepSeek-V4: hybrid sliding-window / compressed attention, hyper-connections,
+     * hash + routed MoE (hf_config.c read_v4 reads its keys; graph/forward_dsv4.c) */
+    {.name = "deepseek4",
+     .hf_types = {"deepseek_v4"},
+     .gguf_rope = DI_ROPE_NORM,
+     .act = DI_ACT_SILU,
+     .attn = DI_ATTN_DSV4,
+     .hf_rope_interleaved = true},
 };
 
 const di_arch_desc *di_arch_find(const char *gguf_name) {

@@ -121,6 +121,21 @@ static di_code bind(di_model *m, di_tensor *t, const char *name, int64_t ne0, in
   return DI_OK;
 }
 
+/* DeepSeek-V4 checkpoints keep DeepSeek's own names, without a prefix. */
+static di_code bind_v4(di_model *m, di_status *st) {
+  const di_hparams *hp = &m->hp;
+  const int64_t D = hp->n_embd, N = hp->v4.hc_mult;
+  di_code rc;
+  if ((rc = bind(m, &m->tok_embd, "embed.weight", D, hp->n_vocab, 0, true, st)) ||
+      (rc = bind(m, &m->output_norm, "norm.weight", D, 1, 0, true, st)) ||
+      (rc = bind(m, &m->output, "head.weight", D, hp->n_vocab, 0, !hp->tied_output, st)) ||
+      (rc = bind(m, &m->hc_head_fn, "hc_head_fn", N * D, N, 0, true, st)) ||
+      (rc = bind(m, &m->hc_head_base, "hc_head_base", N, 1, 0, true, st)) ||
+      (rc = bind(m, &m->hc_head_scale, "hc_head_scale", 1, 1, 0, true, st)))
+    return rc;
+  return di_model_bind_layers(m, "", bind, 0, st);
+}
+
 di_code di_hf_load(di_model *m, bool use_mmap, di_status *st) {
   char p[4096];
   snprintf(p, sizeof p, "%s/config.json", m->path);
@@ -134,6 +149,7 @@ di_code di_hf_load(di_model *m, bool use_mmap, di_status *st) {
   if (rc) return rc;
   if ((rc = open_shards(m, use_mmap, st))) return rc;
   di_hparams *hp = &m->hp;
+  if (hp->attn_kind == DI_ATTN_DSV4) return bind_v4(m, st);
   /* Gemma 3 HF checkpoints prefix the text model. */
   const char *pre = find(m->st, "model.embed_tokens.weight") ? "model" : "language_model.model";
   char n[160];

@@ -489,6 +489,237 @@ static di_code read_text_config(cfgr *c, const di_arch_desc *ad, di_hparams *hp,
   return cfgr_finish(c);
 }
 
+/* ---- DeepSeek-V4 ----
+ * transformers' DeepseekV4Config with its defaults and legacy spellings
+ * (compress_ratios, compress_rate_csa/hca, num_hash_layers, qk_rope_head_dim,
+ * flat rope_scaling / rope_parameters or the nested {main, compress} one). */
+
+static const char *const v4_attn_names[] = {"sliding_attention", "compressed_sparse_attention",
+                                            "heavily_compressed_attention"};
+
+static di_code v4_int(cfgr *c, const char *key, int *out, int dflt, int lo) {
+  *out = dflt;
+  di_code rc = get_int(c, key, out, false);
+  if (!rc && *out < lo) {
+    char what[64];
+    snprintf(what, sizeof what, "must be at least %d", lo);
+    return bad(c, key, what);
+  }
+  return rc;
+}
+
+static di_code v4_layer_types(cfgr *c, di_hparams *hp, int csa, int hca) {
+  const int n = hp->n_layer;
+  json_t *lt = take(c, "layer_types"), *legacy = take(c, "compress_ratios");
+  if (lt && (!json_is_array(lt) || (int)json_array_size(lt) < n))
+    return bad(c, "layer_types", "must be an array with an entry per layer (num_hidden_layers)");
+  if (!lt && legacy && (!json_is_array(legacy) || (int)json_array_size(legacy) < n))
+    return bad(c, "compress_ratios", "must be an array with an entry per layer (num_hidden_layers)");
+  for (int i = 0; i < n; i++) {
+    int k = -1;
+    if (lt) {
+      const char *s = json_string_value(json_array_get(lt, (size_t)i));
+      for (int j = 0; s && j < 3; j++)
+        if (!strcmp(s, v4_attn_names[j])) k = j;
+      if (k < 0)
+        return unsupported(c, "layer_types", "entries must be sliding_attention, compressed_sparse_attention or "
+                                             "heavily_compressed_attention");
+    } else if (legacy) {
+      json_t *v = json_array_get(legacy, (size_t)i);
+      int r = json_is_integer(v) ? (int)json_integer_value(v) : -1;
+      k = r == 0 ? DI_V4_SWA : r == 4 ? DI_V4_CSA : r == 128 ? DI_V4_HCA : -1;
+      if (k < 0) return unsupported(c, "compress_ratios", "entries must be 0, 4 or 128");
+    } else { /* V4-Pro's default: 2 HCA, then CSA / HCA interleaved */
+      k = i < 2 ? DI_V4_HCA : ((i - 2) % 2 ? DI_V4_CSA : DI_V4_HCA);
+    }
+    hp->v4.attn[i] = (uint8_t)k;
+  }
+  (void)csa, (void)hca;
+  return DI_OK;
+}
+
+static di_code v4_mlp_types(cfgr *c, di_hparams *hp) {
+  const int n = hp->n_layer;
+  int n_hash = 3;
+  json_t *mt = take(c, "mlp_layer_types");
+  di_code rc = get_int(c, "num_hash_layers", &n_hash, false);
+  if (rc) return rc;
+  if (mt && (!json_is_array(mt) || (int)json_array_size(mt) < n))
+    return bad(c, "mlp_layer_types", "must be an array with an entry per layer (num_hidden_layers)");
+  for (int i = 0; i < n; i++) {
+    if (!mt) {
+      hp->v4.hash[i] = i < n_hash;
+      continue;
+    }
+    const char *s = json_string_value(json_array_get(mt, (size_t)i));
+    if (s && !strcmp(s, "hash_moe")) hp->v4.hash[i] = true;
+    else if (s && !strcmp(s, "moe")) hp->v4.hash[i] = false;
+    else return unsupported(c, "mlp_layer_types", "entries must be hash_moe or moe");
+  }
+  return DI_OK;
+}
+
+/* A rope object without its partial_rotary_factor (V4 rotates the trailing
+ * qk_rope dims; the factor is checked against the top-level one). */
+static di_code v4_rope(cfgr *c, json_t *obj, const char *where, double partial, int max_pos, rope_spec *r) {
+  json_t *cp = json_copy(obj);
+  if (!cp) return di_errorf(c->st, DI_ERR_NOMEM, "out of memory");
+  json_t *pf = json_object_get(cp, "partial_rotary_factor");
+  di_code rc = DI_OK;
+  if (pf && (!json_is_number(pf) || fabs(json_number_value(pf) - partial) > 1e-12)) {
+    char k[96];
+    snprintf(k, sizeof k, "%spartial_rotary_factor", where);
+    rc = bad(c, k, "disagrees with partial_rotary_factor");
+  }
+  json_object_del(cp, "partial_rotary_factor");
+  if (!rc) rc = read_rope(cp, c->path, where, max_pos, r, c->st);
+  json_decref(cp);
+  return rc;
+}
+
+static di_code read_v4(cfgr *c, di_hparams *hp) {
+  di_code rc;
+  int n_kv = 1, n_shared = 1, nextn = 0, rate_csa = 4, rate_hca = 128, qk_rope = 0;
+  double partial = 0, scale = 1.5, theta = 10000, ctheta = 160000, limit = 10, eps = 1e-6;
+  bool has_partial = false, has_qk_rope = json_object_get(c->obj, "qk_rope_head_dim") != NULL, flag = false;
+  hp->rms_eps = 1e-6f;
+  if ((rc = get_int(c, "hidden_size", &hp->n_embd, true)) || (rc = get_int(c, "num_hidden_layers", &hp->n_layer, true)) ||
+      (rc = get_int(c, "num_attention_heads", &hp->n_head, true)) || (rc = get_int(c, "vocab_size", &hp->n_vocab, true)) ||
+      (rc = v4_int(c, "num_key_value_heads", &n_kv, 1, 1)) || (rc = v4_int(c, "head_dim", &hp->head_dim, 512, 2)) ||
+      (rc = v4_int(c, "q_lora_rank", &hp->q_lora_rank, 1024, 1)) ||
+      (rc = v4_int(c, "n_routed_experts", &hp->n_expert, 256, 1)) ||
+      (rc = v4_int(c, "num_experts_per_tok", &hp->n_expert_used, 6, 1)) ||
+      (rc = v4_int(c, "moe_intermediate_size", &hp->n_ff_exp, 2048, 1)) ||
+      (rc = v4_int(c, "n_shared_experts", &n_shared, 1, 0)) ||
+      (rc = v4_int(c, "max_position_embeddings", &hp->n_ctx_train, 1048576, 1)) ||
+      (rc = v4_int(c, "hc_mult", &hp->v4.hc_mult, 4, 1)) ||
+      (rc = v4_int(c, "hc_sinkhorn_iters", &hp->v4.hc_iters, 20, 1)) ||
+      (rc = v4_int(c, "sliding_window", &hp->v4.window, 128, 1)) || (rc = v4_int(c, "o_groups", &hp->v4.o_groups, 8, 1)) ||
+      (rc = v4_int(c, "o_lora_rank", &hp->v4.o_lora_rank, 1024, 1)) ||
+      (rc = v4_int(c, "index_n_heads", &hp->v4.idx_heads, 64, 1)) ||
+      (rc = v4_int(c, "index_head_dim", &hp->v4.idx_dim, 128, 2)) ||
+      (rc = v4_int(c, "index_topk", &hp->v4.idx_topk, 512, 1)) ||
+      (rc = get_int(c, "num_nextn_predict_layers", &nextn, false)) || /* MTP: not part of the main forward */
+      (rc = get_int(c, "qk_rope_head_dim", &qk_rope, false)) ||
+      (rc = get_num(c, "partial_rotary_factor", &partial, &has_partial)) ||
+      (rc = get_num(c, "routed_scaling_factor", &scale, NULL)) || (rc = get_num(c, "rope_theta", &theta, NULL)) ||
+      (rc = get_num(c, "compress_rope_theta", &ctheta, NULL)) || (rc = get_num(c, "swiglu_limit", &limit, NULL)) ||
+      (rc = get_num(c, "hc_eps", &eps, NULL)) || (rc = get_float(c, "rms_norm_eps", &hp->rms_eps)) ||
+      (rc = get_int(c, "compress_rate_csa", &rate_csa, false)) || (rc = get_int(c, "compress_rate_hca", &rate_hca, false)) ||
+      (rc = read_act(c, di_arch_find_hf("deepseek_v4"))))
+    return rc;
+  if (hp->n_head <= 0 || hp->n_embd <= 0 || hp->n_layer <= 0)
+    return di_errorf(c->st, DI_ERR_FORMAT, "%s/config.json: sizes must be positive", c->path);
+  if (hp->n_layer > DI_V4_MAX_LAYERS) return unsupported(c, "num_hidden_layers", "over 256 layers");
+  if (n_kv != 1) return unsupported(c, "num_key_value_heads", "DeepSeek-V4 has one latent KV head (1)");
+  if (n_shared != 1) return unsupported(c, "n_shared_experts", "transformers' DeepSeek-V4 has exactly one shared expert");
+  if (hp->n_expert > DI_MOE_MAX_EXPERTS) return unsupported(c, "n_routed_experts", "over the limit of 1024");
+  if (hp->n_expert_used > hp->n_expert) return bad(c, "num_experts_per_tok", "must be in 1..n_routed_experts");
+  json_t *cr = take(c, "compress_rates");
+  if (cr) {
+    if (!json_is_object(cr)) return bad(c, "compress_rates", "must be an object");
+    cfgr rc_ = {0};
+    cfgr_init(&rc_, cr, c->path, "compress_rates.", c->st);
+    rc = get_int(&rc_, "compressed_sparse_attention", &rate_csa, false);
+    if (!rc) rc = get_int(&rc_, "heavily_compressed_attention", &rate_hca, false);
+    if (!rc) rc = cfgr_finish(&rc_);
+    cfgr_done(&rc_);
+    if (rc) return rc;
+  }
+  /* one compressed row per `rate` positions; the pool's 16-position blocks and
+   * the compressor's windows must meet */
+  if (rate_csa < 2 || rate_csa > 4096) return bad(c, "compress_rates.compressed_sparse_attention", "must be in 2..4096");
+  if (rate_hca < 2 || rate_hca > 4096) return bad(c, "compress_rates.heavily_compressed_attention", "must be in 2..4096");
+  hp->v4.csa_rate = rate_csa, hp->v4.hca_rate = rate_hca;
+  if ((rc = v4_layer_types(c, hp, rate_csa, rate_hca)) || (rc = v4_mlp_types(c, hp))) return rc;
+  if (!has_partial) partial = has_qk_rope ? (double)qk_rope / hp->head_dim : 64.0 / 512.0;
+  hp->rope_dim = (int)(hp->head_dim * partial);
+  if (hp->rope_dim <= 0 || hp->rope_dim % 2 || hp->rope_dim > hp->head_dim || hp->rope_dim > hp->v4.idx_dim ||
+      hp->rope_dim > 1024)
+    return bad(c, "partial_rotary_factor", "must give an even rope dimension within head_dim, index_head_dim and 1024");
+  if ((hp->n_head * hp->head_dim) % hp->v4.o_groups) return bad(c, "o_groups", "must divide num_attention_heads * head_dim");
+  if (!(limit > 0)) return bad(c, "swiglu_limit", "must be positive");
+  if (!(eps >= 0)) return bad(c, "hc_eps", "must be non-negative");
+  const char *sf = "sqrtsoftplus";
+  json_t *v;
+  if ((v = take(c, "scoring_func")) && !(sf = json_string_value(v))) return bad(c, "scoring_func", "must be a string");
+  if (!strcmp(sf, "sqrtsoftplus")) hp->moe_score = DI_MOE_SQRTSOFTPLUS;
+  else if (!strcmp(sf, "sigmoid")) hp->moe_score = DI_MOE_SIGMOID;
+  else return unsupported(c, "scoring_func", "is not supported for DeepSeek-V4 (sqrtsoftplus, sigmoid are)");
+  /* transformers' V4 routers always normalize the chosen weights, whatever this says */
+  if ((rc = get_bool(c, "norm_topk_prob", &flag))) return rc;
+  /* training-only: router loss and jitter, and a field transformers maps onto moe_intermediate_size */
+  take(c, "output_router_logits");
+  take(c, "router_aux_loss_coef");
+  take(c, "router_jitter_noise");
+  int inter = hp->n_ff_exp;
+  if ((rc = get_int(c, "intermediate_size", &inter, false))) return rc;
+  if (inter != hp->n_ff_exp) return bad(c, "intermediate_size", "must equal moe_intermediate_size (transformers reads one)");
+  if (take(c, "quantization_config") || take(c, "expert_dtype"))
+    return unsupported(c, "quantization_config", "FP8/FP4 checkpoints are not supported yet; use BF16 or F32");
+  flag = false;
+  if ((rc = get_bool(c, "attention_bias", &flag))) return rc;
+  if (flag) return unsupported(c, "attention_bias", "true is not supported");
+  if ((rc = get_bool(c, "mlp_bias", &flag))) return rc;
+  if (flag) return unsupported(c, "mlp_bias", "true is not supported");
+  hp->tied_output = false;
+  if ((rc = get_bool(c, "tie_word_embeddings", &hp->tied_output))) return rc;
+
+  /* RoPE: sliding layers plain (rope_theta); CSA/HCA layers and both
+   * compressors compress_rope_theta with the file's scaling, cos/sin unscaled
+   * (attention_factor 1 unless given) */
+  rope_spec comp = {0};
+  json_t *rs = take(c, "rope_scaling"), *rp = take(c, "rope_parameters");
+  if (rs && rp) return unsupported(c, "rope_scaling", "given together with rope_parameters");
+  json_t *r = rs ? rs : rp;
+  if (r && !json_is_object(r)) return bad(c, rs ? "rope_scaling" : "rope_parameters", "must be an object");
+  json_t *main_ = r ? json_object_get(r, "main") : NULL, *cmp = r ? json_object_get(r, "compress") : NULL;
+  if (main_ || cmp) {
+    if (!json_is_object(main_) || !json_is_object(cmp))
+      return bad(c, "rope_parameters", "must have both main and compress objects");
+    rope_spec ms;
+    if ((rc = v4_rope(c, main_, "rope_parameters.main.", partial, hp->n_ctx_train, &ms)) ||
+        (rc = v4_rope(c, cmp, "rope_parameters.compress.", partial, hp->n_ctx_train, &comp)))
+      return rc;
+    if (ms.scaling != DI_ROPE_SCALE_NONE) return unsupported(c, "rope_parameters.main", "a scaling other than default");
+    if (ms.has_theta) theta = ms.theta;
+    if (comp.has_theta) ctheta = comp.theta;
+  } else if (r) {
+    json_t *cp = json_copy(r);
+    json_object_del(cp, "rope_theta"); /* the compress branch's base is compress_rope_theta */
+    rc = v4_rope(c, cp, rs ? "rope_scaling." : "rope_parameters.", partial, hp->n_ctx_train, &comp);
+    json_decref(cp);
+    if (rc) return rc;
+  }
+  if (comp.scaling == DI_ROPE_SCALE_YARN && !comp.has_attn_factor) comp.attn_factor = 1.0;
+  if (comp.scaling != DI_ROPE_SCALE_NONE && comp.orig_ctx <= 0) comp.orig_ctx = hp->n_ctx_train;
+  if (comp.scaling == DI_ROPE_SCALE_YARN && comp.factor == 0 && comp.orig_ctx > 0)
+    comp.factor = (double)hp->n_ctx_train / comp.orig_ctx;
+  apply_rope(hp, &comp);
+  hp->rope_base = (float)ctheta;
+  hp->rope_base_local = (float)theta;
+  hp->rope_local_unscaled = true;
+  hp->v4.rope_theta_main = (float)theta;
+  hp->n_head_kv = 1;
+  hp->n_ff = hp->n_ff_exp;
+  hp->n_ff_shexp = hp->n_ff_exp;
+  hp->n_expert_shared = 1;
+  hp->moe_norm_topk = true;
+  hp->moe_scale = (float)scale;
+  hp->v4.swiglu_limit = (float)limit;
+  hp->v4.hc_eps = (float)eps;
+  hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+  int bos = -1, eos = -1;
+  json_t *b = take(c, "bos_token_id"), *e = take(c, "eos_token_id");
+  if (json_is_integer(b)) bos = (int)json_integer_value(b);
+  if (json_is_integer(e)) eos = (int)json_integer_value(e);
+  if (json_is_array(e) && json_array_size(e) && json_is_integer(json_array_get(e, 0)))
+    eos = (int)json_integer_value(json_array_get(e, 0));
+  hp->bos_id = bos;
+  hp->eos_id = eos;
+  return cfgr_finish(c);
+}
+
 /* The same ranges as for GGUF keys (model.c): a value outside them would
  * run into garbage or a huge allocation, so the key is named instead. */
 static di_code check_ranges(const di_hparams *hp, const char *path, di_status *st) {
@@ -546,7 +777,7 @@ di_code di_hf_read_config(di_hparams *hp, json_t *cfg, const char *path, float *
   cfgr c;
   cfgr_init(&c, cfg, path, "", st);
   take(&c, "model_type");
-  di_code rc = read_text_config(&c, ad, hp, st);
+  di_code rc = ad->attn == DI_ATTN_DSV4 ? read_v4(&c, hp) : read_text_config(&c, ad, hp, st);
   cfgr_done(&c);
   return rc ? rc : check_ranges(hp, path, st);
 }

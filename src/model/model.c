@@ -394,7 +394,39 @@ static di_code absorb_prepare(di_model *m, di_layer_weights *L, di_status *st) {
   return DI_OK;
 }
 
-/* A layer's norms and biases as f32, and MLA's absorbed kv_b. */
+/* An integer table (V4's tid2eid: token -> expert ids) as owned int32, every
+ * entry checked to be an expert id. */
+static di_code index_to_i32(di_model *m, di_tensor *t, int n_expert, di_status *st) {
+  if (t->type != DI_I64 && t->type != DI_I32)
+    return di_errorf(st, DI_ERR_FORMAT, "%s: tensor %s: dtype %s, expected I64 or I32", m->path, t->name,
+                     di_dtype_name(t->type));
+  int64_t n = t->ne[0] * t->ne[1];
+  int32_t *dst = (int32_t *)di_model_alloc_f32(m, (size_t)n);
+  if (!dst) return di_errorf(st, DI_ERR_NOMEM, "%s: out of memory converting %s", m->path, t->name);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t v;
+    if (t->type == DI_I64) memcpy(&v, (const uint8_t *)t->data + 8 * i, 8);
+    else {
+      int32_t w;
+      memcpy(&w, (const uint8_t *)t->data + 4 * i, 4);
+      v = w;
+    }
+    if (v < 0 || v >= n_expert)
+      return di_errorf(st, DI_ERR_FORMAT, "%s: tensor %s: entry %lld is %lld, not an expert id in [0, %d)", m->path,
+                       t->name, (long long)i, (long long)v, n_expert);
+    dst[i] = (int32_t)v;
+    for (int64_t j = i - i % t->ne[0]; j < i; j++)
+      if (dst[j] == dst[i])
+        return di_errorf(st, DI_ERR_FORMAT, "%s: tensor %s: row %lld names expert %lld twice", m->path, t->name,
+                         (long long)(i / t->ne[0]), (long long)v);
+  }
+  t->type = DI_I32;
+  t->data = dst;
+  t->row_bytes = (size_t)t->ne[0] * 4;
+  return DI_OK;
+}
+
+/* A layer's norms and biases as f32, MLA's absorbed kv_b, V4's tid2eid as int32. */
 static di_code layer_finish(di_model *m, di_layer_weights *L, di_status *st) {
   di_code rc;
   for (size_t i = 0; i < di_n_layer_tensors; i++) {
@@ -403,6 +435,7 @@ static di_code layer_finish(di_model *m, di_layer_weights *L, di_status *st) {
     di_tensor *t = (di_tensor *)((char *)L + d->off);
     if (t->data && t->type != DI_F32 && (rc = di_model_to_f32(m, t, 0, st))) return rc;
   }
+  if (L->tid2eid.data && (rc = index_to_i32(m, &L->tid2eid, m->hp.n_expert, st))) return rc;
   return L->attn == DI_ATTN_MLA ? absorb_prepare(m, L, st) : DI_OK;
 }
 
@@ -422,9 +455,9 @@ static di_code finish_load(di_model *m, di_status *st) {
                      hp->head_dim);
   if (hp->n_ctx_train <= 0) hp->n_ctx_train = 2048;
   /* Norms and biases become f32 so that every op reads one type. */
-  di_tensor *small[] = {&m->output_norm};
+  di_tensor *small[] = {&m->output_norm, &m->hc_head_base, &m->hc_head_scale};
   di_code rc;
-  for (size_t i = 0; i < 1; i++)
+  for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
     if (small[i]->data && small[i]->type != DI_F32 && (rc = di_model_to_f32(m, small[i], 0, st))) return rc;
   for (int il = 0; il < hp->n_layer; il++)
     if ((rc = layer_finish(m, &m->layers[il], st))) return rc;

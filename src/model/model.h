@@ -15,10 +15,15 @@ typedef enum di_rope_scaling { DI_ROPE_SCALE_NONE = 0, DI_ROPE_SCALE_LINEAR, DI_
 typedef enum di_act { DI_ACT_SILU = 0, DI_ACT_GELU_TANH = 1 } di_act;
 /* A layer's attention: grouped-query (MHA/GQA/MQA over per-head K/V), or
  * multi-head latent attention (DeepSeek-V2/V3: one latent row per token). */
-typedef enum di_attn_kind { DI_ATTN_GQA = 0, DI_ATTN_MLA = 1 } di_attn_kind;
+/* DeepSeek-V4's layers (attn_kind DI_ATTN_DSV4) carry their own kind in
+ * di_hparams.v4.attn: sliding window only, window + CSA, window + HCA. */
+typedef enum di_attn_kind { DI_ATTN_GQA = 0, DI_ATTN_MLA = 1, DI_ATTN_DSV4 = 2 } di_attn_kind;
+typedef enum di_v4_attn { DI_V4_SWA = 0, DI_V4_CSA = 1, DI_V4_HCA = 2 } di_v4_attn;
+/* Most layers a DeepSeek-V4 model may have (per-layer kinds live in di_hparams). */
+#define DI_V4_MAX_LAYERS 256
 /* A layer's feed-forward: one GLU, or routed experts (+ shared experts). */
 typedef enum di_ffn_kind { DI_FFN_DENSE = 0, DI_FFN_MOE = 1 } di_ffn_kind;
-typedef enum di_moe_score { DI_MOE_SOFTMAX = 0, DI_MOE_SIGMOID = 1 } di_moe_score;
+typedef enum di_moe_score { DI_MOE_SOFTMAX = 0, DI_MOE_SIGMOID = 1, DI_MOE_SQRTSOFTPLUS = 2 } di_moe_score;
 /* Expert selection: top-k of all (greedy), top-k within the topk_group best
  * groups by their best score (group_limited_greedy), or by the sum of their two
  * best bias-corrected scores (noaux_tc). */
@@ -81,6 +86,22 @@ typedef struct di_hparams {
   di_act act;
   int32_t bos_id, eos_id;
   int n_nextn;           /* multi-token-prediction layers stored after the main ones (DeepSeek-V3 MTP) */
+  /* DeepSeek-V4 (attn_kind DI_ATTN_DSV4): per layer its attention (di_v4_attn)
+   * and whether its MoE is hash-routed (tid2eid); hyper-connections;
+   * compression rates; the Lightning Indexer; grouped output projection. The
+   * window is v4_window, not sliding_window: every position stays in the pool
+   * (the compressors read them), so the engine must not drop any. */
+  struct {
+    uint8_t attn[DI_V4_MAX_LAYERS];
+    bool hash[DI_V4_MAX_LAYERS];
+    int window, csa_rate, hca_rate;
+    int hc_mult, hc_iters;
+    float hc_eps;
+    int o_groups, o_lora_rank;
+    int idx_heads, idx_dim, idx_topk;
+    float swiglu_limit;
+    float rope_theta_main; /* sliding layers: plain RoPE; CSA/HCA: rope_base (compress_rope_theta) with the scaling */
+  } v4;
 } di_hparams;
 
 /* Is layer il a sliding-window layer? */
@@ -100,6 +121,8 @@ typedef struct di_tensor {
 typedef struct di_layer_weights {
   di_attn_kind attn;
   di_ffn_kind ffn;
+  di_v4_attn v4_attn; /* DI_ATTN_DSV4: the layer's kind (hp->v4.attn[il]) */
+  bool v4_hash;       /* DI_ATTN_DSV4: MoE routed by tid2eid */
   di_tensor attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, attn_post_norm;
   /* MLA: wq (direct) or wq_a -> q_a_norm -> wq_b; wkv_a -> [latent | rope key] */
   di_tensor wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wkv_b, wk_b, wv_b;
@@ -112,6 +135,15 @@ typedef struct di_layer_weights {
   /* MLA's kv_b_proj as f32 per head [H][qk_nope + v][kv_lora], absorbed into
    * the query (k part) and the output (v part) */
   const float *kv_b;
+  /* DeepSeek-V4: hyper-connection maps of the attention and FFN sites; the
+   * single latent KV (wkv -> kv_norm, K = V); grouped output (wo_a per group,
+   * wo_b); per-head sinks; the compressor (wkv/wgate/ape/norm) and the
+   * indexer (its own compressor, wq_b, weights_proj); hash routing table. */
+  di_tensor hc_attn_fn, hc_attn_base, hc_attn_scale, hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
+  di_tensor wkv, kv_norm, wo_a, wo_b, sinks;
+  di_tensor cmp_wkv, cmp_wgate, cmp_ape, cmp_norm;
+  di_tensor idx_wkv, idx_wgate, idx_ape, idx_norm, idx_wq_b, idx_wproj;
+  di_tensor tid2eid;      /* [n_vocab][n_expert_used] expert ids (int32 after load) */
 } di_layer_weights;
 
 /* DeepSeek-V3's multi-token-prediction module (the first one): the embedding
@@ -128,6 +160,7 @@ typedef struct di_model {
   di_hparams hp;
   di_tensor tok_embd, output_norm, output;
   di_tensor rope_freqs;     /* optional per-pair frequency divisors (llama3 GGUF) */
+  di_tensor hc_head_fn, hc_head_base, hc_head_scale; /* DeepSeek-V4: the hyper head before the final norm */
   di_layer_weights *layers;
   di_mtp_weights *mtp;      /* NULL: none loaded */
   char *path;

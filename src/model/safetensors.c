@@ -17,6 +17,8 @@ static di_code parse_dtype(const char *s, di_dtype *t, size_t *es) {
   if (!strcmp(s, "F32")) { *t = DI_F32; *es = 4; }
   else if (!strcmp(s, "F16")) { *t = DI_F16; *es = 2; }
   else if (!strcmp(s, "BF16")) { *t = DI_BF16; *es = 2; }
+  else if (!strcmp(s, "I64")) { *t = DI_I64; *es = 8; } /* index tables (DeepSeek-V4's tid2eid) */
+  else if (!strcmp(s, "I32")) { *t = DI_I32; *es = 4; }
   else return DI_ERR_UNSUPPORTED;
   return DI_OK;
 }

@@ -12,7 +12,7 @@
  * the attention block's post-norm and pre_feedforward_layernorm the FFN's
  * input norm; GGUF names are the same for every architecture. */
 const di_tensor_desc di_layer_tensors[] = {
-    {W(attn_norm), "attn_norm.weight", "input_layernorm.weight", DIM_EMBD, DIM_ONE, 0, DI_W_NORM, false, DIM_ONE},
+    {W(attn_norm), "attn_norm.weight", "input_layernorm.weight", DIM_EMBD, DIM_ONE, DI_T_STD, DI_W_NORM, false, DIM_ONE},
     /* grouped-query attention */
     {W(wq), "attn_q.weight", "self_attn.q_proj.weight", DIM_EMBD, DIM_Q, DI_T_GQA, DI_W_MAT, false, DIM_ONE},
     {W(wk), "attn_k.weight", "self_attn.k_proj.weight", DIM_EMBD, DIM_KV, DI_T_GQA, DI_W_MAT, false, DIM_ONE},
@@ -66,6 +66,48 @@ const di_tensor_desc di_layer_tensors[] = {
     /* Gemma's sandwich norm after the FFN */
     {W(ffn_post_norm), "post_ffw_norm.weight", "post_feedforward_layernorm.weight", DIM_EMBD, DIM_ONE, DI_T_POST,
      DI_W_NORM, false, DIM_ONE},
+    /* DeepSeek-V4, in DeepSeek's own names (the released checkpoints; transformers renames them at load) */
+#define V4(f, hf, a, b, need, kind) {W(f), NULL, hf, a, b, DI_T_V4 | (need), kind, false, DIM_ONE}
+    V4(hc_attn_fn, "hc_attn_fn", DIM_V4_HCD, DIM_V4_MIX, 0, DI_W_MAT),
+    V4(hc_attn_base, "hc_attn_base", DIM_V4_MIX, DIM_ONE, 0, DI_W_BIAS),
+    V4(hc_attn_scale, "hc_attn_scale", DIM_THREE, DIM_ONE, 0, DI_W_BIAS),
+    V4(attn_norm, "attn_norm.weight", DIM_EMBD, DIM_ONE, 0, DI_W_NORM),
+    V4(wq_a, "attn.wq_a.weight", DIM_EMBD, DIM_QLORA, 0, DI_W_MAT),
+    V4(q_a_norm, "attn.q_norm.weight", DIM_QLORA, DIM_ONE, 0, DI_W_NORM),
+    V4(wq_b, "attn.wq_b.weight", DIM_QLORA, DIM_Q, 0, DI_W_MAT),
+    V4(wkv, "attn.wkv.weight", DIM_EMBD, DIM_HEAD, 0, DI_W_MAT),
+    V4(kv_norm, "attn.kv_norm.weight", DIM_HEAD, DIM_ONE, 0, DI_W_NORM),
+    V4(wo_a, "attn.wo_a.weight", DIM_V4_OA_IN, DIM_V4_OA, 0, DI_W_MAT),
+    V4(wo_b, "attn.wo_b.weight", DIM_V4_OA, DIM_EMBD, 0, DI_W_MAT),
+    V4(sinks, "attn.attn_sink", DIM_HEADS, DIM_ONE, 0, DI_W_BIAS),
+    V4(cmp_wkv, "attn.compressor.wkv.weight", DIM_EMBD, DIM_V4_2HEAD, DI_T_V4CSA, DI_W_MAT),
+    V4(cmp_wgate, "attn.compressor.wgate.weight", DIM_EMBD, DIM_V4_2HEAD, DI_T_V4CSA, DI_W_MAT),
+    V4(cmp_ape, "attn.compressor.ape", DIM_V4_2HEAD, DIM_V4_CSA_RATE, DI_T_V4CSA, DI_W_BIAS),
+    V4(cmp_wkv, "attn.compressor.wkv.weight", DIM_EMBD, DIM_HEAD, DI_T_V4HCA, DI_W_MAT),
+    V4(cmp_wgate, "attn.compressor.wgate.weight", DIM_EMBD, DIM_HEAD, DI_T_V4HCA, DI_W_MAT),
+    V4(cmp_ape, "attn.compressor.ape", DIM_HEAD, DIM_V4_HCA_RATE, DI_T_V4HCA, DI_W_BIAS),
+    V4(cmp_norm, "attn.compressor.norm.weight", DIM_HEAD, DIM_ONE, DI_T_V4CSA, DI_W_NORM),
+    V4(cmp_norm, "attn.compressor.norm.weight", DIM_HEAD, DIM_ONE, DI_T_V4HCA, DI_W_NORM),
+    V4(idx_wkv, "attn.indexer.compressor.wkv.weight", DIM_EMBD, DIM_V4_2IDX, DI_T_V4CSA, DI_W_MAT),
+    V4(idx_wgate, "attn.indexer.compressor.wgate.weight", DIM_EMBD, DIM_V4_2IDX, DI_T_V4CSA, DI_W_MAT),
+    V4(idx_ape, "attn.indexer.compressor.ape", DIM_V4_2IDX, DIM_V4_CSA_RATE, DI_T_V4CSA, DI_W_BIAS),
+    V4(idx_norm, "attn.indexer.compressor.norm.weight", DIM_V4_IDX, DIM_ONE, DI_T_V4CSA, DI_W_NORM),
+    V4(idx_wq_b, "attn.indexer.wq_b.weight", DIM_QLORA, DIM_V4_IDXQ, DI_T_V4CSA, DI_W_MAT),
+    V4(idx_wproj, "attn.indexer.weights_proj.weight", DIM_EMBD, DIM_V4_IDXH, DI_T_V4CSA, DI_W_MAT),
+    V4(hc_ffn_fn, "hc_ffn_fn", DIM_V4_HCD, DIM_V4_MIX, 0, DI_W_MAT),
+    V4(hc_ffn_base, "hc_ffn_base", DIM_V4_MIX, DIM_ONE, 0, DI_W_BIAS),
+    V4(hc_ffn_scale, "hc_ffn_scale", DIM_THREE, DIM_ONE, 0, DI_W_BIAS),
+    V4(ffn_norm, "ffn_norm.weight", DIM_EMBD, DIM_ONE, 0, DI_W_NORM),
+    V4(router, "ffn.gate.weight", DIM_EMBD, DIM_NEXP, 0, DI_W_MAT),
+    V4(router_bias, "ffn.gate.bias", DIM_NEXP, DIM_ONE, DI_T_V4ROUTED, DI_W_BIAS),
+    V4(tid2eid, "ffn.gate.tid2eid", DIM_EXP_USED, DIM_VOCAB, DI_T_V4HASH, DI_W_INDEX),
+    {W(exp_gate), NULL, "ffn.experts.%d.w1.weight", DIM_EMBD, DIM_FF_EXP, DI_T_V4, DI_W_MAT, true, DIM_ONE},
+    {W(exp_up), NULL, "ffn.experts.%d.w3.weight", DIM_EMBD, DIM_FF_EXP, DI_T_V4, DI_W_MAT, true, DIM_ONE},
+    {W(exp_down), NULL, "ffn.experts.%d.w2.weight", DIM_FF_EXP, DIM_EMBD, DI_T_V4, DI_W_MAT, true, DIM_ONE},
+    V4(sh_gate, "ffn.shared_experts.w1.weight", DIM_EMBD, DIM_FF_EXP, 0, DI_W_MAT),
+    V4(sh_up, "ffn.shared_experts.w3.weight", DIM_EMBD, DIM_FF_EXP, 0, DI_W_MAT),
+    V4(sh_down, "ffn.shared_experts.w2.weight", DIM_FF_EXP, DIM_EMBD, 0, DI_W_MAT),
+#undef V4
 };
 const size_t di_n_layer_tensors = sizeof di_layer_tensors / sizeof di_layer_tensors[0];
 
@@ -89,12 +131,30 @@ int64_t di_dim_value(const di_hparams *hp, di_dim d) {
     case DIM_NOPE: return hp->qk_nope_dim;
     case DIM_VHEAD: return hp->v_head_dim;
     case DIM_HEADS: return hp->n_head;
+    case DIM_VOCAB: return hp->n_vocab;
+    case DIM_THREE: return 3;
+    case DIM_EXP_USED: return hp->n_expert_used;
+    case DIM_V4_MIX: return (int64_t)(2 + hp->v4.hc_mult) * hp->v4.hc_mult;
+    case DIM_V4_HCD: return (int64_t)hp->v4.hc_mult * hp->n_embd;
+    case DIM_V4_OA_IN: return hp->v4.o_groups > 0 ? (int64_t)hp->n_head * hp->head_dim / hp->v4.o_groups : 0;
+    case DIM_V4_OA: return (int64_t)hp->v4.o_groups * hp->v4.o_lora_rank;
+    case DIM_V4_2HEAD: return 2 * (int64_t)hp->head_dim;
+    case DIM_V4_CSA_RATE: return hp->v4.csa_rate;
+    case DIM_V4_HCA_RATE: return hp->v4.hca_rate;
+    case DIM_V4_IDX: return hp->v4.idx_dim;
+    case DIM_V4_2IDX: return 2 * (int64_t)hp->v4.idx_dim;
+    case DIM_V4_IDXQ: return (int64_t)hp->v4.idx_heads * hp->v4.idx_dim;
+    case DIM_V4_IDXH: return hp->v4.idx_heads;
   }
   return 0;
 }
 
 unsigned di_layer_bits(const di_hparams *hp, const di_layer_weights *L) {
   unsigned b = 0;
+  if (L->attn == DI_ATTN_DSV4)
+    return DI_T_V4 | (L->v4_attn == DI_V4_CSA ? DI_T_V4CSA : 0) | (L->v4_attn == DI_V4_HCA ? DI_T_V4HCA : 0) |
+           (L->v4_hash ? DI_T_V4HASH : DI_T_V4ROUTED);
+  b |= DI_T_STD;
   if (L->attn == DI_ATTN_MLA)
     b |= DI_T_MLA | (hp->q_lora_rank > 0 ? DI_T_QLORA : DI_T_NOQLORA) | (hp->mla_kv_b_split ? DI_T_KVB_SPLIT : DI_T_KVB);
   else b |= DI_T_GQA;
@@ -121,7 +181,7 @@ static di_code bind_experts(di_model *m, const di_tensor_desc *d, di_tensor **sl
   if (hf_prefix) {
     for (int e = 0; e < E; e++) {
       snprintf(n2, sizeof n2, d->hf, e);
-      snprintf(n, sizeof n, "%s.layers.%d.%s", hf_prefix, il, n2);
+      snprintf(n, sizeof n, "%s%slayers.%d.%s", hf_prefix, *hf_prefix ? "." : "", il, n2);
       if ((rc = bind(m, &t[e], n, ne0, ne1, 0, true, st))) return rc;
     }
     return DI_OK;
@@ -143,6 +203,7 @@ static di_code bind_layer(di_model *m, di_layer_weights *L, int il, const char *
   di_code rc;
   L->attn = hp->attn_kind;
   L->ffn = di_hparams_layer_ffn(hp, il);
+  if (L->attn == DI_ATTN_DSV4) L->v4_attn = (di_v4_attn)hp->v4.attn[il], L->v4_hash = hp->v4.hash[il];
   unsigned bits = di_layer_bits(hp, L);
   for (size_t i = 0; i < di_n_layer_tensors; i++) {
     const di_tensor_desc *d = &di_layer_tensors[i];
@@ -155,7 +216,7 @@ static di_code bind_layer(di_model *m, di_layer_weights *L, int il, const char *
     }
     di_tensor *t = (di_tensor *)((char *)L + d->off);
     char n[192];
-    if (hf_prefix) snprintf(n, sizeof n, "%s.layers.%d.%s", hf_prefix, il, nm);
+    if (hf_prefix) snprintf(n, sizeof n, "%s%slayers.%d.%s", hf_prefix, *hf_prefix ? "." : "", il, nm);
     else snprintf(n, sizeof n, "blk.%d.%s", il, nm);
     if ((rc = bind(m, t, n, ne0, ne1, d->sub == DIM_ONE ? 0 : di_dim_value(hp, d->sub), true, st))) return rc;
     if (hf_prefix && d->kind == DI_W_NORM && t->data && norm_offset != 0 && (rc = di_model_to_f32(m, t, norm_offset, st)))

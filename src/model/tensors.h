@@ -21,6 +21,15 @@ typedef enum di_dim {
   DIM_VOUT,    /* n_head * v_head_dim */
   DIM_NEXP, DIM_FF_EXP, DIM_FF_SHEXP,
   DIM_NOPE, DIM_VHEAD, DIM_HEADS,
+  /* DeepSeek-V4 */
+  DIM_VOCAB, DIM_THREE, DIM_EXP_USED,
+  DIM_V4_MIX,     /* (2 + hc_mult) * hc_mult: pre, post, comb */
+  DIM_V4_HCD,     /* hc_mult * hidden */
+  DIM_V4_OA_IN,   /* n_head * head_dim / o_groups */
+  DIM_V4_OA,      /* o_groups * o_lora_rank */
+  DIM_V4_2HEAD,   /* 2 * head_dim: CSA's two overlapping series */
+  DIM_V4_CSA_RATE, DIM_V4_HCA_RATE,
+  DIM_V4_IDX, DIM_V4_2IDX, DIM_V4_IDXQ, DIM_V4_IDXH,
 } di_dim;
 
 /* Which layers have a tensor: all of `need`'s bits must hold for the layer. */
@@ -30,6 +39,8 @@ enum {
   DI_T_POST = 1 << 8, DI_T_NOPOST = 1 << 9, DI_T_SELBIAS = 1 << 10, DI_T_SHARED = 1 << 11,
   DI_T_KVB = 1 << 12,      /* MLA kv_b_proj as one matrix (HF, older GGUFs) */
   DI_T_KVB_SPLIT = 1 << 13, /* as llama.cpp's converter splits it: attn_k_b (transposed) + attn_v_b */
+  DI_T_STD = 1 << 14,       /* every architecture but DeepSeek-V4 (which names its norms apart) */
+  DI_T_V4 = 1 << 15, DI_T_V4CSA = 1 << 16, DI_T_V4HCA = 1 << 17, DI_T_V4HASH = 1 << 18, DI_T_V4ROUTED = 1 << 19,
 };
 
 typedef enum di_wkind {
@@ -37,6 +48,7 @@ typedef enum di_wkind {
   DI_W_NORM,   /* RMSNorm weight: f32, plus the architecture's HF offset */
   DI_W_BIAS,   /* bias / selection bias: f32 */
   DI_W_ABSORB, /* MLA kv_b: converted to f32 per head for absorption */
+  DI_W_INDEX,  /* integer table (V4's tid2eid): int32 after load, range-checked */
 } di_wkind;
 
 typedef struct di_tensor_desc {

@@ -1,0 +1,274 @@
+/* DeepSeek-V4 attention: one latent KV head (K = V) per position, queries
+ * per head RMS-normed, partial interleaved RoPE on the trailing rope dims
+ * (plain rope_theta on sliding layers; compress_rope_theta with the file's
+ * YaRN on CSA/HCA layers and both compressors), a learned sink per head in
+ * the softmax's denominator, and the grouped low-rank output projection.
+ *
+ * Every layer sees the last `sliding_window` raw rows. CSA and HCA layers add
+ * compressed rows: one per closed window of `rate` positions, the softmax-gated
+ * (per channel) pool of the window's projected rows plus, for CSA, the previous
+ * window's second series (overlapping windows of 2*rate), then kv_norm and RoPE
+ * at the window's first position. HCA attends every closed row; CSA attends
+ * the index_topk rows the Lightning Indexer scores best (its own compressed
+ * keys, ReLU'd per-head dot products weighted per token), ties to the lower row.
+ *
+ * A row is written by the token at its window's last position, after every
+ * token of the batch stored its projections (dsv4.h: the pool row layout), so
+ * all of it is a function of the prefix: the same bits for any chunking or
+ * batch, and for prefix-cache hits. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "graph/dsv4.h"
+
+static float *row_at(const stage_ctx *c, int t, int pos) {
+  const di_kv_pool *kv = c->kv;
+  const di_batch_seq *s = &c->b->seqs[c->b->seq[t]];
+  int32_t blk = s->blocks[pos / kv->block_size];
+  return (float *)di_kv_k(kv, blk, c->loc.layer) + (size_t)(pos % kv->block_size) * (size_t)kv->kv_dim;
+}
+
+static int layer_rate(const di_hparams *hp, const di_layer_weights *L) {
+  return L->v4_attn == DI_V4_CSA ? hp->v4.csa_rate : hp->v4.hca_rate;
+}
+
+/* RoPE on the trailing rd dims of x; inverse: the conjugate rotation */
+static void rope_tail(float *x, int dim, const float *cs, int rd, bool inverse) {
+  float ncs[2 * 1024];
+  if (inverse) {
+    for (int i = 0; i < rd / 2; i++) ncs[2 * i] = cs[2 * i], ncs[2 * i + 1] = -cs[2 * i + 1];
+    cs = ncs;
+  }
+  di_cpu_rope(x + dim - rd, cs, rd, DI_ROPE_NORM);
+}
+
+static void rms_unweighted(float *x, int n, float eps) {
+  float sum = 0;
+  for (int i = 0; i < n; i++) sum += x[i] * x[i];
+  const float r = 1.0f / sqrtf(sum / (float)n + eps);
+  for (int i = 0; i < n; i++) x[i] *= r;
+}
+
+static void st_qa_norm(stage_ctx *c, int t) {
+  const di_hparams *hp = &c->f->m->hp;
+  float *qa = c->f->v4->qa + (size_t)t * hp->q_lora_rank;
+  di_cpu_rms_norm(qa, c->L->q_a_norm.data, qa, hp->q_lora_rank, hp->rms_eps);
+}
+
+/* queries normed and roped; this position's row into the pool */
+static void st_store(stage_ctx *c, int t) {
+  di_forward_ctx *f = c->f;
+  const di_hparams *hp = &f->m->hp;
+  const di_layer_weights *L = c->L;
+  const int H = hp->n_head, hd = hp->head_dim, rd = hp->rope_dim, p = c->b->pos[t];
+  const v4_layout lay = di_v4_layout(hp, L->v4_attn);
+  const float *cs = (L->v4_attn == DI_V4_SWA ? f->v4->rope_m : f->v4->rope_c) + (size_t)t * rd;
+  for (int h = 0; h < H; h++) {
+    float *q = f->q + ((size_t)t * H + h) * hd;
+    rms_unweighted(q, hd, hp->rms_eps);
+    rope_tail(q, hd, cs, rd, false);
+  }
+  float *row = row_at(c, t, p);
+  di_cpu_rms_norm(f->v4->kvp + (size_t)t * hd, L->kv_norm.data, row + lay.kv, hd, hp->rms_eps);
+  rope_tail(row + lay.kv, hd, cs, rd, false);
+  if (L->v4_attn == DI_V4_SWA) return;
+  const int cw = lay.c * hd, slot = p % layer_rate(hp, L);
+  const float *ape = (const float *)L->cmp_ape.data + (size_t)slot * cw;
+  for (int i = 0; i < cw; i++) {
+    row[lay.ckv + i] = f->v4->ckv[(size_t)t * cw + i];
+    row[lay.cg + i] = f->v4->cg[(size_t)t * cw + i] + ape[i];
+  }
+  if (L->v4_attn != DI_V4_CSA) return;
+  const int id = hp->v4.idx_dim, iw = 2 * id;
+  const float *iape = (const float *)L->idx_ape.data + (size_t)slot * iw;
+  for (int i = 0; i < iw; i++) {
+    row[lay.ikv + i] = f->v4->ikv[(size_t)t * iw + i];
+    row[lay.ig + i] = f->v4->ig[(size_t)t * iw + i] + iape[i];
+  }
+  for (int h = 0; h < hp->v4.idx_heads; h++) rope_tail(f->v4->iq + ((size_t)t * hp->v4.idx_heads + h) * id, id, cs, rd, false);
+}
+
+/* Window w's compressed row of width dim: per channel, softmax over the
+ * window's gates (and, overlapping, the previous window's first series) of
+ * the projected values; then the weighted RMSNorm and RoPE at w * rate. */
+static void compress_window(const stage_ctx *c, int t, int w, int rate, int dim, bool overlap, int okv, int og,
+                            const float *norm_w, float *out) {
+  const di_hparams *hp = &c->f->m->hp;
+  const int rd = hp->rope_dim, second = overlap ? dim : 0;
+  float *mx = malloc(3 * (size_t)dim * sizeof(float)), *den = mx + dim, *acc = den + dim;
+  for (int ch = 0; ch < dim; ch++) mx[ch] = -INFINITY, den[ch] = 0, acc[ch] = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int s = overlap && w > 0 ? -rate : 0; s < rate; s++) {
+      const float *r = row_at(c, t, w * rate + s);
+      const int o = s < 0 ? 0 : second; /* previous window: its first series; this one: its last */
+      for (int ch = 0; ch < dim; ch++) {
+        const float g = r[og + o + ch];
+        if (pass == 0) {
+          if (g > mx[ch]) mx[ch] = g;
+        } else {
+          const float e = expf(g - mx[ch]);
+          den[ch] += e;
+          acc[ch] += e * r[okv + o + ch];
+        }
+      }
+    }
+  for (int ch = 0; ch < dim; ch++) acc[ch] /= den[ch];
+  di_cpu_rms_norm(acc, norm_w, out, dim, hp->rms_eps);
+  float cs[2 * 1024];
+  di_cpu_rope_cache(cs, w * rate, rd, hp->rope_base, hp, true, NULL);
+  rope_tail(out, dim, cs, rd, false);
+  free(mx);
+}
+
+static void st_compress(stage_ctx *c, int t) {
+  const di_hparams *hp = &c->f->m->hp;
+  const di_layer_weights *L = c->L;
+  const int p = c->b->pos[t], rate = layer_rate(hp, L);
+  if ((p + 1) % rate) return;
+  const v4_layout lay = di_v4_layout(hp, L->v4_attn);
+  const bool csa = L->v4_attn == DI_V4_CSA;
+  float *row = row_at(c, t, p);
+  compress_window(c, t, p / rate, rate, hp->head_dim, csa, lay.ckv, lay.cg, L->cmp_norm.data, row + lay.cmp);
+  if (csa) compress_window(c, t, p / rate, rate, hp->v4.idx_dim, true, lay.ikv, lay.ig, L->idx_norm.data, row + lay.icmp);
+}
+
+typedef struct scored {
+  float s;
+  int i;
+} scored;
+
+static int by_score(const void *a, const void *b) {
+  const scored *x = a, *y = b;
+  if (x->s != y->s) return x->s > y->s ? -1 : 1;
+  return x->i - y->i;
+}
+
+static int by_index(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* The Lightning Indexer: of the n closed rows, the index_topk best scored
+ * ones, into sel (ascending); returns how many. */
+static int indexer_select(const stage_ctx *c, int t, int n, const v4_layout *lay, int *sel, scored *sc) {
+  const di_hparams *hp = &c->f->m->hp;
+  const int IH = hp->v4.idx_heads, id = hp->v4.idx_dim, rate = hp->v4.csa_rate, k = hp->v4.idx_topk;
+  if (n <= k) {
+    for (int i = 0; i < n; i++) sel[i] = i;
+    return n;
+  }
+  const float *q = c->f->v4->iq + (size_t)t * IH * id, *wt = c->f->v4->iw + (size_t)t * IH;
+  const float qs = 1.0f / sqrtf((float)id), ws = 1.0f / sqrtf((float)IH);
+  for (int e = 0; e < n; e++) {
+    const float *key = row_at(c, t, e * rate + rate - 1) + lay->icmp;
+    float s = 0;
+    for (int h = 0; h < IH; h++) {
+      float d = 0;
+      for (int i = 0; i < id; i++) d += q[(size_t)h * id + i] * key[i];
+      s += (d > 0 ? d : 0) * qs * (wt[h] * ws);
+    }
+    sc[e] = (scored){s, e};
+  }
+  qsort(sc, (size_t)n, sizeof *sc, by_score);
+  for (int i = 0; i < k; i++) sel[i] = sc[i].i;
+  qsort(sel, (size_t)k, sizeof *sel, by_index);
+  return k;
+}
+
+static void st_attend(stage_ctx *c, int t) {
+  di_forward_ctx *f = c->f;
+  const di_hparams *hp = &f->m->hp;
+  const di_layer_weights *L = c->L;
+  const int H = hp->n_head, hd = hp->head_dim, rd = hp->rope_dim, p = c->b->pos[t], W = hp->v4.window;
+  const v4_layout lay = di_v4_layout(hp, L->v4_attn);
+  const int lo = p - W + 1 > 0 ? p - W + 1 : 0, nw = p - lo + 1;
+  int rate = 1, n = 0;
+  if (L->v4_attn != DI_V4_SWA) rate = layer_rate(hp, L), n = (p + 1) / rate;
+  int *sel = malloc(((size_t)n + 1) * sizeof *sel);
+  scored *scr = malloc(((size_t)n + 1) * sizeof *scr);
+  const float **keys = malloc(((size_t)nw + n) * sizeof *keys);
+  float *s = malloc(((size_t)nw + n) * sizeof *s);
+  int ns = 0;
+  if (L->v4_attn == DI_V4_CSA) ns = indexer_select(c, t, n, &lay, sel, scr);
+  else
+    for (int i = 0; i < n; i++) sel[ns++] = i;
+  int nk = 0;
+  for (int j = lo; j <= p; j++) keys[nk++] = row_at(c, t, j) + lay.kv;
+  for (int i = 0; i < ns; i++) keys[nk++] = row_at(c, t, sel[i] * rate + rate - 1) + lay.cmp;
+  const float *cs = (L->v4_attn == DI_V4_SWA ? f->v4->rope_m : f->v4->rope_c) + (size_t)t * rd;
+  const float scale = hp->attn_scale, *sinks = L->sinks.data;
+  for (int h = 0; h < H; h++) {
+    const float *q = f->q + ((size_t)t * H + h) * hd;
+    float m = sinks[h];
+    for (int j = 0; j < nk; j++) {
+      float d = 0;
+      for (int i = 0; i < hd; i++) d += q[i] * keys[j][i];
+      s[j] = d * scale;
+      if (s[j] > m) m = s[j];
+    }
+    float den = expf(sinks[h] - m), *o = f->att + ((size_t)t * H + h) * hd;
+    for (int i = 0; i < hd; i++) o[i] = 0;
+    for (int j = 0; j < nk; j++) {
+      const float e = expf(s[j] - m);
+      den += e;
+      for (int i = 0; i < hd; i++) o[i] += e * keys[j][i];
+    }
+    for (int i = 0; i < hd; i++) o[i] /= den;
+    rope_tail(o, hd, cs, rd, true); /* V carries the keys' rope: rotate it back at the query's position */
+  }
+  free(sel), free(scr), free(keys), free(s);
+}
+
+/* group g's slice of every token's heads, contiguous */
+static void st_group_in(stage_ctx *c, int t) {
+  const di_hparams *hp = &c->f->m->hp;
+  const size_t in = (size_t)hp->n_head * hp->head_dim / hp->v4.o_groups, g = (size_t)c->loc.table;
+  memcpy(c->f->v4->og + t * in, c->f->att + (size_t)t * hp->n_head * hp->head_dim + g * in, in * sizeof(float));
+}
+
+static void st_group_out(stage_ctx *c, int t) {
+  const di_hparams *hp = &c->f->m->hp;
+  const size_t r = (size_t)hp->v4.o_lora_rank, g = (size_t)c->loc.table;
+  memcpy(c->f->v4->oa + (size_t)t * hp->v4.o_groups * r + g * r, c->f->v4->ot + t * r, r * sizeof(float));
+}
+
+di_code di_fwd_v4_attn(stage_ctx *sc, int il, di_status *st) {
+  (void)il, (void)st;
+  di_forward_ctx *f = sc->f;
+  const di_hparams *hp = &f->m->hp;
+  const di_layer_weights *L = sc->L;
+  const int T = sc->b->n_tokens;
+  di_v4_scratch *v = f->v4;
+  const di_tensor *w1[] = {&L->wq_a, &L->wkv};
+  float *y1[] = {v->qa, v->kvp};
+  di_fwd_matmul_n(f, w1, y1, 2, f->xn, T);
+  if (L->v4_attn != DI_V4_SWA) {
+    const di_tensor *w2[] = {&L->cmp_wkv, &L->cmp_wgate};
+    float *y2[] = {v->ckv, v->cg};
+    di_fwd_matmul_n(f, w2, y2, 2, f->xn, T);
+  }
+  if (L->v4_attn == DI_V4_CSA) {
+    const di_tensor *w3[] = {&L->idx_wkv, &L->idx_wgate, &L->idx_wproj};
+    float *y3[] = {v->ikv, v->ig, v->iw};
+    di_fwd_matmul_n(f, w3, y3, 3, f->xn, T);
+  }
+  di_fwd_par_tokens(sc, st_qa_norm);
+  di_fwd_matmul(f, &L->wq_b, v->qa, T, f->q);
+  if (L->v4_attn == DI_V4_CSA) di_fwd_matmul(f, &L->idx_wq_b, v->qa, T, v->iq);
+  di_fwd_par_tokens(sc, st_store);
+  if (L->v4_attn != DI_V4_SWA) di_fwd_par_tokens(sc, st_compress);
+  di_fwd_par_tokens(sc, st_attend);
+  /* grouped output: each group of heads through its own o_lora_rank rows of wo_a */
+  const int G = hp->v4.o_groups, r = hp->v4.o_lora_rank;
+  for (int g = 0; g < G; g++) {
+    stage_ctx c = *sc;
+    c.loc.table = g;
+    di_fwd_par_tokens(&c, st_group_in);
+    di_tensor wg = L->wo_a;
+    wg.ne[1] = r;
+    wg.data = (const uint8_t *)L->wo_a.data + (size_t)g * r * L->wo_a.row_bytes;
+    di_fwd_matmul(f, &wg, v->og, T, v->ot);
+    di_fwd_par_tokens(&c, st_group_out);
+  }
+  di_fwd_matmul(f, &L->wo_b, v->oa, T, f->tmp);
+  return DI_OK;
+}

@@ -1,0 +1,232 @@
+/* DeepSeek-V4's layer sequence. The residual is hc_mult streams per token
+ * (manifold-constrained hyper-connections): at each block a learned map of the
+ * normalized streams gives pre (collapse the streams into the block's input),
+ * post (spread its output back) and comb (mix the streams, Sinkhorn-Knopp
+ * normalized to a doubly-stochastic matrix), in place of the residual add;
+ * after the last layer the hyper head collapses them once more before the
+ * final norm. Attention (attn_dsv4.c) and MoE (ffn_dsv4.c) are the blocks. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "graph/dsv4.h"
+
+v4_layout di_v4_layout(const di_hparams *hp, di_v4_attn kind) {
+  const int hd = hp->head_dim, id = hp->v4.idx_dim;
+  v4_layout l = {.kv = 0, .width = hd, .ckv = -1, .cg = -1, .cmp = -1, .ikv = -1, .ig = -1, .icmp = -1};
+  if (kind == DI_V4_SWA) return l;
+  l.c = kind == DI_V4_CSA ? 2 : 1;
+  l.ckv = hd, l.cg = hd + l.c * hd, l.cmp = hd + 2 * l.c * hd, l.width = l.cmp + hd;
+  if (kind == DI_V4_CSA) l.ikv = l.width, l.ig = l.ikv + 2 * id, l.icmp = l.ig + 2 * id, l.width = l.icmp + id;
+  return l;
+}
+
+void di_fwd_v4_kv_spec(const di_model *m, di_kv_spec *s) {
+  const di_hparams *hp = &m->hp;
+  int w = 0;
+  for (int il = 0; il < hp->n_layer; il++) {
+    int x = di_v4_layout(hp, (di_v4_attn)hp->v4.attn[il]).width;
+    if (x > w) w = x;
+  }
+  *s = (di_kv_spec){.n_layers = hp->n_layer, .kv_dim = w, .v_in_k = true, .type = DI_KV_F32};
+}
+
+di_code di_fwd_v4_alloc(di_forward_ctx *f) {
+  const di_hparams *hp = &f->m->hp;
+  const size_t T = (size_t)f->max_tokens, N = (size_t)hp->v4.hc_mult, D = (size_t)hp->n_embd;
+  const size_t hd = (size_t)hp->head_dim, id = (size_t)hp->v4.idx_dim, ih = (size_t)hp->v4.idx_heads;
+  di_v4_scratch *v = calloc(1, sizeof *v);
+  if (!v) return DI_ERR_NOMEM;
+  f->v4 = v;
+  v->X = malloc(T * N * D * sizeof(float));
+  v->hcn = malloc(T * N * D * sizeof(float));
+  v->mix = malloc(T * (2 + N) * N * sizeof(float));
+  v->post = malloc(T * N * sizeof(float));
+  v->comb = malloc(T * N * N * sizeof(float));
+  v->qa = malloc(T * (size_t)hp->q_lora_rank * sizeof(float));
+  v->kvp = malloc(T * hd * sizeof(float));
+  v->ckv = malloc(T * 2 * hd * sizeof(float));
+  v->cg = malloc(T * 2 * hd * sizeof(float));
+  v->ikv = malloc(T * 2 * id * sizeof(float));
+  v->ig = malloc(T * 2 * id * sizeof(float));
+  v->iw = malloc(T * ih * sizeof(float));
+  v->iq = malloc(T * ih * id * sizeof(float));
+  v->og = malloc(T * (size_t)hp->n_head * hd * sizeof(float));
+  v->oa = malloc(T * (size_t)hp->v4.o_groups * (size_t)hp->v4.o_lora_rank * sizeof(float));
+  v->ot = malloc(T * (size_t)hp->v4.o_lora_rank * sizeof(float));
+  v->rope_m = malloc(T * (size_t)hp->rope_dim * sizeof(float));
+  v->rope_c = malloc(T * (size_t)hp->rope_dim * sizeof(float));
+  bool ok = v->X && v->hcn && v->mix && v->post && v->comb && v->qa && v->kvp && v->ckv && v->cg && v->ikv && v->ig &&
+            v->iw && v->iq && v->og && v->oa && v->ot && v->rope_m && v->rope_c;
+  return ok ? DI_OK : DI_ERR_NOMEM;
+}
+
+void di_fwd_v4_free(di_forward_ctx *f) {
+  di_v4_scratch *v = f->v4;
+  if (!v) return;
+  free(v->X), free(v->hcn), free(v->mix), free(v->post), free(v->comb), free(v->qa), free(v->kvp), free(v->ckv);
+  free(v->cg), free(v->ikv), free(v->ig), free(v->iw), free(v->iq), free(v->og), free(v->oa), free(v->rope_m);
+  free(v->rope_c), free(v->ot);
+  free(v);
+  f->v4 = NULL;
+}
+
+/* ---- hyper-connections ---- */
+
+typedef struct hc_site {
+  const di_tensor *fn, *base, *scale, *norm;
+} hc_site;
+
+/* streams of token t, flattened, times 1/rms (transformers' unweighted RMSNorm) */
+static void st_hc_norm(stage_ctx *c, int t) {
+  const di_hparams *hp = &c->f->m->hp;
+  const int n = hp->v4.hc_mult * hp->n_embd;
+  const float *x = c->f->v4->X + (size_t)t * n;
+  float *y = c->f->v4->hcn + (size_t)t * n;
+  double ss = 0;
+  for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+  float r = 1.0f / sqrtf((float)(ss / n) + hp->rms_eps);
+  for (int i = 0; i < n; i++) y[i] = x[i] * r;
+}
+
+static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* pre, post and the Sinkhorn-normalized comb from the mix; the collapsed
+ * input in f->x, its block norm in f->xn */
+
+static void st_hc_pre(stage_ctx *c, int t) {
+  di_forward_ctx *f = c->f;
+  const di_hparams *hp = &f->m->hp;
+  const int N = hp->v4.hc_mult, D = hp->n_embd, M = (2 + N) * N;
+  const hc_site *s = (const hc_site *)c->prep_x; /* the site rides in prep_x (no matmul prep here) */
+  const float *mix = f->v4->mix + (size_t)t * M, *b = s->base->data, *sc = s->scale->data;
+  const float eps = hp->v4.hc_eps;
+  float pre[16], *post = f->v4->post + (size_t)t * N, *comb = f->v4->comb + (size_t)t * N * N;
+  for (int j = 0; j < N; j++) pre[j] = sigmoidf_(mix[j] * sc[0] + b[j]) + eps;
+  for (int j = 0; j < N; j++) post[j] = 2.0f * sigmoidf_(mix[N + j] * sc[1] + b[N + j]);
+  for (int j = 0; j < N; j++) { /* softmax over each row, + eps */
+    float *row = comb + j * N, mx = -INFINITY, sum = 0;
+    for (int k = 0; k < N; k++) {
+      row[k] = mix[2 * N + j * N + k] * sc[2] + b[2 * N + j * N + k];
+      if (row[k] > mx) mx = row[k];
+    }
+    for (int k = 0; k < N; k++) sum += row[k] = expf(row[k] - mx);
+    for (int k = 0; k < N; k++) row[k] = row[k] / sum + eps;
+  }
+  for (int it = 0; it < hp->v4.hc_iters; it++) {
+    if (it > 0)
+      for (int j = 0; j < N; j++) { /* rows */
+        float sum = 0;
+        for (int k = 0; k < N; k++) sum += comb[j * N + k];
+        for (int k = 0; k < N; k++) comb[j * N + k] /= sum + eps;
+      }
+    for (int k = 0; k < N; k++) { /* columns */
+      float sum = 0;
+      for (int j = 0; j < N; j++) sum += comb[j * N + k];
+      for (int j = 0; j < N; j++) comb[j * N + k] /= sum + eps;
+    }
+  }
+  const float *X = f->v4->X + (size_t)t * N * D;
+  float *x = f->x + (size_t)t * D;
+  for (int d = 0; d < D; d++) {
+    float a = 0;
+    for (int j = 0; j < N; j++) a += pre[j] * X[(size_t)j * D + d];
+    x[d] = a;
+  }
+  di_cpu_rms_norm(x, s->norm->data, f->xn + (size_t)t * D, D, hp->rms_eps);
+}
+
+/* streams <- post * out + comb^T streams */
+static void st_hc_post(stage_ctx *c, int t) {
+  di_forward_ctx *f = c->f;
+  const di_hparams *hp = &f->m->hp;
+  const int N = hp->v4.hc_mult, D = hp->n_embd;
+  float *X = f->v4->X + (size_t)t * N * D, old[16];
+  const float *o = f->tmp + (size_t)t * D, *post = f->v4->post + (size_t)t * N, *comb = f->v4->comb + (size_t)t * N * N;
+  for (int d = 0; d < D; d++) {
+    for (int j = 0; j < N; j++) old[j] = X[(size_t)j * D + d];
+    for (int k = 0; k < N; k++) {
+      float a = post[k] * o[d];
+      for (int j = 0; j < N; j++) a += comb[j * N + k] * old[j];
+      X[(size_t)k * D + d] = a;
+    }
+  }
+}
+
+static void hc_pre(stage_ctx *sc, const hc_site *s) {
+  di_forward_ctx *f = sc->f;
+  di_fwd_par_tokens(sc, st_hc_norm);
+  di_fwd_matmul(f, s->fn, f->v4->hcn, sc->b->n_tokens, f->v4->mix);
+  stage_ctx c = *sc;
+  c.prep_x = (const float *)s;
+  di_fwd_par_tokens(&c, st_hc_pre);
+}
+
+/* the hyper head: streams collapsed by sigmoid(mix * scale + base) + eps, then the final norm */
+static void st_head(stage_ctx *c, int t) {
+  di_forward_ctx *f = c->f;
+  const di_model *m = f->m;
+  const int N = m->hp.v4.hc_mult, D = m->hp.n_embd;
+  const float *mix = f->v4->mix + (size_t)t * N, *b = m->hc_head_base.data, sc = ((const float *)m->hc_head_scale.data)[0];
+  const float *X = f->v4->X + (size_t)t * N * D;
+  float pre[16], *x = f->x + (size_t)t * D;
+  for (int j = 0; j < N; j++) pre[j] = sigmoidf_(mix[j] * sc + b[j]) + m->hp.v4.hc_eps;
+  for (int d = 0; d < D; d++) {
+    float a = 0;
+    for (int j = 0; j < N; j++) a += pre[j] * X[(size_t)j * D + d];
+    x[d] = a;
+  }
+}
+
+static void st_ropes(stage_ctx *c, int t) {
+  di_forward_ctx *f = c->f;
+  const di_hparams *hp = &f->m->hp;
+  const int rd = hp->rope_dim;
+  di_cpu_rope_cache(f->v4->rope_m + (size_t)t * rd, c->b->pos[t], rd, hp->v4.rope_theta_main, hp, false, NULL);
+  di_cpu_rope_cache(f->v4->rope_c + (size_t)t * rd, c->b->pos[t], rd, hp->rope_base, hp, true, NULL);
+}
+
+di_code di_fwd_v4(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
+  const di_model *m = f->m;
+  const di_hparams *hp = &m->hp;
+  const int T = b->n_tokens, D = hp->n_embd, N = hp->v4.hc_mult;
+  if (kv->type != DI_KV_F32 || b->n_swa_tables)
+    return di_errorf(st, DI_ERR_INVALID, "forward: DeepSeek-V4 needs an f32 KV pool without window tables");
+  if (N > 16) return di_errorf(st, DI_ERR_UNSUPPORTED, "forward: hc_mult %d over 16", N);
+  di_code rc;
+  for (int t = 0; t < T; t++) {
+    float *x = f->v4->X + (size_t)t * N * D;
+    di_cpu_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)b->tokens[t] * m->tok_embd.row_bytes,
+                       x, D);
+    for (int j = 1; j < N; j++) memcpy(x + (size_t)j * D, x, (size_t)D * sizeof(float));
+  }
+  stage_ctx sc = {.f = f, .kv = kv, .b = b};
+  di_fwd_par_tokens(&sc, st_ropes);
+  for (int il = 0; il < hp->n_layer; il++) {
+    const di_layer_weights *L = &m->layers[il];
+    sc.L = L;
+    sc.loc = (kv_loc){-1, il};
+    hc_site as = {&L->hc_attn_fn, &L->hc_attn_base, &L->hc_attn_scale, &L->attn_norm};
+    hc_pre(&sc, &as);
+    if ((rc = di_fwd_v4_attn(&sc, il, st))) return rc;
+    di_fwd_par_tokens(&sc, st_hc_post);
+    hc_site fs = {&L->hc_ffn_fn, &L->hc_ffn_base, &L->hc_ffn_scale, &L->ffn_norm};
+    hc_pre(&sc, &fs);
+    di_fwd_v4_ffn(&sc);
+    di_fwd_par_tokens(&sc, st_hc_post);
+  }
+  di_fwd_par_tokens(&sc, st_hc_norm);
+  di_fwd_matmul(f, &m->hc_head_fn, f->v4->hcn, T, f->v4->mix);
+  di_fwd_par_tokens(&sc, st_head);
+  int n_out = 0;
+  for (int t = 0; t < T; t++) {
+    bool want = b->want_logits ? b->want_logits[t] : t == T - 1;
+    if (!want) continue;
+    di_cpu_rms_norm(f->x + (size_t)t * D, m->output_norm.data, f->xn + (size_t)n_out * D, D, hp->rms_eps);
+    n_out++;
+  }
+  if (n_out) di_fwd_matmul(f, &m->output, f->xn, n_out, logits);
+  return DI_OK;
+}

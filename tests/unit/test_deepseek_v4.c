@@ -1,0 +1,254 @@
+/* DeepSeek-V4 (sliding / CSA / HCA attention, mHC, hash + routed MoE) through
+ * the loader and op program against transformers' deepseek_v4 logits
+ * (tests/golden/deepseek_v4: make_goldens_deepseek_v4.py). The tiny
+ * checkpoints are regenerated here with tests/golden/deepseek_v4/gen_tiny.py
+ * (numpy) into a cache directory, so only the logits are stored.
+ *
+ * Per config: one full prefill within 1e-4 of transformers at every kept
+ * position; prefills in chunks that cut compression windows (7, 13, 5, 64...),
+ * prefill-then-decode and a 2-thread run all bit-identical to it (row
+ * invariance); two sequences in one batch the same as alone; the greedy
+ * continuation equal to transformers' generate(). Bad configs and files are
+ * rejected naming the key or tensor. */
+#include <jansson.h>
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "graph/forward.h"
+
+#define MAXN 700
+#define NBLK 64
+
+static char cache_dir[512];
+
+static bool make_models(void) {
+  const char *c = getenv("DI_TEST_CACHE"), *home = getenv("HOME");
+  /* the suffix names the generator's version: a change to gen_tiny.py bumps it */
+  if (c) snprintf(cache_dir, sizeof cache_dir, "%s/deepseek-v4-tiny-g1", c);
+  else snprintf(cache_dir, sizeof cache_dir, "%s/.cache/deepinfer/gen/deepseek-v4-tiny-g1", home ? home : "/tmp");
+  char p[700], py[600] = "python3", tmp[600], cmd[4096];
+  struct stat sb;
+  snprintf(p, sizeof p, "%s/flashratio/model.safetensors", cache_dir);
+  if (stat(p, &sb) == 0) return true;
+  const char *src = getenv("DI_SOURCE_DIR");
+  if (!src) src = "..";
+  snprintf(py, sizeof py, "%s/.venv/bin/python", src);
+  if (access(py, X_OK) != 0) snprintf(py, sizeof py, "python3");
+  snprintf(tmp, sizeof tmp, "%s.tmp%d", cache_dir, (int)getpid());
+  snprintf(cmd, sizeof cmd, "'%s' '%s/tests/golden/deepseek_v4/gen_tiny.py' --out '%s' >/dev/null && rm -rf '%s' && mv '%s' '%s'",
+           py, src, tmp, cache_dir, tmp, cache_dir);
+  int rc = system(cmd);
+  CHECKF(rc == 0, "generating the models failed: %s", cmd);
+  return rc == 0;
+}
+
+typedef struct runner {
+  di_model *m;
+  di_forward_ctx *f;
+  di_kv_pool *kv;
+  int32_t blocks[2][NBLK];
+} runner;
+
+static bool runner_open(runner *r, const char *path, int max_tokens, int threads) {
+  di_status st = {0};
+  memset(r, 0, sizeof *r);
+  CHECKF(di_model_load(path, NULL, &r->m, &st) == DI_OK, "%s", st.msg);
+  if (!r->m) return false;
+  di_kv_spec spec;
+  di_forward_kv_spec(r->m, &spec);
+  CHECK(spec.v_in_k && spec.type == DI_KV_F32);
+  CHECK(di_kv_pool_create_spec(&r->kv, 2 * NBLK * di_kv_spec_block_bytes(&spec, 16), 16, &spec, &st) == DI_OK);
+  for (int s = 0; s < 2; s++)
+    for (int i = 0; i < NBLK; i++) r->blocks[s][i] = di_kv_alloc(r->kv);
+  CHECKF(di_forward_ctx_create(r->m, max_tokens, threads, &r->f, &st) == DI_OK, "%s", st.msg);
+  return r->f != NULL;
+}
+
+static void runner_close(runner *r) {
+  di_forward_ctx_free(r->f);
+  di_kv_pool_destroy(r->kv);
+  di_model_free(r->m);
+}
+
+/* Logits of positions [0, n) into out[n][V], fed in chunks of sizes[0],
+ * sizes[1], ... (the last size repeats). */
+static void run_from(runner *r, const int32_t *ids, int i, int n, const int *sizes, int n_sizes, float *out) {
+  const int V = r->m->hp.n_vocab;
+  static int32_t pos[MAXN], seq[MAXN];
+  static bool want[MAXN];
+  di_batch_seq s = {.blocks = r->blocks[0], .n_blocks = NBLK};
+  for (int k = 0; i < n; k++) {
+    int c = sizes[k < n_sizes ? k : n_sizes - 1];
+    if (c > n - i) c = n - i;
+    for (int j = 0; j < c; j++) pos[j] = i + j, seq[j] = 0, want[j] = true;
+    di_batch b = {.n_tokens = c, .tokens = ids + i, .pos = pos, .seq = seq, .want_logits = want, .n_seqs = 1, .seqs = &s};
+    di_status st = {0};
+    CHECKF(di_forward(r->f, r->kv, &b, out + (size_t)i * V, &st) == DI_OK, "%s", st.msg);
+    i += c;
+  }
+}
+
+static void run(runner *r, const int32_t *ids, int n, const int *sizes, int n_sizes, float *out) {
+  run_from(r, ids, 0, n, sizes, n_sizes, out);
+}
+
+static float *read_f32(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long sz = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  float *d = malloc((size_t)sz);
+  *n = fread(d, 1, (size_t)sz, f) / 4;
+  fclose(f);
+  return d;
+}
+
+static int argmax(const float *l, int V) {
+  int b = 0;
+  for (int i = 1; i < V; i++)
+    if (l[i] > l[b]) b = i;
+  return b;
+}
+
+static void check_config(const char *name) {
+  char p[1024], gdir[600];
+  const char *src = getenv("DI_SOURCE_DIR");
+  snprintf(gdir, sizeof gdir, "%s/tests/golden/deepseek_v4", src ? src : "..");
+  snprintf(p, sizeof p, "%s/%s.json", gdir, name);
+  json_t *g = json_load_file(p, 0, NULL);
+  CHECKF(g != NULL, "cannot read %s", p);
+  if (!g) return;
+  json_t *tj = json_object_get(g, "tokens"), *kept = json_object_get(g, "positions");
+  const int n = (int)json_array_size(tj), V = (int)json_integer_value(json_object_get(g, "vocab"));
+  int32_t ids[MAXN];
+  for (int i = 0; i < n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(tj, i));
+  snprintf(p, sizeof p, "%s/%s.logits.f32", gdir, name);
+  size_t nref = 0;
+  float *ref = read_f32(p, &nref);
+  CHECKF(ref && nref == json_array_size(kept) * (size_t)V, "golden logits %s", p);
+  snprintf(p, sizeof p, "%s/%s", cache_dir, name);
+  runner r;
+  if (!ref || !runner_open(&r, p, n, 1)) return;
+  float *full = malloc((size_t)n * V * sizeof(float)), *alt = malloc((size_t)n * V * sizeof(float));
+  run(&r, ids, n, &n, 1, full);
+  double worst = 0;
+  for (size_t k = 0; k < json_array_size(kept); k++) {
+    int t = (int)json_integer_value(json_array_get(kept, k));
+    for (int i = 0; i < V; i++) worst = fmax(worst, fabs(full[(size_t)t * V + i] - ref[k * V + i]));
+  }
+  CHECKF(worst <= 1e-4, "%s: full prefill max |diff| %.3g vs transformers", name, worst);
+  printf("%-10s full prefill of %d: max |diff| %.2e vs transformers (%zu positions)\n", name, n, worst,
+         json_array_size(kept));
+  /* chunkings that cut compression windows, and prefill-then-decode */
+  const int ch1[] = {7, 13, 5, 64}, ch2[] = {1}, ch3[] = {17, 31};
+  int dec[] = {n - 20, 1};
+  const struct {
+    const int *s;
+    int n;
+    const char *what;
+  } ways[] = {{ch1, 4, "chunks 7,13,5,64"}, {ch3, 2, "chunks 17,31"}, {dec, 2, "prefill + decode"}, {ch2, 1, "decode"}};
+  for (size_t w = 0; w < sizeof ways / sizeof ways[0]; w++) {
+    if ((ways[w].s == ch2 || ways[w].s == ch3) && n > 200) continue; /* the small config only */
+    run(&r, ids, n, ways[w].s, ways[w].n, alt);
+    CHECKF(!memcmp(alt, full, (size_t)n * V * sizeof(float)), "%s: %s differs from the full prefill", name, ways[w].what);
+  }
+  /* greedy continuation */
+  json_t *gj = json_object_get(g, "greedy");
+  int pl = (int)json_integer_value(json_object_get(g, "greedy_prompt_len")), ng = (int)json_array_size(gj);
+  int32_t seqids[MAXN];
+  memcpy(seqids, ids, (size_t)pl * sizeof *seqids);
+  int same = 0, one = 1;
+  run(&r, seqids, pl, &pl, 1, alt);
+  for (int i = 0; i < ng; i++) {
+    if (i) run_from(&r, seqids, pl + i - 1, pl + i, &one, 1, alt);
+    seqids[pl + i] = argmax(alt + (size_t)(pl + i - 1) * V, V);
+    same += seqids[pl + i] == json_integer_value(json_array_get(gj, i));
+  }
+  CHECKF(same == ng, "%s: greedy continuation: %d of %d tokens as transformers", name, same, ng);
+  runner_close(&r);
+  /* two threads, and two sequences interleaved in one batch */
+  if (runner_open(&r, p, 2 * n, 2)) {
+    static int32_t pos[2 * MAXN], seq[2 * MAXN], tok[2 * MAXN];
+    static bool want[2 * MAXN];
+    int h = n / 2, T = 0;
+    for (int s = 0; s < 2; s++) /* seq 1: a prefix of h tokens */
+      for (int i = 0; i < (s ? h : n); i++) pos[T] = i, seq[T] = s, tok[T] = ids[i], want[T] = true, T++;
+    di_batch_seq ss[2] = {{.blocks = r.blocks[0], .n_blocks = NBLK}, {.blocks = r.blocks[1], .n_blocks = NBLK}};
+    di_batch b = {.n_tokens = T, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want, .n_seqs = 2, .seqs = ss};
+    float *two = malloc((size_t)T * V * sizeof(float));
+    di_status st = {0};
+    CHECKF(di_forward(r.f, r.kv, &b, two, &st) == DI_OK, "%s", st.msg);
+    CHECKF(!memcmp(two, full, (size_t)n * V * sizeof(float)), "%s: 2 threads, 2 sequences: first differs", name);
+    CHECKF(!memcmp(two + (size_t)n * V, full, (size_t)h * V * sizeof(float)), "%s: second sequence differs", name);
+    free(two);
+    runner_close(&r);
+  }
+  free(full), free(alt), free(ref);
+  json_decref(g);
+}
+
+/* config.json with key set to value (NULL: removed) over the tiny model's
+ * tensors; the load must fail naming `expect` */
+static void check_bad(const char *key, const char *value, const char *expect) {
+  char dir[600], p[700], q[700];
+  snprintf(dir, sizeof dir, "%s.bad%d", cache_dir, (int)getpid());
+  mkdir(dir, 0755);
+  snprintf(p, sizeof p, "%s/tiny/model.safetensors", cache_dir);
+  snprintf(q, sizeof q, "%s/model.safetensors", dir);
+  unlink(q);
+  CHECK(symlink(p, q) == 0);
+  snprintf(p, sizeof p, "%s/tiny/config.json", cache_dir);
+  json_t *cfg = json_load_file(p, 0, NULL);
+  CHECK(cfg != NULL);
+  if (!cfg) return;
+  if (value) json_object_set_new(cfg, key, json_loads(value, JSON_DECODE_ANY, NULL));
+  else json_object_del(cfg, key);
+  snprintf(q, sizeof q, "%s/config.json", dir);
+  json_dump_file(cfg, q, 0);
+  json_decref(cfg);
+  di_model *m = NULL;
+  di_status st = {0};
+  di_code rc = di_model_load(dir, NULL, &m, &st);
+  CHECKF(rc != DI_OK && strstr(st.msg, expect), "%s = %s: rc %d, '%s' (expected an error naming %s)", key,
+         value ? value : "(removed)", rc, st.msg, expect);
+  di_model_free(m);
+  unlink(q);
+  snprintf(q, sizeof q, "%s/model.safetensors", dir);
+  unlink(q);
+  rmdir(dir);
+}
+
+int main(void) {
+  if (!make_models()) return 1;
+  check_config("tiny");
+  check_config("flashratio");
+  check_bad("layer_types",
+            "[\"sliding_attention\", \"full_attention\", \"heavily_compressed_attention\", \"compressed_sparse_attention\"]",
+            "layer_types");
+  check_bad("mlp_layer_types", "[\"hash_moe\", \"dense\", \"moe\", \"moe\"]", "mlp_layer_types");
+  check_bad("compress_rates", "{\"compressed_sparse_attention\": 1, \"heavily_compressed_attention\": 16}",
+            "compress_rates.compressed_sparse_attention");
+  check_bad("compress_rates", "{\"compressed_sparse_attention\": 4, \"heavily_compressed_attention\": 16, \"x\": 2}",
+            "compress_rates.x");
+  /* layer 0 declared CSA: its compressor and indexer tensors are missing */
+  check_bad("layer_types",
+            "[\"compressed_sparse_attention\", \"compressed_sparse_attention\", \"heavily_compressed_attention\", "
+            "\"compressed_sparse_attention\"]",
+            "layers.0.attn.compressor.wkv.weight");
+  /* layer 2 declared CSA over HCA tensors: the compressor's shape */
+  check_bad("layer_types",
+            "[\"sliding_attention\", \"compressed_sparse_attention\", \"compressed_sparse_attention\", "
+            "\"compressed_sparse_attention\"]",
+            "layers.2.attn.compressor.wkv.weight");
+  check_bad("hc_mult", "2", "hc_head_fn"); /* inconsistent hyper-connection shapes */
+  check_bad("index_n_heads", "8", "layers.1.attn.indexer.wq_b.weight");
+  check_bad("scoring_func", "\"tanh\"", "scoring_func");
+  check_bad("num_key_value_heads", "2", "num_key_value_heads");
+  check_bad("quantization_config", "{\"quant_method\": \"fp8\"}", "quantization_config");
+  check_bad("compress_ratio", "4", "compress_ratio"); /* unknown key */
+  printf("%d checks, %d failures\n", di_test_checks, di_test_failures);
+  return di_test_failures != 0;
+}
