@@ -24,6 +24,33 @@ static void count_dtype(int counts[DI_DTYPE_COUNT], const di_tensor *t) {
 
 static void count_each(di_tensor *t, void *u) { count_dtype(u, t); }
 
+/* DeepSeek-V4: what each layer kind keeps per position in the one f32 pool
+ * row (graph/dsv4.h), the pool's bytes at 8K / 128K / 1M tokens, and what the
+ * grouped cache of the issue (window ring + compressed rows + indexer keys)
+ * would hold instead. */
+static void info_v4(const di_model *m, const di_kv_spec *spec) {
+  const di_hparams *hp = &m->hp;
+  int n[3] = {0, 0, 0};
+  for (int il = 0; il < hp->n_layer; il++) n[hp->v4.attn[il]]++;
+  const char *names[3] = {"sliding", "CSA", "HCA"};
+  printf("DeepSeek-V4:    window %d, CSA rate %d (top-%d of %d indexer heads x %d), HCA rate %d, hc_mult %d\n",
+         hp->v4.window, hp->v4.csa_rate, hp->v4.idx_topk, hp->v4.idx_heads, hp->v4.idx_dim, hp->v4.hca_rate,
+         hp->v4.hc_mult);
+  for (int k = 0; k < 3; k++)
+    if (n[k]) printf("KV row %-7s  %d layers x %d values used (pool row %d)\n", names[k], n[k],
+                     di_forward_v4_row_values(hp, (di_v4_attn)k), spec->kv_dim);
+  const long ctxs[3] = {8192, 131072, 1048576};
+  for (int i = 0; i < 3; i++) {
+    double pool = (double)di_kv_spec_block_bytes(spec, 1) * ctxs[i];
+    /* grouped: window rows per layer, plus per CSA layer (hd + id) per 4 positions, per HCA layer hd per 128 */
+    double grouped = 4.0 * ((double)hp->n_layer * hp->v4.window * hp->head_dim +
+                            n[1] * (double)(ctxs[i] / hp->v4.csa_rate) * (hp->head_dim + hp->v4.idx_dim) +
+                            n[2] * (double)(ctxs[i] / hp->v4.hca_rate) * hp->head_dim);
+    printf("KV at %-8ld  %.1f MiB in the pool (f32 rows); a grouped cache would hold %.1f MiB\n", ctxs[i],
+           pool / 1048576.0, grouped / 1048576.0);
+  }
+}
+
 int di_cmd_info(int argc, char **argv) {
   const char *path = NULL;
   long ctx = 0;
@@ -101,16 +128,18 @@ int di_cmd_info(int argc, char **argv) {
   printf("\n");
   di_kv_spec spec;
   di_forward_kv_spec(m, &spec);
-  spec.type = DI_KV_F16;
+  if (hp->attn_kind == DI_ATTN_DSV4) info_v4(m, &spec);
+  else spec.type = DI_KV_F16;
   size_t kv = di_kv_spec_block_bytes(&spec, 16) * (size_t)((ctx + 15) / 16);
   size_t per_tok = di_kv_spec_block_bytes(&spec, 1);
-  printf("KV per token:   %zu bytes (f16, %d layers x %d values%s)", per_tok, spec.n_layers, spec.kv_dim,
+  printf("KV per token:   %zu bytes (%s, %d layers x %d values%s)", per_tok, spec.type == DI_KV_F32 ? "f32" : "f16",
+         spec.n_layers, spec.kv_dim,
          spec.v_in_k ? ": one latent row, read as K and V" : " K + the same V");
   if (hp->attn_kind == DI_ATTN_MLA) /* per-head K (nope + rope) and V, as MHA would cache them */
     printf("; MHA would need %zu", (size_t)hp->n_layer * hp->n_head * (hp->head_dim + hp->v_head_dim) * 2);
   printf("\n");
-  printf("memory:         weights %.1f MiB + KV (f16, %ld tokens) %.1f MiB\n", (double)m->weight_bytes / 1048576.0,
-         ctx, (double)kv / 1048576.0);
+  printf("memory:         weights %.1f MiB + KV (%s, %ld tokens) %.1f MiB\n", (double)m->weight_bytes / 1048576.0,
+         spec.type == DI_KV_F32 ? "f32" : "f16", ctx, (double)kv / 1048576.0);
   di_model_free(m);
   return 0;
 }

@@ -17,6 +17,8 @@ void di_forward_ctx_free(di_forward_ctx *f);
 
 /* The KV pool geometry the model's layers need (per-head K/V, or MLA's latent row). */
 void di_forward_kv_spec(const di_model *m, di_kv_spec *s);
+/* DeepSeek-V4: the values a layer of this kind keeps per position (graph/dsv4.h). */
+int di_forward_v4_row_values(const di_hparams *hp, di_v4_attn kind);
 
 /* Runs one batch: writes K/V of every token into kv, and the logits of the
  * tokens with want_logits (in batch order) into logits[n_out][n_vocab].

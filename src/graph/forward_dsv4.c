@@ -23,6 +23,8 @@ v4_layout di_v4_layout(const di_hparams *hp, di_v4_attn kind) {
   return l;
 }
 
+int di_forward_v4_row_values(const di_hparams *hp, di_v4_attn kind) { return di_v4_layout(hp, kind).width; }
+
 void di_fwd_v4_kv_spec(const di_model *m, di_kv_spec *s) {
   const di_hparams *hp = &m->hp;
   int w = 0;

@@ -142,6 +142,30 @@ static void check_config(const char *name) {
   CHECKF(worst <= 1e-4, "%s: full prefill max |diff| %.3g vs transformers", name, worst);
   printf("%-10s full prefill of %d: max |diff| %.2e vs transformers (%zu positions)\n", name, n, worst,
          json_array_size(kept));
+  /* the config as transformers' save_pretrained writes it (nested rope_parameters
+   * main / compress, qk_rope_head_dim, router keys): the same computation */
+  char tp[700];
+  snprintf(tp, sizeof tp, "%s/%s.config_transformers.json", gdir, name);
+  json_t *tfc = json_load_file(tp, 0, NULL);
+  if (tfc) {
+    char dir[700], q[800];
+    snprintf(dir, sizeof dir, "%s/%s-tfconfig", cache_dir, name);
+    mkdir(dir, 0755);
+    snprintf(q, sizeof q, "%s/config.json", dir);
+    json_dump_file(tfc, q, 0);
+    json_decref(tfc);
+    snprintf(q, sizeof q, "%s/model.safetensors", dir);
+    unlink(q);
+    char t[700];
+    snprintf(t, sizeof t, "%s/%s/model.safetensors", cache_dir, name);
+    CHECK(symlink(t, q) == 0);
+    runner r2;
+    if (runner_open(&r2, dir, n, 1)) {
+      run(&r2, ids, n, &n, 1, alt);
+      CHECKF(!memcmp(alt, full, (size_t)n * V * sizeof(float)), "%s: transformers-written config differs", name);
+      runner_close(&r2);
+    }
+  }
   /* chunkings that cut compression windows, and prefill-then-decode */
   const int ch1[] = {7, 13, 5, 64}, ch2[] = {1}, ch3[] = {17, 31};
   int dec[] = {n - 20, 1};

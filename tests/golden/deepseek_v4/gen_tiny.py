@@ -11,7 +11,7 @@ Weights are at unit scale (linear: z / sqrt(fan_in); embeddings, sinks,
 position biases: z; norms 1 + 0.1 z; biases 0.5 z) so that routing, sinks,
 compression gates and rope move the logits far above float noise.
 
-Usage: gen_tiny.py --out DIR [--config NAME|all]
+Usage: gen_tiny.py --out DIR [--config NAME,NAME|all]  (default tiny,flashratio)
 """
 import argparse
 import json
@@ -57,6 +57,9 @@ CONFIGS = {
         max_position_embeddings=8192,
     ),
 }
+# the serving-engine test's model: tiny's structure with DeepSeek-V3's 129280-token
+# vocabulary, so a real tokenizer drives it (tests/e2e/test_deepseek_v4_engine.py)
+CONFIGS["engine"] = dict(CONFIGS["tiny"], seed=380003, vocab_size=129280)
 
 
 def tensor_specs(c):
@@ -157,10 +160,10 @@ def config_json(c):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--config", default="all")
+    ap.add_argument("--config", default="tiny,flashratio", help="comma-separated names, or all")
     a = ap.parse_args()
     for name, c in CONFIGS.items():
-        if a.config not in ("all", name): continue
+        if a.config != "all" and name not in a.config.split(","): continue
         d = os.path.join(a.out, name)
         os.makedirs(d, exist_ok=True)
         write_safetensors(os.path.join(d, "model.safetensors.tmp"), generate(c))
