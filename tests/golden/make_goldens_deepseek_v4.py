@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, DynamicCache
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "deepseek_v4")
 CACHE = os.path.expanduser("~/.cache/deepinfer/gen/deepseek-v4")
-RUNS = {"tiny": dict(n=160, keep=1), "flashratio": dict(n=640, keep=5)}
+RUNS = {"tiny": dict(n=160, keep=1), "flashratio": dict(n=640, keep=5), "tiny-bf16": dict(n=160, keep=4)}
 
 
 def logits_chunked(model, ids, chunks):
@@ -44,7 +44,7 @@ def main():
         assert not bad, bad
         model.eval()
         V = model.config.vocab_size
-        rng = np.random.Generator(np.random.PCG64(7 + len(name)))
+        rng = np.random.Generator(np.random.PCG64(7 + len(name.replace("-bf16", ""))))
         ids = rng.integers(2, V, size=run["n"]).tolist()
         t = torch.tensor([ids])
         with torch.no_grad():

@@ -8,7 +8,8 @@
  * position; prefills in chunks that cut compression windows (7, 13, 5, 64...),
  * prefill-then-decode and a 2-thread run all bit-identical to it (row
  * invariance); two sequences in one batch the same as alone; the greedy
- * continuation equal to transformers' generate(). Bad configs and files are
+ * continuation equal to transformers' generate(); the same for BF16 weights (tiny-bf16)
+ * and for the config as transformers writes it. Bad configs and files are
  * rejected naming the key or tensor. */
 #include <jansson.h>
 #include <math.h>
@@ -26,11 +27,11 @@ static char cache_dir[512];
 static bool make_models(void) {
   const char *c = getenv("DI_TEST_CACHE"), *home = getenv("HOME");
   /* the suffix names the generator's version: a change to gen_tiny.py bumps it */
-  if (c) snprintf(cache_dir, sizeof cache_dir, "%s/deepseek-v4-tiny-g1", c);
-  else snprintf(cache_dir, sizeof cache_dir, "%s/.cache/deepinfer/gen/deepseek-v4-tiny-g1", home ? home : "/tmp");
+  if (c) snprintf(cache_dir, sizeof cache_dir, "%s/deepseek-v4-tiny-g2", c);
+  else snprintf(cache_dir, sizeof cache_dir, "%s/.cache/deepinfer/gen/deepseek-v4-tiny-g2", home ? home : "/tmp");
   char p[700], py[600] = "python3", tmp[600], cmd[4096];
   struct stat sb;
-  snprintf(p, sizeof p, "%s/flashratio/model.safetensors", cache_dir);
+  snprintf(p, sizeof p, "%s/tiny-bf16/model.safetensors", cache_dir);
   if (stat(p, &sb) == 0) return true;
   const char *src = getenv("DI_SOURCE_DIR");
   if (!src) src = "..";
@@ -249,6 +250,7 @@ int main(void) {
   if (!make_models()) return 1;
   check_config("tiny");
   check_config("flashratio");
+  check_config("tiny-bf16"); /* BF16 weights, f32 activations: transformers upcasts them the same way */
   check_bad("layer_types",
             "[\"sliding_attention\", \"full_attention\", \"heavily_compressed_attention\", \"compressed_sparse_attention\"]",
             "layer_types");

@@ -11,7 +11,7 @@ Weights are at unit scale (linear: z / sqrt(fan_in); embeddings, sinks,
 position biases: z; norms 1 + 0.1 z; biases 0.5 z) so that routing, sinks,
 compression gates and rope move the logits far above float noise.
 
-Usage: gen_tiny.py --out DIR [--config NAME,NAME|all]  (default tiny,flashratio)
+Usage: gen_tiny.py --out DIR [--config NAME,NAME|all]  (default tiny,flashratio,tiny-bf16)
 """
 import argparse
 import json
@@ -60,6 +60,13 @@ CONFIGS = {
 # the serving-engine test's model: tiny's structure with DeepSeek-V3's 129280-token
 # vocabulary, so a real tokenizer drives it (tests/e2e/test_deepseek_v4_engine.py)
 CONFIGS["engine"] = dict(CONFIGS["tiny"], seed=380003, vocab_size=129280)
+# tiny's weights rounded to BF16 (round to nearest even; tid2eid stays I64)
+CONFIGS["tiny-bf16"] = dict(CONFIGS["tiny"], bf16=True)
+
+
+def to_bf16(a):
+    u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 def tensor_specs(c):
@@ -130,7 +137,8 @@ def write_safetensors(path, tensors):
     header, off = {"__metadata__": {"format": "pt"}}, 0
     for name, a in tensors:
         n = a.nbytes
-        header[name] = {"dtype": "I64" if a.dtype == np.int64 else "F32", "shape": list(a.shape),
+        dt = {np.dtype(np.int64): "I64", np.dtype(np.uint16): "BF16"}.get(a.dtype, "F32")
+        header[name] = {"dtype": dt, "shape": list(a.shape),
                         "data_offsets": [off, off + n]}
         off += n
     h = json.dumps(header, separators=(",", ":")).encode()
@@ -148,7 +156,8 @@ def config_json(c):
             "index_n_heads", "index_head_dim", "index_topk", "sliding_window", "compress_rates", "hc_mult",
             "hc_sinkhorn_iters", "swiglu_limit", "routed_scaling_factor", "layer_types", "mlp_layer_types",
             "rope_theta", "compress_rope_theta", "rope_scaling", "max_position_embeddings"]
-    j = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "torch_dtype": "float32",
+    j = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
+         "torch_dtype": "bfloat16" if c.get("bf16") else "float32",
          "num_hidden_layers": len(c["layer_types"]), "num_key_value_heads": 1, "n_shared_experts": 1,
          "scoring_func": "sqrtsoftplus", "norm_topk_prob": True, "hc_eps": 1e-6, "rms_norm_eps": 1e-6,
          "hidden_act": "silu", "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 1,
@@ -160,13 +169,15 @@ def config_json(c):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--config", default="tiny,flashratio", help="comma-separated names, or all")
+    ap.add_argument("--config", default="tiny,flashratio,tiny-bf16", help="comma-separated names, or all")
     a = ap.parse_args()
     for name, c in CONFIGS.items():
         if a.config != "all" and name not in a.config.split(","): continue
         d = os.path.join(a.out, name)
         os.makedirs(d, exist_ok=True)
-        write_safetensors(os.path.join(d, "model.safetensors.tmp"), generate(c))
+        ts = generate(c)
+        if c.get("bf16"): ts = [(n, to_bf16(a) if a.dtype == np.float32 else a) for n, a in ts]
+        write_safetensors(os.path.join(d, "model.safetensors.tmp"), ts)
         os.replace(os.path.join(d, "model.safetensors.tmp"), os.path.join(d, "model.safetensors"))
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(config_json(c), f, indent=1)
