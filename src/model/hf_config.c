@@ -633,6 +633,8 @@ static di_code read_v4(cfgr *c, di_hparams *hp) {
   hp->v4.csa_rate = rate_csa, hp->v4.hca_rate = rate_hca;
   if ((rc = v4_layer_types(c, hp, rate_csa, rate_hca)) || (rc = v4_mlp_types(c, hp))) return rc;
   if (!has_partial) partial = has_qk_rope ? (double)qk_rope / hp->head_dim : 64.0 / 512.0;
+  if (!(partial > 0 && partial <= 1)) return bad(c, "partial_rotary_factor", "must be in (0, 1]");
+  if (hp->v4.hc_mult > 16) return unsupported(c, "hc_mult", "over 16 streams");
   hp->rope_dim = (int)(hp->head_dim * partial);
   if (has_qk_rope && qk_rope != hp->rope_dim) return bad(c, "qk_rope_head_dim", "disagrees with partial_rotary_factor");
   if (hp->rope_dim <= 0 || hp->rope_dim % 2 || hp->rope_dim > hp->head_dim || hp->rope_dim > hp->v4.idx_dim ||
