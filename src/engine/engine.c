@@ -153,11 +153,16 @@ di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *
   bool mtp_ok = true;
   if (e->spec.mtp) {
     e->spec.mtp_hidden = malloc((size_t)nt * (size_t)be->n_embd * sizeof *e->spec.mtp_hidden);
+    e->spec.mtp_out = malloc((size_t)nt * (size_t)be->n_embd * sizeof *e->spec.mtp_out);
     e->spec.mtp_tokens = malloc((size_t)nt * sizeof *e->spec.mtp_tokens);
     e->spec.mtp_pos = malloc((size_t)nt * sizeof *e->spec.mtp_pos);
     e->spec.mtp_seq = malloc((size_t)nt * sizeof *e->spec.mtp_seq);
     e->spec.mtp_want = malloc((size_t)nt * sizeof *e->spec.mtp_want);
-    mtp_ok = e->spec.mtp_hidden && e->spec.mtp_tokens && e->spec.mtp_pos && e->spec.mtp_seq && e->spec.mtp_want;
+    e->spec.mtp_depth = malloc((size_t)ns * sizeof *e->spec.mtp_depth);
+    e->spec.mtp_row = malloc((size_t)ns * sizeof *e->spec.mtp_row);
+    e->spec.mtp_grew = malloc((size_t)ns * sizeof *e->spec.mtp_grew);
+    mtp_ok = e->spec.mtp_depth && e->spec.mtp_row && e->spec.mtp_grew && e->spec.mtp_hidden && e->spec.mtp_out &&
+             e->spec.mtp_tokens && e->spec.mtp_pos && e->spec.mtp_seq && e->spec.mtp_want;
   }
   if (!mtp_ok || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->logits || !e->cmask ||
       !e->running.v) {
@@ -225,10 +230,14 @@ void di_engine_destroy(di_engine *e) {
   free(e->cmask);
   free(e->cancels);
   free(e->spec.mtp_hidden);
+  free(e->spec.mtp_out);
   free(e->spec.mtp_tokens);
   free(e->spec.mtp_pos);
   free(e->spec.mtp_seq);
   free(e->spec.mtp_want);
+  free(e->spec.mtp_depth);
+  free(e->spec.mtp_row);
+  free(e->spec.mtp_grew);
   di_sampler_free(&e->sampler);
   di_spec_model_free(e->spec.model);
   di_kv_pool_destroy(e->pool);

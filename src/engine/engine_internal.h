@@ -47,11 +47,12 @@ typedef struct di_engine_backend {
   /* --spec mtp (NULL: the model has no MTP module): forward also leaves each
    * token's last hidden state in hidden ([tokens][n_embd]), the pool has one
    * more layer (n_layers counts it) for the module's K/V, and forward_mtp
-   * runs the module (graph/forward.h, di_forward_mtp) writing logits rows. */
+   * runs the module (graph/forward.h, di_forward_mtp) writing logits rows
+   * and each token's output state into hidden_out (to chain it). */
   int n_embd;
   const float *hidden;
   di_code (*forward_mtp)(void *user, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
-                         di_status *st);
+                         float *hidden_out, di_status *st);
 } di_engine_backend;
 
 /* A request's token constraint (a grammar matcher, src/grammar/): fill_mask
@@ -92,8 +93,8 @@ typedef struct di_seq {
   int n_preempted;
   di_spec_seq spec;       /* acceptance estimates, back-off and counts (spec/tune.h) */
   di_draft_seq *dseq;     /* draft-model KV and proposal (spec/draft.c); NULL until it drafts */
-  int32_t mtp_draft;      /* --spec mtp: the module's proposal for tokens[mtp_at] (spec/mtp.c) */
-  int mtp_at;
+  int32_t mtp_draft[DI_SPEC_K_LIMIT]; /* --spec mtp: the module's proposal for tokens[mtp_at..] (spec/mtp.c) */
+  int mtp_n, mtp_at;
   uint64_t queued_at;     /* engine step when it last entered the waiting queue */
   /* per-step scratch */
   int take;               /* tokens in this step's batch */
@@ -156,8 +157,11 @@ struct di_engine {
     di_spec_model *model; /* --spec draft: the draft model (proposals come from di_spec_model_step) */
     bool mtp;             /* --spec mtp: proposals from the model's MTP module (di_spec_mtp_step) */
     float *mtp_hidden;    /* [max_batch_tokens][n_embd] the module's input rows */
+    float *mtp_out;       /* [max_batch_tokens][n_embd] its output rows (the next chained pair's input) */
     int32_t *mtp_tokens, *mtp_pos, *mtp_seq;
     bool *mtp_want;
+    int *mtp_depth, *mtp_row; /* [max_seqs] per batch slot: tokens to draft, its row in the last round */
+    bool *mtp_grew;           /* [max_seqs] a chained round took a block (given back after) */
     di_spec_cost cost;    /* step time against tokens (spec/tune.h) */
     double plan_emit;     /* expected tokens the step being built emits */
   } spec;

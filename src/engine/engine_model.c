@@ -26,9 +26,9 @@ static di_code mb_forward(void *u, di_kv_pool *kv, const di_batch *b, float *log
 }
 
 static di_code mb_forward_mtp(void *u, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
-                             di_status *st) {
+                             float *hidden_out, di_status *st) {
   di_model_backend *m = u;
-  return di_forward_mtp(m->fwd, kv, b, hidden, logits, NULL, st);
+  return di_forward_mtp(m->fwd, kv, b, hidden, logits, hidden_out, st);
 }
 
 static di_code mb_encode(void *u, const char *text, size_t len, bool parse_special, int32_t **ids, size_t *n,

@@ -42,7 +42,10 @@ int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens) {
   if (!di_spec_active(&s->spec, e->acc.steps)) return 0;
   int n = 0;
   if (e->spec.mtp) { /* the module's proposal, made after the last step (spec/mtp.c) */
-    if (s->mtp_at == s->len) out[n++] = s->mtp_draft;
+    if (s->mtp_at == s->len) {
+      n = s->mtp_n < k_cap ? s->mtp_n : k_cap;
+      memcpy(out, s->mtp_draft, (size_t)n * sizeof *out);
+    }
   } else {
     n = e->spec.drafter.propose(e->spec.drafter.self, s->tokens, s->len, k_cap, out);
   }

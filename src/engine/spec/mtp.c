@@ -20,6 +20,11 @@
 
 #include "engine/engine_internal.h"
 
+/* A chained draft position is worth computing while the sequence's estimate
+ * that every draft up to it is accepted stays at least this; with a module
+ * that predicts poorly p[0] falls and no chain runs. */
+#define MTP_CHAIN_MIN 0.3
+
 static int argmax(const float *row, int n) {
   int best = 0;
   for (int v = 1; v < n; v++)
@@ -27,14 +32,46 @@ static int argmax(const float *row, int n) {
   return best;
 }
 
+/* How many tokens s's module drafts this step (the pair already formed, then
+ * chained ones: the module's own output state beside its last draft). */
+static int chain_depth(const di_engine *e, const di_seq *s) {
+  int cap = di_spec_k_cap(e, s, e->spec.k_max), d = 1;
+  double run = s->spec.init ? s->spec.p[0] : 0.5;
+  while (d < cap && (e->spec.always || (run *= s->spec.init ? s->spec.p[d] : 0.5) >= MTP_CHAIN_MIN)) d++;
+  return d;
+}
+
+/* Runs the module over mb and writes draft index j of every sequence whose
+ * row it wanted; false on failure (no drafts then). */
+static bool run_module(di_engine *e, di_batch *mb, int j) {
+  di_status st = {0};
+  int want = 0;
+  for (int n = 0; n < mb->n_tokens; n++) want += mb->want_logits[n];
+  if (want > e->logits_cap && !di_engine_logit_rows(e, want)) return false;
+  if (e->be.forward_mtp(e->be.user, e->pool, mb, e->spec.mtp_hidden, e->logits, e->spec.mtp_out, &st) != DI_OK)
+    return false;
+  for (int n = 0, r = 0; n < mb->n_tokens; n++) {
+    if (!mb->want_logits[n]) continue;
+    di_seq *s = e->b_owner[mb->seq[n]];
+    s->mtp_draft[j] = argmax(e->logits + (size_t)r++ * e->be.n_vocab, e->be.n_vocab);
+    s->mtp_n = j + 1;
+    s->mtp_at = s->len;
+  }
+  return true;
+}
+
 void di_spec_mtp_step(di_engine *e, const di_batch *b) {
-  const int D = e->be.n_embd;
+  const int D = e->be.n_embd, bs = e->pool->block_size;
   di_batch mb = {.tokens = e->spec.mtp_tokens, .pos = e->spec.mtp_pos, .seq = e->spec.mtp_seq,
                  .want_logits = e->spec.mtp_want, .seqs = b->seqs, .n_seqs = b->n_seqs};
-  int n_want = 0;
+  int *depth = e->spec.mtp_depth, *row = e->spec.mtp_row, kmax = 0;
+  bool *grew = e->spec.mtp_grew;
   for (int i = 0, t0 = 0; i < b->n_seqs; t0 += e->b_owner[i]->take, i++) {
     di_seq *s = e->b_owner[i];
+    depth[i] = 0;
+    grew[i] = false;
     if (s->state != DI_SEQ_RUNNING || s->req->n > 1) continue;
+    s->mtp_n = 0;
     int last = -1;
     for (int t = t0; t < t0 + s->take; t++) {
       int p = b->pos[t];
@@ -51,17 +88,36 @@ void di_spec_mtp_step(di_engine *e, const di_batch *b) {
     bool ready = last >= 0 && s->n_computed == s->len - 1 && e->spec.mtp_pos[last] == s->len - 2;
     if (ready && di_spec_k_cap(e, s, 1) > 0 && di_spec_active(&s->spec, e->acc.steps)) {
       e->spec.mtp_want[last] = true;
-      n_want++;
+      depth[i] = chain_depth(e, s);
+      row[i] = last;
+      if (depth[i] > kmax) kmax = depth[i];
     }
   }
-  if (mb.n_tokens == 0) return;
-  di_status st = {0};
-  if (n_want > e->logits_cap && !di_engine_logit_rows(e, n_want)) return;
-  if (e->be.forward_mtp(e->be.user, e->pool, &mb, e->spec.mtp_hidden, e->logits, &st) != DI_OK) return; /* no drafts */
-  for (int n = 0, r = 0; n < mb.n_tokens; n++) {
-    if (!mb.want_logits[n]) continue;
-    di_seq *s = e->b_owner[mb.seq[n]];
-    s->mtp_draft = argmax(e->logits + (size_t)r++ * e->be.n_vocab, e->be.n_vocab);
-    s->mtp_at = s->len;
+  if (mb.n_tokens == 0 || !run_module(e, &mb, 0)) return;
+  /* Chained rounds: pair (module output at q - 1, draft j - 1) at q = len - 2 + j.
+   * Its K/V row is scratch (the next step's real pair at q replaces it), in a
+   * block taken only if one is free and given back right after. */
+  for (int j = 1; j < kmax; j++) {
+    memcpy(e->spec.mtp_hidden, e->spec.mtp_out, (size_t)mb.n_tokens * D * sizeof(float)); /* last round's outputs */
+    int n = 0;
+    for (int i = 0; i < b->n_seqs; i++) {
+      di_seq *s = e->b_owner[i];
+      if (depth[i] <= j || s->mtp_n != j) continue;
+      int q = s->len - 2 + j;
+      if (di_kv_table_blocks_needed(e->pool, &s->table, q, q + 1) > di_kv_n_available(e->pool)) continue;
+      if (q / bs >= s->table.n_blocks) grew[i] = true;
+      di_kv_table_prepare(e->pool, &s->table, q, q + 1);
+      e->b_seqs[i].n_blocks = s->table.n_blocks;
+      memmove(e->spec.mtp_hidden + (size_t)n * D, e->spec.mtp_hidden + (size_t)row[i] * D, (size_t)D * sizeof(float));
+      e->spec.mtp_tokens[n] = s->mtp_draft[j - 1];
+      e->spec.mtp_pos[n] = q;
+      e->spec.mtp_seq[n] = i;
+      e->spec.mtp_want[n] = true;
+      row[i] = n++;
+    }
+    mb.n_tokens = n;
+    if (n == 0 || !run_module(e, &mb, j)) break;
   }
+  for (int i = 0; i < b->n_seqs; i++)
+    if (grew[i]) di_kv_table_truncate(e->pool, &e->b_owner[i]->table, (e->b_owner[i]->n_computed + bs - 1) / bs);
 }
