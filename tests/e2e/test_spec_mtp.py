@@ -6,7 +6,8 @@ With random weights the module's drafts are rarely accepted; what is checked is 
 seeded sampled completions (12 prompts through `deepinfer batch`, 8 at once with every other
 request opting out, and 12 at once under KV pressure that preempts) are identical to `--spec off`, that
 `run --stats` reports the drafts and `--dump-logits` files are byte-identical, and that
-`--spec mtp` on a model without MTP weights is a clear start-up error.
+`--spec mtp` on a model without MTP weights is a clear start-up error; the module also loads from
+GGUF (tests/golden/deepseek/make_gguf.py: llama.cpp's blk.N.nextn.* names), F32 and Q8_0.
 
 Binary: $DEEPINFER_BIN (default build/deepinfer)."""
 import json
@@ -78,3 +79,18 @@ def test_no_mtp_weights(v3):  # noqa: F811
     base.need(v3)
     r = base.run(v3, "-p", "hello", "-n", 2, "--spec", "mtp", check=False)
     assert r.returncode == 2 and "--spec mtp" in r.stderr and "MTP" in r.stderr, r.stderr
+
+
+def test_gguf_mtp(tmp_path, v3_mtp):
+    """The module from GGUF (llama.cpp's blk.N.nextn.* names, nextn_predict_layers), F32 and Q8_0."""
+    base.need(v3_mtp)
+    pytest.importorskip("gguf")
+    subprocess.run([sys.executable, str(ADD_MTP.with_name("make_gguf.py")), str(v3_mtp), str(tmp_path)], check=True,
+                   stdout=subprocess.DEVNULL)
+    ids = ("--ids", "5,6,7,8,9,10,11,12", "-n", 16, "--temp", 0, "--print-ids", "--stats", *ONE)
+    for f in ("v3-f32.gguf", "v3-q8_0.gguf"):
+        a = base.run(tmp_path / f, *ids)
+        b = base.run(tmp_path / f, *ids, *SPEC, "--spec-k-max", 3)
+        assert a.stdout == b.stdout and len(json.loads(a.stdout.splitlines()[-1])) == 16
+        st = json.loads(b.stderr.strip().splitlines()[-1])["spec"]
+        assert st["kind"] == "mtp" and st["drafted"] > st["verify_steps"] > 0, st

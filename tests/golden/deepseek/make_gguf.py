@@ -5,7 +5,8 @@ writes for `deepseek2` (kv_b_proj split into attn_k_b, transposed per head, and
 attn_v_b; routed experts stacked into 3-D tensors), using the gguf package only.
 
   make_gguf.py MODEL_DIR OUT_DIR   -> OUT_DIR/v3-f32.gguf, OUT_DIR/v3-q8_0.gguf
-(q8_0: every 2-D/3-D matrix except the embedding and kv_b in Q8_0). The files carry
+(q8_0: every 2-D/3-D matrix except the embedding and kv_b in Q8_0). A model with an MTP module
+(add_mtp.py) gets it as block num_hidden_layers with nextn_predict_layers. The files carry
 no vocabulary: tests load them with the model loader, not the tokenizer."""
 import json
 import struct
@@ -38,7 +39,10 @@ def write(model_dir, out, quant):
     rope = cfg["qk_rope_head_dim"]
     g = gguf.GGUFWriter(str(out), "deepseek2")
     a = "deepseek2"
-    g.add_uint32(f"{a}.block_count", cfg["num_hidden_layers"])
+    nextn = cfg.get("num_nextn_predict_layers", 0)  # MTP layers follow the main ones (add_mtp.py)
+    g.add_uint32(f"{a}.block_count", cfg["num_hidden_layers"] + nextn)
+    if nextn:
+        g.add_uint32(f"{a}.nextn_predict_layers", nextn)
     g.add_uint32(f"{a}.context_length", cfg["max_position_embeddings"])
     g.add_uint32(f"{a}.embedding_length", cfg["hidden_size"])
     g.add_uint32(f"{a}.feed_forward_length", cfg["intermediate_size"])
@@ -87,8 +91,12 @@ def write(model_dir, out, quant):
     put("output.weight", w["lm_head.weight"], True)
     names = {"q_a_proj": "attn_q_a", "q_a_layernorm": "attn_q_a_norm", "q_b_proj": "attn_q_b", "q_proj": "attn_q",
              "kv_a_proj_with_mqa": "attn_kv_a_mqa", "kv_a_layernorm": "attn_kv_a_norm", "o_proj": "attn_output"}
-    for i in range(cfg["num_hidden_layers"]):
+    for i in range(cfg["num_hidden_layers"] + nextn):
         p = f"model.layers.{i}."
+        if i >= cfg["num_hidden_layers"]:  # llama.cpp's names for the MTP module's own tensors
+            for hf, gg in (("enorm", "enorm"), ("hnorm", "hnorm"), ("eh_proj", "eh_proj"),
+                           ("shared_head.norm", "shared_head_norm"), ("shared_head.head", "shared_head_head")):
+                put(f"blk.{i}.nextn.{gg}.weight", w[p + hf + ".weight"], hf.endswith("proj") or hf.endswith("head"))
         put(f"blk.{i}.attn_norm.weight", w[p + "input_layernorm.weight"])
         put(f"blk.{i}.ffn_norm.weight", w[p + "post_attention_layernorm.weight"])
         for hf, gg in names.items():
