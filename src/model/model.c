@@ -272,6 +272,12 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
     free(arch);
     return st->code;
   }
+  if (ad->attn == DI_ATTN_DSV4) { /* its tensor table rows have Hugging Face names only */
+    di_errorf(st, DI_ERR_UNSUPPORTED, "%s: architecture '%s' (key general.architecture) is not supported from GGUF yet; "
+              "use the Hugging Face directory", m->path, arch);
+    free(arch);
+    return st->code;
+  }
   di_arch_apply(ad, hp);
   hp->rope_type = ad->gguf_rope;
   if ((rc = validate_gguf_keys(m, arch, st))) {

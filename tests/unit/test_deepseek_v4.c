@@ -246,6 +246,28 @@ static void check_bad(const char *key, const char *value, const char *expect) {
   rmdir(dir);
 }
 
+/* A GGUF naming general.architecture deepseek4 (llama.cpp's converter) is
+ * refused by name, not bound half-way. */
+static void check_gguf_refused(void) {
+  char p[700];
+  snprintf(p, sizeof p, "%s.arch%d.gguf", cache_dir, (int)getpid());
+  FILE *f = fopen(p, "wb");
+  CHECK(f != NULL);
+  if (!f) return;
+  const char key[] = "general.architecture", val[] = "deepseek4";
+  uint32_t ver = 3, ty = 8;
+  uint64_t nt = 0, nkv = 1, kl = sizeof key - 1, vl = sizeof val - 1;
+  fwrite("GGUF", 1, 4, f), fwrite(&ver, 4, 1, f), fwrite(&nt, 8, 1, f), fwrite(&nkv, 8, 1, f);
+  fwrite(&kl, 8, 1, f), fwrite(key, 1, kl, f), fwrite(&ty, 4, 1, f), fwrite(&vl, 8, 1, f), fwrite(val, 1, vl, f);
+  fclose(f);
+  di_model *m = NULL;
+  di_status st = {0};
+  di_code rc = di_model_load(p, NULL, &m, &st);
+  CHECKF(rc == DI_ERR_UNSUPPORTED && strstr(st.msg, "deepseek4"), "GGUF deepseek4: rc %d, '%s'", rc, st.msg);
+  di_model_free(m);
+  unlink(p);
+}
+
 int main(void) {
   if (!make_models()) return 1;
   check_config("tiny");
@@ -275,6 +297,7 @@ int main(void) {
   check_bad("num_key_value_heads", "2", "num_key_value_heads");
   check_bad("quantization_config", "{\"quant_method\": \"fp8\"}", "quantization_config");
   check_bad("compress_ratio", "4", "compress_ratio"); /* unknown key */
+  check_gguf_refused();
   printf("%d checks, %d failures\n", di_test_checks, di_test_failures);
   return di_test_failures != 0;
 }
