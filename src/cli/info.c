@@ -94,6 +94,7 @@ int di_cmd_info(int argc, char **argv) {
   printf("vocab:          %d\n", hp->n_vocab);
   printf("embedding:      %d\n", hp->n_embd);
   printf("layers:         %d\n", hp->n_layer);
+  if (m->mtp) printf("MTP:            1 multi-token-prediction module (--spec mtp drafts with it)\n");
   printf("heads:          %d query, %d kv, head dim %d\n", hp->n_head, hp->n_head_kv, hp->head_dim);
   printf("ffn:            %d (%s)\n", hp->n_ff, hp->act == DI_ACT_SILU ? "SwiGLU" : "GeGLU");
   if (hp->attn_kind == DI_ATTN_MLA)
