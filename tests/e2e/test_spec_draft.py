@@ -38,8 +38,9 @@ def test_self_draft_under_preemption(tmp_path):
     ref = base.batch(tmp_path, STORIES, base.bodies(True), "--spec", "off", "--concurrency", 1, tag="off")
     # twice the reference test's pool: the draft's KV takes its share (the same bytes per position)
     got = base.batch(tmp_path, STORIES, base.bodies(True), *spec_draft(STORIES), "--concurrency", 16,
-                     "--block-size", 4, "--kv-mem", "192K", tag="tight")
+                     "--block-size", 4, "--kv-mem", "192K", "--stats-json", tmp_path / "st.json", tag="tight")
     assert got == ref
+    assert json.loads((tmp_path / "st.json").read_text())["preemptions"] > 0
 
 
 @pytest.mark.parametrize("model", [pytest.param(STORIES, id="stories260K"), pytest.param(SMOL, id="smollm2"),

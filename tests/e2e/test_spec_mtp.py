@@ -57,8 +57,9 @@ def test_identical_under_preemption(tmp_path, v3_mtp):
     ref = base.batch(tmp_path, v3_mtp, bodies(True), "--spec", "off", "--concurrency", 1, *ONE, tag="off")
     # a few blocks per sequence for 12 sequences (the module's K/V is one more layer of 4)
     got = base.batch(tmp_path, v3_mtp, bodies(True), *SPEC, "--concurrency", 12, "--block-size", 4, "--kv-mem", "36K",
-                     *ONE, tag="tight")
+                     *ONE, "--stats-json", tmp_path / "st.json", tag="tight")
     assert got == ref
+    assert json.loads((tmp_path / "st.json").read_text())["preemptions"] > 0
 
 
 def test_logit_dumps_and_stats(tmp_path, v3_mtp):
