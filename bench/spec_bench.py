@@ -131,8 +131,12 @@ args = json.loads(sys.argv[1])
 res = {}
 for mode in ("off", "pld"):
     draft = LlamaPromptLookupDecoding(num_pred_tokens=args["k"]) if mode == "pld" else None
+    # With a draft model llama-cpp-python keeps every position's logits (it sets logits_all
+    # itself) but sizes that buffer from the logits_all argument: pass True, or a prompt longer
+    # than n_batch overflows it.
     res[mode] = llama_cpp.Llama(model_path=args["model"], n_ctx=4096, n_threads=args["threads"],
-                                n_threads_batch=args["threads"], draft_model=draft, verbose=False, seed=1)
+                                n_threads_batch=args["threads"], draft_model=draft, verbose=False, seed=1,
+                                logits_all=draft is not None)
 for line in sys.stdin:
     p = json.loads(line)
     out = {}
