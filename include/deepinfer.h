@@ -64,6 +64,11 @@ typedef struct di_engine_opts {
   int spec_k_max;           /* most draft tokens per sequence and step, 1..32; 0 = DI_SPEC_K_DEFAULT */
   di_spec_mode spec_mode;
   const char *draft_model_path; /* DI_SPEC_DRAFT: the draft model (same vocabulary), greedy, KV beside the target's */
+  /* Sliding-window KV (docs/ARCHITECTURE.md, "Checkpoints and bounded replay"). */
+  int swa_checkpoint;       /* checkpoint interval C in positions (multiple of block_size, >= the window); 0 = 4x window */
+  int swa_full;             /* 1 = sliding-window layers keep full-size KV (the reference path) */
+  int no_replay;            /* 1 = no checkpoints: a hit whose windows are gone recomputes the prefix */
+  int swa_window;           /* > 0: every layer of a model without sliding layers gets this window */
 } di_engine_opts;
 
 void di_engine_opts_default(di_engine_opts *o);
@@ -105,6 +110,7 @@ typedef struct di_event {
   di_finish finish;         /* != NONE on the last event of this completion */
   const char *error;        /* message when finish == DI_FINISH_ERROR */
   int prompt_tokens, cached_tokens, completion_tokens; /* cached = prefix-cache hit tokens */
+  int replayed_tokens;      /* prompt tokens recomputed by bounded replay to rebuild sliding windows */
   double queue_seconds;     /* submission to first scheduling (excludes prefill); -1 before that */
   int spec_drafted, spec_accepted, spec_verify_steps; /* speculation so far: draft tokens verified, accepted */
 } di_event;
@@ -184,6 +190,13 @@ typedef struct di_engine_stats {
   double step_seconds, sched_seconds; /* time in forward+sampling, and in scheduling alone */
   const char *spec_drafter;      /* NULL when speculation is off */
   uint64_t spec_drafted, spec_accepted, spec_verify_steps, spec_fallbacks;
+  /* bounded replay (prefix hits, resumes): replays, positions they recomputed, the longest one */
+  uint64_t swa_replays, swa_replay_tokens;
+  int swa_replay_max;
+  int swa_checkpoint;            /* C in positions; 0 = no checkpoints */
+  int kv_ckpt_blocks;            /* cached sliding-window blocks that belong to a checkpoint */
+  /* blocks in use by layer group, now and at most: full-attention, sliding-window */
+  int kv_blocks_used_full, kv_blocks_used_window, kv_blocks_high_full, kv_blocks_high_window;
 } di_engine_stats;
 void di_engine_stats_get(di_engine *e, di_engine_stats *s);
 

@@ -60,7 +60,7 @@ typedef struct job {
   bool want_ids;
   int logprobs;              /* -1 = none */
   bool chat;                 /* /v1/chat/completions */
-  int prompt_tokens, cached_tokens;
+  int prompt_tokens, cached_tokens, replayed_tokens;
   const di_tokenizer *tok;
   char *result;              /* output line when finished */
   di_gmatcher *matcher;      /* response_format / grammar / regex (n = 1) */
@@ -163,10 +163,11 @@ static void job_finish(job *j) {
     b->n_errors++;
   } else {
     json_t *body = json_pack(
-        "{s:s, s:s, s:I, s:s, s:o, s:{s:i, s:i, s:i, s:i, s:i}}", "id", id, "object", j->chat ? "chat.completion" : "text_completion", "created",
+        "{s:s, s:s, s:I, s:s, s:o, s:{s:i, s:i, s:i, s:i, s:i, s:{s:i, s:i}}}", "id", id, "object", j->chat ? "chat.completion" : "text_completion", "created",
         (json_int_t)time(NULL), "model", b->model_name, "choices", choices, "usage", "prompt_tokens", j->prompt_tokens,
         "completion_tokens", completion, "total_tokens", j->prompt_tokens + completion, "prompt_cache_hit_tokens",
-        j->cached_tokens, "prompt_cache_miss_tokens", j->prompt_tokens - j->cached_tokens);
+        j->cached_tokens, "prompt_cache_miss_tokens", j->prompt_tokens - j->cached_tokens, "prompt_tokens_details",
+        "cached_tokens", j->cached_tokens, "replayed_tokens", j->replayed_tokens);
     choices = NULL;
     json_t *o = json_pack("{s:s, s:O?, s:{s:i, s:s, s:o}, s:n}", "id", id, "custom_id", j->custom_id, "response",
                           "status_code", 200, "request_id", id, "body", body, "error");
@@ -228,6 +229,7 @@ static void on_event(const di_event *ev, void *user) {
   c->completion_tokens = ev->completion_tokens;
   j->prompt_tokens = ev->prompt_tokens;
   j->cached_tokens = ev->cached_tokens;
+  j->replayed_tokens = ev->replayed_tokens;
   if (++j->n_done == j->n) job_finish(j);
 }
 
@@ -419,12 +421,16 @@ static int write_stats(const char *path, di_engine *e, double secs, const batch 
           "{\"requests\": %d, \"errors\": %d, \"seconds\": %.3f, \"completion_tokens\": %lld, \"preemptions\": %llu,\n"
           " \"prompt_tokens\": %llu, \"generated_tokens\": %llu, \"prefix_queries\": %llu, \"prefix_query_tokens\": %llu,\n"
           " \"prefix_hit_tokens\": %llu, \"steps\": %llu, \"batch_tokens\": %llu, \"kv_blocks_total\": %d,\n"
-          " \"kv_blocks_used\": %d, \"kv_blocks_high_water\": %d, \"kv_block_size\": %d, \"kv_block_bytes\": %zu}\n",
+          " \"kv_blocks_used\": %d, \"kv_blocks_high_water\": %d, \"kv_block_size\": %d, \"kv_block_bytes\": %zu,\n"
+          " \"kv_blocks_high_full\": %d, \"kv_blocks_high_window\": %d, \"kv_ckpt_blocks\": %d, \"swa_checkpoint\": %d,\n"
+          " \"swa_replays\": %llu, \"swa_replay_tokens\": %llu, \"swa_replay_max\": %d}\n",
           b->n_done, b->n_errors, secs, b->tokens, (unsigned long long)s.preemptions,
           (unsigned long long)s.prompt_tokens, (unsigned long long)s.generated_tokens,
           (unsigned long long)s.prefix_queries, (unsigned long long)s.prefix_query_tokens,
           (unsigned long long)s.prefix_hit_tokens, (unsigned long long)s.steps, (unsigned long long)s.batch_tokens,
-          s.kv_blocks_total, s.kv_blocks_used, s.kv_blocks_high_water, s.kv_block_size, s.kv_block_bytes);
+          s.kv_blocks_total, s.kv_blocks_used, s.kv_blocks_high_water, s.kv_block_size, s.kv_block_bytes,
+          s.kv_blocks_high_full, s.kv_blocks_high_window, s.kv_ckpt_blocks, s.swa_checkpoint,
+          (unsigned long long)s.swa_replays, (unsigned long long)s.swa_replay_tokens, s.swa_replay_max);
   return fclose(f);
 }
 

@@ -34,8 +34,25 @@ int di_cli_spec_opt(const char *cmd, int argc, char **argv, int *i, di_engine_op
   return 1;
 }
 
+int di_cli_swa_opt(const char *cmd, int argc, char **argv, int *i, di_engine_opts *o) {
+  const char *a = argv[*i];
+  if (!strcmp(a, "--swa-full") || !strcmp(a, "--no-replay")) {
+    *(!strcmp(a, "--swa-full") ? &o->swa_full : &o->no_replay) = 1;
+    return 1;
+  }
+  if (strcmp(a, "--swa-checkpoint") && strcmp(a, "--swa-window")) return 0;
+  const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+  long long n = 0;
+  if (!v) return di_cli_fail(cmd, "option %s needs a value", a);
+  (*i)++;
+  if (!di_arg_int(v, 1, 1 << 24, &n)) return di_cli_fail(cmd, "%s: '%s' must be a positive number of tokens", a, v);
+  *(!strcmp(a, "--swa-window") ? &o->swa_window : &o->swa_checkpoint) = (int)n;
+  return 1;
+}
+
 int di_cli_engine_opt(const char *cmd, int argc, char **argv, int *i, di_engine_opts *o) {
   int sp = di_cli_spec_opt(cmd, argc, argv, i, o);
+  if (!sp) sp = di_cli_swa_opt(cmd, argc, argv, i, o);
   if (sp) return sp;
   const char *a = argv[*i];
   const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;

@@ -16,7 +16,16 @@
   "      --max-batch-tokens N tokens per forward step (default 512)\n"                       \
   "      --block-size N       KV block size in tokens (default 16)\n"                        \
   "      --no-prefix-cache    disable automatic prefix caching\n"                          \
+  DI_CLI_SWA_OPTS_HELP                                                                       \
   DI_CLI_SPEC_OPTS_HELP
+
+#define DI_CLI_SWA_OPTS_HELP                                                                 \
+  "      --swa-checkpoint C   sliding-window checkpoint every C tokens (multiple of the block\n" \
+  "                           size, >= the window; default 4x window): a prefix hit replays\n" \
+  "                           at most C tokens to rebuild evicted windows, exactly\n"        \
+  "      --swa-full           full-size KV for sliding-window layers (the reference path)\n" \
+  "      --no-replay          no checkpoints: a hit whose windows were evicted recomputes\n" \
+  "      --swa-window N       force a sliding window of N tokens on every layer (testing)\n"
 
 #define DI_CLI_SPEC_OPTS_HELP                                                                \
   "      --spec KIND          speculative decoding: off (default), ngram (prompt lookup),\n"  \
@@ -29,6 +38,9 @@
 /* The --spec options alone (for subcommands with their own engine options):
  * same contract as di_cli_engine_opt. */
 int di_cli_spec_opt(const char *cmd, int argc, char **argv, int *i, di_engine_opts *o);
+
+/* The sliding-window options alone (serve parses its own engine options). */
+int di_cli_swa_opt(const char *cmd, int argc, char **argv, int *i, di_engine_opts *o);
 
 /* If argv[*i] is an engine option, consumes it (and its value), updates o
  * and returns 1; returns 0 if it is not one; returns 2 after printing the

@@ -45,7 +45,8 @@ static const char USAGE[] =
     "  --kv-mem BYTES           KV block pool size; K/M/G suffixes (default: sized for --max-seqs)\n"
     "  --max-seqs N             sequences running at once (default 16)\n"
     "  --max-batch-tokens N     tokens per step (default 512)\n"
-    "  --seed N                 base of the seeds given to requests that set none\n" DI_CLI_SPEC_OPTS_HELP;
+    "  --seed N                 base of the seeds given to requests that set none\n" DI_CLI_SWA_OPTS_HELP
+    DI_CLI_SPEC_OPTS_HELP;
 
 static int parse_int(const char *s, long long lo, long long hi, long long *out) {
   char *end = NULL;
@@ -115,6 +116,7 @@ int di_cmd_serve(int argc, char **argv) {
       continue;
     }
     int sp = di_cli_spec_opt("serve", argc, argv, &i, &eo);
+    if (!sp) sp = di_cli_swa_opt("serve", argc, argv, &i, &eo);
     if (sp == 2) return 2;
     if (sp == 1) continue;
     if (i + 1 >= argc) return di_cli_fail("serve", "option %s needs a value (see --help)", a);

@@ -35,6 +35,58 @@ void di_request_params_default(di_request_params *p) {
 
 /* ---------------------------------------------------------------- create */
 
+/* Window tables per sequence: the sliding-window ones, and the main table
+ * when every layer slides. */
+static int n_window_tables(const di_engine_backend *be) {
+  if (be->window <= 0) return 0;
+  return be->n_swa_tables + (be->policy == DI_KV_POLICY_WINDOW);
+}
+
+/* --swa-checkpoint / --swa-full / --no-replay: contradictions and C. */
+static di_code swa_settings(di_engine *e, const di_engine_opts *o, const di_engine_backend *be, int bs, di_status *st) {
+  if (o->swa_checkpoint < 0 || o->swa_window < 0)
+    return di_errorf(st, DI_ERR_INVALID, "--swa-checkpoint %d / --swa-window %d: must be positive", o->swa_checkpoint,
+                     o->swa_window);
+  if (o->swa_full && o->no_replay)
+    return di_errorf(st, DI_ERR_INVALID,
+                     "--swa-full and --no-replay contradict: with full-size sliding-window KV there is nothing to replay");
+  if (o->swa_checkpoint && (o->swa_full || o->no_replay))
+    return di_errorf(st, DI_ERR_INVALID, "--swa-checkpoint %d and %s contradict: checkpoints exist for replay",
+                     o->swa_checkpoint, o->swa_full ? "--swa-full" : "--no-replay");
+  int nw = n_window_tables(be);
+  if (o->swa_checkpoint && nw == 0)
+    return di_errorf(st, DI_ERR_INVALID,
+                     "--swa-checkpoint %d: this model keeps no sliding-window KV to checkpoint (see --swa-window)",
+                     o->swa_checkpoint);
+  if (nw == 0 || o->no_replay) return DI_OK;
+  int c = o->swa_checkpoint;
+  if (c == 0) { /* 4 windows: replay <= 4 W positions, checkpoints cost about W/4 of every window kept */
+    c = 4 * be->window;
+    c = (c + bs - 1) / bs * bs;
+  }
+  if (c % bs != 0)
+    return di_errorf(st, DI_ERR_INVALID, "--swa-checkpoint %d: not a multiple of the KV block size %d", c, bs);
+  if (c < be->window)
+    return di_errorf(st, DI_ERR_INVALID, "--swa-checkpoint %d: smaller than the sliding window %d", c, be->window);
+  e->swa_ckpt = c;
+  return DI_OK;
+}
+
+/* The pool must hold one sequence's windows (and a block of the rest). */
+static di_code swa_pool_check(di_engine *e, const di_engine_opts *o, const di_engine_backend *be, int bs,
+                              di_status *st) {
+  int nw = n_window_tables(be);
+  if (nw == 0) return DI_OK;
+  int win = be->window < e->ctx ? be->window : e->ctx;
+  int need = nw * ((win - 1 + bs - 1) / bs + 1) + (be->policy != DI_KV_POLICY_WINDOW);
+  if (e->pool->n_blocks >= need) return DI_OK;
+  return di_errorf(st, DI_ERR_INVALID,
+                   "--kv-mem %zu: the pool holds %d blocks of %d positions, but one sequence's sliding windows need "
+                   "%d (window %d in %d tables)",
+                   o->kv_mem ? o->kv_mem : (size_t)e->pool->n_blocks * e->pool->block_bytes, e->pool->n_blocks, bs,
+                   need, be->window, nw);
+}
+
 di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backend *be, di_engine **out,
                                  di_status *st) {
   return di_engine_create_spec(o, be, NULL, out, st);
@@ -131,8 +183,10 @@ di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *
     rc = di_spec_model_create(e, &dbe, draft_mem, bs, o->kv_type, &e->spec.model, st);
     dbe.destroy = NULL;
   }
+  if (rc == DI_OK) rc = swa_settings(e, o, be, bs, st);
   if (rc == DI_OK) rc = di_kv_pool_create_spec(&e->pool, kv_mem, bs, &spec, st);
-  if (rc == DI_OK && o->prefix_cache && be->policy != DI_KV_POLICY_WINDOW) rc = di_kv_prefix_enable(e->pool, st);
+  if (rc == DI_OK) rc = swa_pool_check(e, o, be, bs, st);
+  if (rc == DI_OK && o->prefix_cache) rc = di_kv_prefix_enable(e->pool, st);
   if (rc == DI_OK) rc = di_sampler_init(&e->sampler, be->n_vocab, st);
   if (rc != DI_OK) {
     create_fail(e, &dbe);
@@ -316,7 +370,8 @@ static di_code prompt_tokens(const di_engine *e, const di_request_params *p, di_
     return di_errorf(st, DI_ERR_RANGE, "prompt has %d tokens; the context is %d (no room to generate)", r->n_prompt,
                      e->ctx);
   int bs = e->pool->block_size;
-  if ((r->n_prompt + 1 + bs - 1) / bs > e->pool->n_blocks)
+  /* (every layer sliding: the windows are all it keeps, checked at start-up) */
+  if (e->be.policy != DI_KV_POLICY_WINDOW && (r->n_prompt + 1 + bs - 1) / bs > e->pool->n_blocks)
     return di_errorf(st, DI_ERR_RANGE, "prompt has %d tokens; the whole KV pool holds %d", r->n_prompt,
                      e->pool->n_blocks * bs - 1);
   return DI_OK;
@@ -366,6 +421,14 @@ static di_code build_request(di_engine *e, const di_request_params *p, di_req *r
       if (di_kv_table_init(&s->swa[k], e->pool->block_size, cap, st) != DI_OK)
         return di_errorf(st, DI_ERR_NOMEM, "out of memory");
       s->swa[k].root ^= (uint64_t)(k + 1) * 0xD6E8FEB86659FD93ull; /* its own prefix-cache names */
+      s->swa[k].group = DI_KV_GROUP_WINDOW;
+      s->swa[k].window = e->be.window;
+      s->swa[k].ckpt = e->swa_ckpt;
+    }
+    if (e->be.policy == DI_KV_POLICY_WINDOW && e->be.window > 0) {
+      s->table.group = DI_KV_GROUP_WINDOW;
+      s->table.window = e->be.window;
+      s->table.ckpt = e->swa_ckpt;
     }
     s->rng = di_sampler_seed(p->sampling.seed, i);
     s->logits_row = -1;
@@ -462,6 +525,7 @@ static void emit(di_engine *e, di_seq *s, int32_t token, const char *text, size_
   ev.error = error;
   ev.prompt_tokens = r->n_prompt;
   ev.cached_tokens = r->cached_tokens;
+  ev.replayed_tokens = r->replayed_tokens;
   ev.completion_tokens = s->n_gen;
   ev.queue_seconds = r->admitted_once ? r->t_admit - r->t_submit : -1;
   ev.spec_drafted = s->spec.drafted;
@@ -713,6 +777,12 @@ static void publish_stats(di_engine *e) {
   s.kv_blocks_used = di_kv_n_used(e->pool);
   s.kv_blocks_high_water = e->pool->high_water;
   s.kv_blocks_cached = di_kv_prefix_n_cached(e->pool);
+  s.kv_ckpt_blocks = di_kv_prefix_n_ckpt(e->pool);
+  s.swa_checkpoint = e->swa_ckpt;
+  s.kv_blocks_used_full = e->pool->used_by_group[DI_KV_GROUP_FULL];
+  s.kv_blocks_used_window = e->pool->used_by_group[DI_KV_GROUP_WINDOW];
+  s.kv_blocks_high_full = e->pool->high_by_group[DI_KV_GROUP_FULL];
+  s.kv_blocks_high_window = e->pool->high_by_group[DI_KV_GROUP_WINDOW];
   s.kv_block_size = e->pool->block_size;
   s.kv_block_bytes = e->pool->block_bytes;
   s.spec_drafter = e->spec.on ? e->spec.drafter.name : NULL;

@@ -83,6 +83,8 @@ typedef struct di_seq {
   int32_t *tokens;        /* prompt followed by generated tokens */
   int len, cap;
   int n_computed;         /* leading tokens whose K/V are in the pool */
+  int replay_end;         /* the main (full-attention) table already holds [0, replay_end):
+                             positions [n_computed, replay_end) are a bounded replay (replay.c) */
   di_kv_table table;
   di_kv_table swa[DI_KV_MAX_SWA_TABLES]; /* [be.n_swa_tables] */
   uint64_t rng;
@@ -120,6 +122,7 @@ struct di_req {
   di_seq **seqs;          /* [n]; seqs[1..] exist once the prompt is computed */
   int n_seqs, n_done;
   int cached_tokens;      /* prefix-cache hit tokens at first admission */
+  int replayed_tokens;    /* of the prompt, recomputed by bounded replay at first admission */
   di_constraint constraint; /* .accept == NULL: none */
   bool admitted_once, cancelled;
   double t_submit, t_admit; /* monotonic seconds: submission, first admission */
@@ -135,6 +138,7 @@ typedef struct di_seq_list {
 struct di_engine {
   di_engine_backend be;
   int max_seqs, max_batch_tokens, ctx;
+  int swa_ckpt;           /* checkpoint interval C in positions; 0 = none (no replay) */
   di_kv_pool *pool;
   di_sampler sampler;
   di_seq_list waiting, running;
@@ -214,6 +218,13 @@ int di_spec_k_cap(const di_engine *e, const di_seq *s, int k_cap);
 void di_spec_mtp_step(di_engine *e, const di_batch *b);
 /* Verifies s's drafts against the rows of this step (row 0: its base token). */
 void di_spec_verify(di_engine *e, di_seq *s, const float *rows);
+
+/* replay.c */
+/* The prefix-cache hit of a waiting sequence with empty tables: maps the
+ * cached blocks of every table and returns the position to compute from
+ * (s->n_computed); positions [that, s->replay_end) are a bounded replay, whose
+ * length (also for models without full-attention layers) goes to *replayed. */
+int di_replay_match(di_engine *e, di_seq *s, int *replayed);
 
 /* scheduler.c */
 /* A sequence's tables (main + sliding-window ones): drop every block / share src's. */

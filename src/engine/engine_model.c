@@ -66,6 +66,25 @@ static void mb_destroy(void *u) {
   free(m);
 }
 
+/* --swa-window N: every layer slides with window N. A model that already has
+ * sliding layers keeps its own layout (N must equal its window): turning its
+ * global layers into sliding ones would also change their RoPE. */
+static di_code force_window(di_model *m, const di_engine_opts *o, di_status *st) {
+  di_hparams *hp = &m->hp;
+  if (hp->attn_kind != DI_ATTN_GQA)
+    return di_errorf(st, DI_ERR_UNSUPPORTED, "--swa-window %d: %s's attention (latent or compressed) takes no forced window",
+                     o->swa_window, hp->arch);
+  if (hp->sliding_window > 0) {
+    if (hp->sliding_window != o->swa_window)
+      return di_errorf(st, DI_ERR_INVALID, "--swa-window %d: this %s model's layers already slide with window %d",
+                       o->swa_window, hp->arch, hp->sliding_window);
+    return DI_OK;
+  }
+  hp->sliding_window = o->swa_window;
+  hp->swa_pattern = 0;
+  return DI_OK;
+}
+
 /* Loads the model at path (weights, tokenizer, forward scratch) as an engine
  * backend; on failure nothing is left allocated. */
 static di_code backend_open(const char *path, const di_engine_opts *o, di_engine_backend *be, di_status *st) {
@@ -81,6 +100,7 @@ static di_code backend_open(const char *path, const di_engine_opts *o, di_engine
     m->tok = NULL;
     rc = DI_OK;
   }
+  if (rc == DI_OK && o->swa_window > 0) rc = force_window(m->model, o, st);
   int max_batch = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
   if (rc == DI_OK) rc = di_forward_ctx_create(m->model, max_batch, o->threads, &m->fwd, st);
   if (rc != DI_OK) {
@@ -91,6 +111,8 @@ static di_code backend_open(const char *path, const di_engine_opts *o, di_engine
   m->parse_special = o->allow_special_in_content != 0;
   be->n_vocab = hp->n_vocab;
   be->n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
+  /* A forced window (testing) bounds what every layer sees, so --ctx may pass the trained context. */
+  if (o->swa_window > 0 && o->ctx > be->n_ctx) be->n_ctx = o->ctx;
   be->n_layers = hp->n_layer;
   di_kv_spec spec;
   di_forward_kv_spec(m->model, &spec);
@@ -105,7 +127,9 @@ static di_code backend_open(const char *path, const di_engine_opts *o, di_engine
   int n_full = hp->n_layer - n_swa;
   be->policy = n_swa > 0 && n_full == 0 ? DI_KV_POLICY_WINDOW : DI_KV_POLICY_FULL;
   be->window = n_swa > 0 ? hp->sliding_window : 0;
-  if (n_swa > 0 && n_full > 0 && (n_swa + n_full - 1) / n_full <= DI_KV_MAX_SWA_TABLES && !getenv("DI_KV_NO_GROUPS")) {
+  if (o->swa_full) be->policy = DI_KV_POLICY_FULL; /* sliding layers keep every position; attention still slides */
+  if (n_swa > 0 && n_full > 0 && (n_swa + n_full - 1) / n_full <= DI_KV_MAX_SWA_TABLES && !o->swa_full &&
+      !getenv("DI_KV_NO_GROUPS")) {
     be->n_layers = n_full;
     be->n_swa_tables = (n_swa + n_full - 1) / n_full;
   }

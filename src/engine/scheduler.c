@@ -19,6 +19,10 @@
  * sequence itself yields; a sequence alone in the pool that still cannot grow
  * finishes with "length". Admission never preempts.
  *
+ * Resumption and prefix hits go through replay.c: a sequence whose
+ * sliding-window blocks were evicted while it waited replays from the last
+ * checkpoint instead of recomputing from position 0.
+ *
  * Aging: priority could starve a low-priority request under a steady stream
  * of higher-priority ones, so a sequence that has waited DI_SCHED_AGING_STEPS
  * steps is admitted next regardless of priority (oldest first). */
@@ -69,9 +73,12 @@ void di_seq_kv_fork(di_engine *e, di_seq *dst, const di_seq *src) {
   for (int k = 0; k < e->be.n_swa_tables; k++) di_kv_table_fork(e->pool, &dst->swa[k], &src->swa[k]);
 }
 
+/* Where the main table's writes start: a replay's positions are already there. */
+static int main_start(const di_seq *s) { return s->replay_end > s->n_computed ? s->replay_end : s->n_computed; }
+
 /* Blocks needed in all of s's tables to write positions [s->n_computed, end). */
 static int blocks_needed(di_engine *e, di_seq *s, int end) {
-  int n = di_kv_table_blocks_needed(e->pool, &s->table, s->n_computed, end);
+  int n = di_kv_table_blocks_needed(e->pool, &s->table, main_start(s), end);
   for (int k = 0; k < e->be.n_swa_tables; k++)
     n += di_kv_table_blocks_needed(e->pool, &s->swa[k], s->n_computed, end);
   return n;
@@ -79,7 +86,7 @@ static int blocks_needed(di_engine *e, di_seq *s, int end) {
 
 static void preempt(di_engine *e, di_seq *s) {
   di_seq_kv_release(e, s);
-  s->n_computed = 0;
+  s->n_computed = s->replay_end = 0;
   s->n_preempted++;
   s->state = DI_SEQ_WAITING;
   s->queued_at = e->acc.steps;
@@ -119,10 +126,10 @@ static int shrink_to_fit(di_engine *e, di_seq *s, int want) {
 /* Adds positions [n_computed, n_computed + take) of s (its drafts, if any,
  * are the last n_draft of them); the rows they want are consecutive. */
 static void add_to_batch(di_engine *e, di_batch *b, di_seq *s, int take, int *n_out) {
-  di_kv_table_prepare(e->pool, &s->table, s->n_computed, s->n_computed + take);
+  di_kv_table_prepare(e->pool, &s->table, main_start(s), s->n_computed + take);
   int slot = b->n_seqs++;
   di_batch_seq *bs = &e->b_seqs[slot];
-  *bs = (di_batch_seq){.blocks = s->table.blocks, .n_blocks = s->table.n_blocks};
+  *bs = (di_batch_seq){.blocks = s->table.blocks, .n_blocks = s->table.n_blocks, .full_cached = s->replay_end};
   for (int k = 0; k < e->be.n_swa_tables; k++) {
     di_kv_table_prepare(e->pool, &s->swa[k], s->n_computed, s->n_computed + take);
     bs->swa[k] = s->swa[k].blocks;
@@ -209,22 +216,6 @@ static bool schedule_running(di_engine *e, di_batch *b, int *budget, int *n_out,
   return false;
 }
 
-/* The longest cached prefix usable in every table: the main table's run of
- * blocks, shortened until each sliding-window table also finds its blocks
- * covering the window of the first position to compute (window blocks of a
- * prefix stay cached after their sequence released them, until evicted). */
-static int match_prefix(di_engine *e, di_seq *s) {
-  int n = di_kv_table_match_prefix(e->pool, &s->table, s->tokens, s->len) / e->pool->block_size;
-  for (; n > 0 && e->be.n_swa_tables > 0; di_kv_table_truncate(e->pool, &s->table, --n)) {
-    int lo = n * e->pool->block_size - e->be.window + 1, k = 0;
-    for (; k < e->be.n_swa_tables; k++)
-      if (!di_kv_table_match_window(e->pool, &s->swa[k], s->tokens, n, lo > 0 ? lo / e->pool->block_size : 0)) break;
-    if (k == e->be.n_swa_tables) break;
-    while (k > 0) di_kv_table_release(e->pool, &s->swa[--k]);
-  }
-  return n * e->pool->block_size;
-}
-
 /* The head of the queue, unless a sequence has waited too long. */
 static di_seq *next_waiting(di_engine *e) {
   di_seq *s = e->waiting.v[0], *old = s;
@@ -253,8 +244,8 @@ static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
     int slots = (s->index == 0 && r->n_seqs < r->n) ? r->n : 1; /* siblings are forked later */
     if (e->running.n > 0 && running_slots(e) + slots > e->max_seqs) break;
     const bool all = r->p.logits_cb != NULL; /* every row wanted: no prefix hits, bounded chunks */
-    if (s->n_computed == 0 && s->table.n_blocks == 0 && e->be.policy != DI_KV_POLICY_WINDOW && !all)
-      s->n_computed = match_prefix(e, s);
+    int replayed = 0;
+    if (s->n_computed == 0 && s->table.n_blocks == 0 && !all) s->n_computed = di_replay_match(e, s, &replayed);
     int want = s->len - s->n_computed < *budget ? s->len - s->n_computed : *budget;
     if (all && want > DI_LOGITS_CB_CHUNK) want = DI_LOGITS_CB_CHUNK;
     if (!di_engine_logit_rows(e, *n_out + (all ? want : 1))) break;
@@ -262,7 +253,7 @@ static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
     if (!fits(e, s, end)) end = shrink_to_fit(e, s, end);
     if (end <= s->n_computed) {
       di_seq_kv_release(e, s); /* give back the prefix hits; retry later */
-      s->n_computed = 0;
+      s->n_computed = s->replay_end = 0;
       if (e->running.n == 0 && b->n_tokens == 0)
         di_engine_finish_seq(e, s, DI_FINISH_ERROR, "the KV pool is too small for this sequence");
       break;
@@ -273,6 +264,12 @@ static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
       e->acc.prefix_queries++;
       e->acc.prefix_query_tokens += (uint64_t)r->n_prompt;
       e->acc.prefix_hit_tokens += (uint64_t)s->n_computed;
+      r->replayed_tokens = replayed;
+    }
+    if (replayed > 0) { /* a hit's or a resume's */
+      e->acc.swa_replays++;
+      e->acc.swa_replay_tokens += (uint64_t)replayed;
+      if (replayed > e->acc.swa_replay_max) e->acc.swa_replay_max = replayed;
     }
     r->admitted_once = true;
     di_seq_list_remove(&e->waiting, s);

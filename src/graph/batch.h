@@ -22,6 +22,10 @@ typedef struct di_batch_seq {
    * (L = the pool's layers per block). Entries before the window are -1. */
   const int32_t *swa[DI_KV_MAX_SWA_TABLES];
   int n_swa_blocks;
+  /* Bounded replay (engine/replay.c): `blocks` already holds positions
+   * [0, full_cached) (shared prefix-cache blocks); tokens there write only the
+   * sliding-window layers' K/V and read the rest. */
+  int full_cached;
 } di_batch_seq;
 
 /* Block table `table` of s: -1 for blocks, else swa[table]. */

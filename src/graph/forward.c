@@ -346,7 +346,9 @@ static void st_qk(stage_ctx *c, int t) {
   }
   di_kv_pool *kv = c->kv;
   const di_batch *b = c->b;
-  int32_t blk = di_batch_seq_table(&b->seqs[b->seq[t]], c->loc.table)[b->pos[t] / kv->block_size];
+  const di_batch_seq *bs = &b->seqs[b->seq[t]];
+  if (c->loc.table < 0 && b->pos[t] < bs->full_cached) return; /* a replay: the cached rows are these */
+  int32_t blk = di_batch_seq_table(bs, c->loc.table)[b->pos[t] / kv->block_size];
   int slot = b->pos[t] % kv->block_size;
   for (int h = 0; h < HKV; h++) {
     size_t o = di_kv_head_offset(kv, h, slot, hd);

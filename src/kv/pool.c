@@ -56,7 +56,8 @@ di_code di_kv_pool_create_spec(di_kv_pool **out, size_t mem_bytes, int block_siz
   p->base = di_alloc_aligned(bb * n, false);
   p->refcount = calloc(n, sizeof *p->refcount);
   p->free_list = malloc(n * sizeof *p->free_list);
-  if (!p->base || !p->refcount || !p->free_list) {
+  p->group = calloc(n, 1);
+  if (!p->base || !p->refcount || !p->free_list || !p->group) {
     di_kv_pool_destroy(p);
     return di_errorf(st, DI_ERR_NOMEM, "kv pool: cannot allocate %zu bytes for %zu blocks", bb * n, n);
   }
@@ -73,16 +74,21 @@ void di_kv_pool_destroy(di_kv_pool *p) {
   di_free_aligned(p->base, p->block_bytes * (size_t)p->n_blocks);
   free(p->refcount);
   free(p->free_list);
+  free(p->group);
   free(p);
 }
 
-int32_t di_kv_alloc(di_kv_pool *p) {
+int32_t di_kv_alloc(di_kv_pool *p) { return di_kv_alloc_group(p, DI_KV_GROUP_FULL); }
+
+int32_t di_kv_alloc_group(di_kv_pool *p, int group) {
   int32_t b;
   if (p->n_free > 0)
     b = p->free_list[--p->n_free];
   else if ((b = di_kv_prefix_evict(p)) < 0) /* reuse the least recently used cached block */
     return -1;
   p->refcount[b] = 1;
+  p->group[b] = (uint8_t)group;
+  if (++p->used_by_group[group] > p->high_by_group[group]) p->high_by_group[group] = p->used_by_group[group];
   int used = di_kv_n_used(p);
   if (used > p->high_water) p->high_water = used;
   return b;
@@ -93,6 +99,7 @@ void di_kv_ref(di_kv_pool *p, int32_t block) { p->refcount[block]++; }
 void di_kv_unref(di_kv_pool *p, int32_t block) {
   if (block < 0 || block >= p->n_blocks || p->refcount[block] <= 0) return; /* defensive: double free */
   if (--p->refcount[block] > 0) return;
+  p->used_by_group[p->group[block]]--;
   /* A block that holds a cached prefix stays readable until evicted. */
   if (di_kv_prefix_park(p, block)) return;
   p->free_list[p->n_free++] = block;

@@ -39,6 +39,10 @@ typedef struct di_kv_spec {
   di_kv_type type;
 } di_kv_spec;
 
+/* Layer groups a block can belong to (for accounting): the full-attention
+ * layers (or every layer of a one-kind model) and the sliding-window ones. */
+enum { DI_KV_GROUP_FULL = 0, DI_KV_GROUP_WINDOW = 1, DI_KV_N_GROUPS = 2 };
+
 typedef struct di_kv_pool {
   int block_size;     /* token positions per block */
   int n_blocks;
@@ -56,6 +60,10 @@ typedef struct di_kv_pool {
   int32_t *free_list; /* stack of free block ids */
   int n_free;
   int high_water;     /* most blocks ever in use */
+  /* Per layer group (DI_KV_GROUP_*): which group allocated each block, and
+   * the blocks each group holds referenced now and at most. */
+  uint8_t *group;     /* [n_blocks] */
+  int used_by_group[DI_KV_N_GROUPS], high_by_group[DI_KV_N_GROUPS];
   void *prefix;       /* prefix-cache index, owned by kv/prefix.c (NULL = disabled) */
 } di_kv_pool;
 
@@ -71,6 +79,8 @@ size_t di_kv_spec_block_bytes(const di_kv_spec *s, int block_size);
 
 /* Takes a free block (refcount 1); returns -1 when none is free. */
 int32_t di_kv_alloc(di_kv_pool *p);
+/* The same for a block of layer group `group` (DI_KV_GROUP_*). */
+int32_t di_kv_alloc_group(di_kv_pool *p, int group);
 void di_kv_ref(di_kv_pool *p, int32_t block);
 /* Drops one reference; the block returns to the free list at zero. */
 void di_kv_unref(di_kv_pool *p, int32_t block);

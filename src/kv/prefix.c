@@ -15,16 +15,20 @@ typedef struct di_kv_prefix {
   uint64_t *hash, *parent;
   int32_t *tokens;       /* [n_blocks][block_size] ids, to verify hits exactly */
   uint8_t *cached;       /* [n_blocks] in the map */
+  uint8_t *cls;          /* [n_blocks] di_kv_cache_class of a cached block */
   int32_t *lru_prev, *lru_next;
-  int32_t lru_head, lru_tail; /* head = least recently used */
-  int n_parked, n_cached;
+  /* One LRU per eviction order: DI_KV_CACHE_WINDOW blocks go first, so the
+   * full-attention prefix and the checkpoints outlive the windows between. */
+  int32_t lru_head[2], lru_tail[2]; /* head = least recently used */
+  int n_parked, n_cached, n_ckpt;
 } di_kv_prefix;
+
+static int lru_of(const di_kv_prefix *x, int32_t b) { return x->cls[b] == DI_KV_CACHE_WINDOW ? 0 : 1; }
 
 di_code di_kv_prefix_enable(di_kv_pool *p, di_status *st) {
   if (p->prefix) return DI_OK;
   di_kv_prefix *x = calloc(1, sizeof *x);
   if (!x) return di_errorf(st, DI_ERR_NOMEM, "prefix cache: out of memory");
-  x->lru_head = x->lru_tail = -1;
   size_t nb = 16;
   while (nb < (size_t)p->n_blocks * 2) nb <<= 1;
   size_t n = (size_t)p->n_blocks;
@@ -37,16 +41,17 @@ di_code di_kv_prefix_enable(di_kv_pool *p, di_status *st) {
   x->parent = malloc(n * sizeof *x->parent);
   x->tokens = malloc(n * (size_t)p->block_size * sizeof *x->tokens);
   x->cached = calloc(n, 1);
+  x->cls = calloc(n, 1);
   x->lru_prev = malloc(n * sizeof *x->lru_prev);
   x->lru_next = malloc(n * sizeof *x->lru_next);
-  if (!x->bucket || !x->next || !x->hash || !x->parent || !x->tokens || !x->cached || !x->lru_prev ||
+  if (!x->bucket || !x->next || !x->hash || !x->parent || !x->tokens || !x->cached || !x->cls || !x->lru_prev ||
       !x->lru_next) {
     p->prefix = x;
     di_kv_prefix_disable(p);
     return di_errorf(st, DI_ERR_NOMEM, "prefix cache: cannot index %d blocks", p->n_blocks);
   }
   memset(x->bucket, 0xff, nb * sizeof *x->bucket);
-  x->lru_head = x->lru_tail = -1;
+  x->lru_head[0] = x->lru_tail[0] = x->lru_head[1] = x->lru_tail[1] = -1;
   p->prefix = x;
   return DI_OK;
 }
@@ -55,13 +60,16 @@ void di_kv_prefix_disable(di_kv_pool *p) {
   di_kv_prefix *x = p->prefix;
   if (!x) return;
   /* Parked blocks hold no references: hand them back. */
-  for (int32_t b = x->lru_head; b >= 0; b = x->lru_next[b]) p->free_list[p->n_free++] = b;
+  if (x->lru_prev)
+    for (int l = 0; l < 2; l++)
+      for (int32_t b = x->lru_head[l]; b >= 0; b = x->lru_next[b]) p->free_list[p->n_free++] = b;
   free(x->bucket);
   free(x->next);
   free(x->hash);
   free(x->parent);
   free(x->tokens);
   free(x->cached);
+  free(x->cls);
   free(x->lru_prev);
   free(x->lru_next);
   free(x);
@@ -73,17 +81,19 @@ uint64_t di_kv_prefix_hash(uint64_t parent, const int32_t *tokens, int block_siz
 }
 
 static void lru_remove(di_kv_prefix *x, int32_t b) {
+  int l = lru_of(x, b);
   int32_t pv = x->lru_prev[b], nx = x->lru_next[b];
-  if (pv >= 0) x->lru_next[pv] = nx; else x->lru_head = nx;
-  if (nx >= 0) x->lru_prev[nx] = pv; else x->lru_tail = pv;
+  if (pv >= 0) x->lru_next[pv] = nx; else x->lru_head[l] = nx;
+  if (nx >= 0) x->lru_prev[nx] = pv; else x->lru_tail[l] = pv;
   x->n_parked--;
 }
 
 static void lru_push(di_kv_prefix *x, int32_t b) {
-  x->lru_prev[b] = x->lru_tail;
+  int l = lru_of(x, b);
+  x->lru_prev[b] = x->lru_tail[l];
   x->lru_next[b] = -1;
-  if (x->lru_tail >= 0) x->lru_next[x->lru_tail] = b; else x->lru_head = b;
-  x->lru_tail = b;
+  if (x->lru_tail[l] >= 0) x->lru_next[x->lru_tail[l]] = b; else x->lru_head[l] = b;
+  x->lru_tail[l] = b;
   x->n_parked++;
 }
 
@@ -101,6 +111,7 @@ static void map_remove(di_kv_prefix *x, int32_t b) {
   *link = x->next[b];
   x->cached[b] = 0;
   x->n_cached--;
+  if (x->cls[b] == DI_KV_CACHE_CKPT) x->n_ckpt--;
 }
 
 int32_t di_kv_prefix_lookup(di_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens) {
@@ -111,6 +122,8 @@ int32_t di_kv_prefix_lookup(di_kv_pool *p, uint64_t hash, uint64_t parent, const
   if (p->refcount[b] == 0) { /* revive a parked block */
     lru_remove(x, b);
     p->refcount[b] = 1;
+    if (++p->used_by_group[p->group[b]] > p->high_by_group[p->group[b]])
+      p->high_by_group[p->group[b]] = p->used_by_group[p->group[b]];
     int used = di_kv_n_used(p);
     if (used > p->high_water) p->high_water = used;
   } else {
@@ -119,9 +132,16 @@ int32_t di_kv_prefix_lookup(di_kv_pool *p, uint64_t hash, uint64_t parent, const
   return b;
 }
 
-void di_kv_prefix_insert(di_kv_pool *p, int32_t block, uint64_t hash, uint64_t parent, const int32_t *tokens) {
+bool di_kv_prefix_contains(const di_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens) {
+  return p->prefix && map_find(p->prefix, hash, parent, tokens) >= 0;
+}
+
+void di_kv_prefix_insert(di_kv_pool *p, int32_t block, uint64_t hash, uint64_t parent, const int32_t *tokens,
+                         di_kv_cache_class cls) {
   di_kv_prefix *x = p->prefix;
   if (!x || x->cached[block] || map_find(x, hash, parent, tokens) >= 0) return;
+  x->cls[block] = (uint8_t)cls;
+  if (cls == DI_KV_CACHE_CKPT) x->n_ckpt++;
   x->hash[block] = hash;
   x->parent[block] = parent;
   memcpy(x->tokens + (size_t)block * x->block_size, tokens, (size_t)x->block_size * sizeof *tokens);
@@ -141,8 +161,9 @@ bool di_kv_prefix_park(di_kv_pool *p, int32_t block) {
 
 int32_t di_kv_prefix_evict(di_kv_pool *p) {
   di_kv_prefix *x = p->prefix;
-  if (!x || x->lru_head < 0) return -1;
-  int32_t b = x->lru_head;
+  if (!x) return -1;
+  int32_t b = x->lru_head[0] >= 0 ? x->lru_head[0] : x->lru_head[1];
+  if (b < 0) return -1;
   lru_remove(x, b);
   map_remove(x, b);
   return b;
@@ -156,4 +177,9 @@ int di_kv_prefix_n_parked(const di_kv_pool *p) {
 int di_kv_prefix_n_cached(const di_kv_pool *p) {
   const di_kv_prefix *x = p->prefix;
   return x ? x->n_cached : 0;
+}
+
+int di_kv_prefix_n_ckpt(const di_kv_pool *p) {
+  const di_kv_prefix *x = p->prefix;
+  return x ? x->n_ckpt : 0;
 }

@@ -6,7 +6,13 @@
  * finds the free list empty and evicts the least recently used one.
  * Only full blocks are cached, so a shared block is never written again;
  * sequences that fork (n > 1) copy a shared partial block on first write
- * (see kv/table.h). The index lives in di_kv_pool.prefix. */
+ * (see kv/table.h). The index lives in di_kv_pool.prefix.
+ *
+ * Eviction order: parked blocks of class WINDOW (sliding-window blocks that
+ * no checkpoint needs) are evicted first, LRU among them; then the rest
+ * (full-attention blocks and checkpoint windows), LRU. A window missing at a
+ * hit is rebuilt by bounded replay from a checkpoint, the full-attention
+ * prefix cannot be, so under pressure the windows between checkpoints go. */
 #ifndef DI_KV_PREFIX_H
 #define DI_KV_PREFIX_H
 
@@ -16,6 +22,12 @@
 #include "kv/pool.h"
 
 #define DI_KV_PREFIX_ROOT 0x9E3779B97F4A7C15ull /* parent hash of a sequence's first block */
+
+typedef enum di_kv_cache_class {
+  DI_KV_CACHE_KEEP = 0,   /* full-attention (and, without checkpoints, every) block */
+  DI_KV_CACHE_WINDOW = 1, /* a sliding-window block between checkpoints: evicted first */
+  DI_KV_CACHE_CKPT = 2    /* a sliding-window block of a checkpoint's window */
+} di_kv_cache_class;
 
 di_code di_kv_prefix_enable(di_kv_pool *p, di_status *st);
 /* Drops the index (parked blocks return to the free list). */
@@ -30,7 +42,10 @@ uint64_t di_kv_prefix_hash(uint64_t parent, const int32_t *tokens, int block_siz
 int32_t di_kv_prefix_lookup(di_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens);
 /* Indexes a block whose block_size positions have just been computed. If an
  * equal block is already cached this one stays anonymous. */
-void di_kv_prefix_insert(di_kv_pool *p, int32_t block, uint64_t hash, uint64_t parent, const int32_t *tokens);
+void di_kv_prefix_insert(di_kv_pool *p, int32_t block, uint64_t hash, uint64_t parent, const int32_t *tokens,
+                         di_kv_cache_class cls);
+/* Whether a block with this name is cached (no reference taken). */
+bool di_kv_prefix_contains(const di_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens);
 
 /* Pool hooks: park a block whose refcount reached zero (true if cached, so it
  * must not go to the free list); evict the LRU parked block (-1 if none). */
@@ -38,5 +53,7 @@ bool di_kv_prefix_park(di_kv_pool *p, int32_t block);
 int32_t di_kv_prefix_evict(di_kv_pool *p);
 int di_kv_prefix_n_parked(const di_kv_pool *p);
 int di_kv_prefix_n_cached(const di_kv_pool *p);
+/* Cached blocks of class CKPT (in use or parked). */
+int di_kv_prefix_n_ckpt(const di_kv_pool *p);
 
 #endif

@@ -8,6 +8,8 @@ di_code di_kv_table_init(di_kv_table *t, int block_size, int max_positions, di_s
   t->cap = (max_positions + block_size - 1) / block_size + 1;
   t->n_blocks = t->n_hashed = t->n_released = 0;
   t->root = DI_KV_PREFIX_ROOT;
+  t->group = DI_KV_GROUP_FULL;
+  t->window = t->ckpt = 0;
   t->blocks = malloc((size_t)t->cap * sizeof *t->blocks);
   t->hashes = malloc((size_t)t->cap * sizeof *t->hashes);
   if (!t->blocks || !t->hashes) {
@@ -39,13 +41,13 @@ int di_kv_table_blocks_needed(const di_kv_pool *p, const di_kv_table *t, int sta
 void di_kv_table_prepare(di_kv_pool *p, di_kv_table *t, int start, int end) {
   if (end > start && shared_partial(p, t, start)) {
     int bi = start / p->block_size;
-    int32_t nb = di_kv_alloc(p);
+    int32_t nb = di_kv_alloc_group(p, t->group);
     di_kv_copy_block(p, nb, t->blocks[bi]);
     di_kv_unref(p, t->blocks[bi]);
     t->blocks[bi] = nb;
   }
   int want = (end + p->block_size - 1) / p->block_size;
-  while (t->n_blocks < want && t->n_blocks < t->cap) t->blocks[t->n_blocks++] = di_kv_alloc(p);
+  while (t->n_blocks < want && t->n_blocks < t->cap) t->blocks[t->n_blocks++] = di_kv_alloc_group(p, t->group);
 }
 
 void di_kv_table_release(di_kv_pool *p, di_kv_table *t) {
@@ -93,7 +95,10 @@ void di_kv_table_commit(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, in
     const int32_t *tok = tokens + (size_t)i * bs;
     uint64_t h = di_kv_prefix_hash(parent, tok, bs);
     t->hashes[i] = h;
-    if (t->blocks[i] >= 0) di_kv_prefix_insert(p, t->blocks[i], h, parent, tok);
+    di_kv_cache_class cls = t->window <= 0 || t->ckpt <= 0 ? DI_KV_CACHE_KEEP
+                            : di_kv_table_ckpt_block(t, bs, i) ? DI_KV_CACHE_CKPT
+                                                               : DI_KV_CACHE_WINDOW;
+    if (t->blocks[i] >= 0) di_kv_prefix_insert(p, t->blocks[i], h, parent, tok, cls);
     t->n_hashed++;
   }
 }
@@ -127,6 +132,14 @@ void di_kv_table_truncate(di_kv_pool *p, di_kv_table *t, int n_blocks) {
   }
   if (t->n_hashed > n_blocks) t->n_hashed = n_blocks;
   if (t->n_released > n_blocks) t->n_released = n_blocks;
+}
+
+bool di_kv_table_ckpt_block(const di_kv_table *t, int block_size, int i) {
+  if (t->window <= 0 || t->ckpt <= 0) return false;
+  /* The first checkpoint after the block's start; later ones see later blocks
+   * only (ckpt >= window), earlier ones end before the block. */
+  long long c = ((long long)i * block_size / t->ckpt + 1) * t->ckpt;
+  return di_kv_window_first(t->window, block_size, (int)c) <= i;
 }
 
 void di_kv_table_release_before(di_kv_pool *p, di_kv_table *t, int lo) {

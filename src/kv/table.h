@@ -21,6 +21,14 @@
  * cached (parked) until evicted, so the hit is shortened only when they are
  * gone (rebuilding them instead is SWA bounded replay's job).
  *
+ * Checkpoints (`ckpt` = C positions, a multiple of the block size, >= the
+ * window): the blocks of a window table that hold the window ending at a
+ * multiple of C are cached as DI_KV_CACHE_CKPT, the others as
+ * DI_KV_CACHE_WINDOW, which the prefix cache evicts first (kv/prefix.h). So
+ * under memory pressure a window table keeps about W/C of its positions, and
+ * a hit whose window is gone replays from the last checkpoint before it
+ * (engine/replay.c): at most C positions of recomputation.
+ *
  * Every table also keeps the chain hash of each full block it computed, so
  * prefix-cache registration does not depend on which block ended up cached. */
 #ifndef DI_KV_TABLE_H
@@ -40,6 +48,9 @@ typedef struct di_kv_table {
   int n_hashed;      /* leading full blocks whose hash is known */
   int n_released;    /* leading blocks released by the window policy */
   uint64_t root;     /* parent hash of block 0: DI_KV_PREFIX_ROOT, salted per sliding-window table */
+  int group;         /* DI_KV_GROUP_* of the blocks it allocates (pool accounting) */
+  int window;        /* > 0: a window table (its cached blocks get a window class) */
+  int ckpt;          /* checkpoint interval in positions; 0: every cached block KEEP */
 } di_kv_table;
 
 /* max_positions: the most positions the sequence can ever hold. */
@@ -71,6 +82,15 @@ bool di_kv_table_match_window(di_kv_pool *p, di_kv_table *t, const int32_t *toke
 void di_kv_table_truncate(di_kv_pool *p, di_kv_table *t, int n_blocks);
 /* Registers full blocks among positions [0, n_computed) not yet hashed. */
 void di_kv_table_commit(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, int n_computed);
+
+/* First block of the window of the token at position pos (window W). */
+static inline int di_kv_window_first(int window, int block_size, int pos) {
+  int lo = pos - window + 1;
+  return lo > 0 ? lo / block_size : 0;
+}
+/* Whether block i of a window table holds part of the window ending at a
+ * checkpoint (the positions before k*ckpt that the token at k*ckpt sees). */
+bool di_kv_table_ckpt_block(const di_kv_table *t, int block_size, int i);
 
 /* WINDOW policy: releases blocks wholly before position lo. */
 void di_kv_table_release_before(di_kv_pool *p, di_kv_table *t, int lo);

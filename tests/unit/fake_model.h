@@ -63,7 +63,8 @@ static di_code fake_forward(void *user, di_kv_pool *kv, const di_batch *b, float
   di_code rc;
   for (int i = 0; i < b->n_tokens; i++) { /* write K (token, pos) of every token first, in every table */
     const di_batch_seq *s = &b->seqs[b->seq[i]];
-    if ((rc = fake_write(kv, s->blocks, s->n_blocks, b->tokens[i], b->pos[i], st))) return rc;
+    if (b->pos[i] >= s->full_cached && (rc = fake_write(kv, s->blocks, s->n_blocks, b->tokens[i], b->pos[i], st)))
+      return rc; /* below full_cached: a replay, the full-attention rows are cached */
     for (int k = 0; k < b->n_swa_tables; k++)
       if ((rc = fake_write(kv, s->swa[k], s->n_swa_blocks, b->tokens[i], b->pos[i], st))) return rc;
   }
