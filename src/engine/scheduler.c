@@ -64,8 +64,9 @@ void di_seq_list_remove(di_seq_list *l, di_seq *s) {
 }
 
 void di_seq_kv_release(di_engine *e, di_seq *s) {
-  di_kv_table_release(e->pool, &s->table);
-  for (int k = 0; k < e->be.n_swa_tables; k++) di_kv_table_release(e->pool, &s->swa[k]);
+  di_kv_table *t[DI_KV_MAX_SWA_TABLES + 1] = {&s->table};
+  for (int k = 0; k < e->be.n_swa_tables; k++) t[k + 1] = &s->swa[k];
+  di_kv_tables_release(e->pool, t, 1 + e->be.n_swa_tables, s->tokens);
 }
 
 void di_seq_kv_fork(di_engine *e, di_seq *dst, const di_seq *src) {
@@ -105,6 +106,16 @@ static di_seq *pick_victim(di_engine *e, const di_seq *except) {
 }
 
 static int fits(di_engine *e, di_seq *s, int end) { return blocks_needed(e, s, end) <= di_kv_n_available(e->pool); }
+
+/* A sequence short of blocks with no one left to preempt lets its own
+ * checkpoints go (they stay cached until evicted) before it gives up: that
+ * costs a longer replay later. True if it freed any. */
+static bool unpin_ckpts(di_engine *e, di_seq *s) {
+  int n = 0;
+  if (e->be.policy == DI_KV_POLICY_WINDOW) n += di_kv_table_unpin_ckpts(e->pool, &s->table);
+  for (int k = 0; k < e->be.n_swa_tables; k++) n += di_kv_table_unpin_ckpts(e->pool, &s->swa[k]);
+  return n > 0;
+}
 
 /* Largest chunk end <= want that fits in the available blocks (blocks needed
  * grow with end, over all of the sequence's tables: a binary search). */
@@ -198,6 +209,10 @@ static bool schedule_running(di_engine *e, di_batch *b, int *budget, int *n_out,
       if (!v) break;
       preempt(e, v);
       changed = true;
+    }
+    if (!fits(e, s, end) && unpin_ckpts(e, s) && !decode && !fits(e, s, end)) {
+      int shrunk = shrink_to_fit(e, s, end);
+      if (shrunk > s->n_computed) end = shrunk;
     }
     if (!fits(e, s, end)) {
       if (e->running.n == 1)

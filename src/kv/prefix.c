@@ -132,6 +132,14 @@ int32_t di_kv_prefix_lookup(di_kv_pool *p, uint64_t hash, uint64_t parent, const
   return b;
 }
 
+void di_kv_prefix_touch(di_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens) {
+  di_kv_prefix *x = p->prefix;
+  int32_t b = x ? map_find(x, hash, parent, tokens) : -1;
+  if (b < 0 || p->refcount[b] != 0) return;
+  lru_remove(x, b);
+  lru_push(x, b);
+}
+
 bool di_kv_prefix_contains(const di_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens) {
   return p->prefix && map_find(p->prefix, hash, parent, tokens) >= 0;
 }

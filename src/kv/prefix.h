@@ -44,6 +44,8 @@ int32_t di_kv_prefix_lookup(di_kv_pool *p, uint64_t hash, uint64_t parent, const
  * equal block is already cached this one stays anonymous. */
 void di_kv_prefix_insert(di_kv_pool *p, int32_t block, uint64_t hash, uint64_t parent, const int32_t *tokens,
                          di_kv_cache_class cls);
+/* Makes a parked block with this name the most recently used of its class. */
+void di_kv_prefix_touch(di_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens);
 /* Whether a block with this name is cached (no reference taken). */
 bool di_kv_prefix_contains(const di_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens);
 

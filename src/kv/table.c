@@ -56,6 +56,20 @@ void di_kv_table_release(di_kv_pool *p, di_kv_table *t) {
   t->n_blocks = t->n_hashed = t->n_released = 0;
 }
 
+void di_kv_tables_release(di_kv_pool *p, di_kv_table *const *t, int n, const int32_t *tokens) {
+  int bs = p->block_size, top = 0;
+  for (int k = 0; k < n; k++) top = t[k]->n_blocks > top ? t[k]->n_blocks : top;
+  for (int i = top - 1; i >= 0; i--)
+    for (int k = 0; k < n; k++) {
+      const di_kv_table *u = t[k];
+      if (i >= u->n_blocks) continue;
+      if (u->blocks[i] >= 0) di_kv_unref(p, u->blocks[i]);
+      else if (i < u->n_hashed && di_kv_table_ckpt_block(u, bs, i))
+        di_kv_prefix_touch(p, u->hashes[i], i ? u->hashes[i - 1] : u->root, tokens + (size_t)i * bs);
+    }
+  for (int k = 0; k < n; k++) t[k]->n_blocks = t[k]->n_hashed = t[k]->n_released = 0;
+}
+
 void di_kv_table_fork(di_kv_pool *p, di_kv_table *dst, const di_kv_table *src) {
   for (int i = 0; i < src->n_blocks; i++) {
     dst->blocks[i] = src->blocks[i];
@@ -110,7 +124,8 @@ bool di_kv_table_match_window(di_kv_pool *p, di_kv_table *t, const int32_t *toke
   for (int i = 0; i < n_blocks; i++) {
     const int32_t *tok = tokens + (size_t)i * bs;
     uint64_t h = di_kv_prefix_hash(parent, tok, bs);
-    int32_t b = i < first ? -1 : di_kv_prefix_lookup(p, h, parent, tok);
+    /* before the window: only the earlier checkpoints, pinned again where they survive */
+    int32_t b = i >= first || di_kv_table_ckpt_block(t, bs, i) ? di_kv_prefix_lookup(p, h, parent, tok) : -1;
     if (i >= first && b < 0) {
       di_kv_table_release(p, t);
       return false;
@@ -134,6 +149,17 @@ void di_kv_table_truncate(di_kv_pool *p, di_kv_table *t, int n_blocks) {
   if (t->n_released > n_blocks) t->n_released = n_blocks;
 }
 
+int di_kv_table_unpin_ckpts(di_kv_pool *p, di_kv_table *t) {
+  int n = 0;
+  for (int i = 0; i < t->n_released; i++)
+    if (t->blocks[i] >= 0) {
+      di_kv_unref(p, t->blocks[i]);
+      t->blocks[i] = -1;
+      n++;
+    }
+  return n;
+}
+
 bool di_kv_table_ckpt_block(const di_kv_table *t, int block_size, int i) {
   if (t->window <= 0 || t->ckpt <= 0) return false;
   /* The first checkpoint after the block's start; later ones see later blocks
@@ -147,6 +173,7 @@ void di_kv_table_release_before(di_kv_pool *p, di_kv_table *t, int lo) {
   if (first_kept > t->n_blocks) first_kept = t->n_blocks;
   for (; t->n_released < first_kept; t->n_released++) {
     int i = t->n_released;
+    if (di_kv_table_ckpt_block(t, p->block_size, i)) continue; /* the sequence keeps its checkpoints */
     if (t->blocks[i] >= 0) di_kv_unref(p, t->blocks[i]);
     t->blocks[i] = -1;
   }

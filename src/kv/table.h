@@ -24,8 +24,11 @@
  * Checkpoints (`ckpt` = C positions, a multiple of the block size, >= the
  * window): the blocks of a window table that hold the window ending at a
  * multiple of C are cached as DI_KV_CACHE_CKPT, the others as
- * DI_KV_CACHE_WINDOW, which the prefix cache evicts first (kv/prefix.h). So
- * under memory pressure a window table keeps about W/C of its positions, and
+ * DI_KV_CACHE_WINDOW, which the prefix cache evicts first (kv/prefix.h); the
+ * window policy does not give back checkpoint blocks, so a running sequence
+ * holds its window plus about W/C of its positions per window table (pool
+ * accounting: group WINDOW), and these survive it in the cache like its
+ * full-attention prefix. Under memory pressure the windows between go, and
  * a hit whose window is gone replays from the last checkpoint before it
  * (engine/replay.c): at most C positions of recomputation.
  *
@@ -67,6 +70,12 @@ void di_kv_table_prepare(di_kv_pool *p, di_kv_table *t, int start, int end);
 /* Drops every reference (last block first, so the LRU evicts tails before the
  * prefixes other requests are likely to share) and empties the table. */
 void di_kv_table_release(di_kv_pool *p, di_kv_table *t);
+/* Releases a sequence's tables (tokens: its ids) position by position, last
+ * block first across all of them, so the LRU evicts a prefix from its tail
+ * whatever group a block belongs to; checkpoint blocks the window tables gave
+ * back earlier (still parked) take their place in that order too, else they
+ * would be older than the prefix they belong to and evicted before it. */
+void di_kv_tables_release(di_kv_pool *p, di_kv_table *const *t, int n, const int32_t *tokens);
 /* Shares all blocks of src (refcount +1 each); dst must be empty. */
 void di_kv_table_fork(di_kv_pool *p, di_kv_table *dst, const di_kv_table *src);
 
@@ -75,8 +84,9 @@ void di_kv_table_fork(di_kv_pool *p, di_kv_table *dst, const di_kv_table *src);
  * the number of positions it covers. */
 int di_kv_table_match_prefix(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, int n);
 /* A WINDOW table's part of a prefix hit of n_blocks blocks: maps cached blocks
- * [first, n_blocks) into the empty table (entries before first: -1, released).
- * All or nothing: false (table left empty) if one of them is not cached. */
+ * [first, n_blocks) into the empty table (entries before first: -1, released,
+ * except checkpoint blocks still cached, which the sequence holds again).
+ * All or nothing: false (table left empty) if one of [first, n_blocks) is not cached. */
 bool di_kv_table_match_window(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, int n_blocks, int first);
 /* Drops the last blocks of a table so that it holds n_blocks. */
 void di_kv_table_truncate(di_kv_pool *p, di_kv_table *t, int n_blocks);
@@ -92,7 +102,11 @@ static inline int di_kv_window_first(int window, int block_size, int pos) {
  * checkpoint (the positions before k*ckpt that the token at k*ckpt sees). */
 bool di_kv_table_ckpt_block(const di_kv_table *t, int block_size, int i);
 
-/* WINDOW policy: releases blocks wholly before position lo. */
+/* Gives back the checkpoint blocks a window table still maps before its
+ * window (they stay cached, evictable); returns how many. */
+int di_kv_table_unpin_ckpts(di_kv_pool *p, di_kv_table *t);
+/* WINDOW policy: releases blocks wholly before position lo, except those of
+ * checkpoints (t->ckpt > 0), which stay mapped. */
 void di_kv_table_release_before(di_kv_pool *p, di_kv_table *t, int lo);
 
 #endif
