@@ -58,7 +58,11 @@ static di_code swa_settings(di_engine *e, const di_engine_opts *o, const di_engi
     return di_errorf(st, DI_ERR_INVALID,
                      "--swa-checkpoint %d: this model keeps no sliding-window KV to checkpoint (see --swa-window)",
                      o->swa_checkpoint);
-  if (nw == 0 || o->no_replay) return DI_OK;
+  if (o->swa_checkpoint && !o->prefix_cache)
+    return di_errorf(st, DI_ERR_INVALID,
+                     "--swa-checkpoint %d and --no-prefix-cache contradict: checkpoints live in the prefix cache",
+                     o->swa_checkpoint);
+  if (nw == 0 || o->no_replay || !o->prefix_cache) return DI_OK;
   int c = o->swa_checkpoint;
   if (c == 0) { /* 4 windows: replay <= 4 W positions, checkpoints cost about W/4 of every window kept */
     c = 4 * be->window;

@@ -122,7 +122,7 @@ def test_forced_window_exact(name, tmp_path):
 
 def test_gemma3_exact(tmp_path):
     """Gemma 3 270M: 3 full-attention layers keep every position, 15 sliding
-    layers (window 512) in 3 window tables keep the window and checkpoints;
+    layers (window 512) in 5 window tables of 3 keep the window and checkpoints;
     a pool that holds both documents' full-attention KV (and the checkpoints)
     but not all their windows. Here 1.3K-token documents, C = 1024 (the branch
     at 900 replays from 0, the return from 1024); DI_SWA_LONG=1: 4.6K-token
@@ -142,7 +142,7 @@ def test_gemma3_exact(tmp_path):
             assert q["cached_tokens"] + q["replayed_tokens"] == p and q["replayed_tokens"] <= c, (c, q)
         # sliding-window group: per table the window, a 256-token chunk, a few
         # partial blocks and 32 blocks per checkpoint passed (C predicts them)
-        bound = 3 * (33 + 17 + 4 + 32 * ((doc_len + GEN) // c))
+        bound = 5 * (33 + 17 + 4 + 32 * ((doc_len + GEN) // c))
         assert st["kv_blocks_high_window"] <= bound and st["kv_ckpt_blocks"] > 0, st
         print(f"\nC {c}: {[(q['cached_tokens'], q['replayed_tokens']) for q in got]}, sliding-window blocks "
               f"<= {st['kv_blocks_high_window']} (bound {bound}), full-attention {st['kv_blocks_high_full']}")
