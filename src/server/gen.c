@@ -175,6 +175,7 @@ static void on_event(const di_event *ev, void *user) {
   }
   if (ev->prompt_tokens > sub->prompt_tokens) sub->prompt_tokens = ev->prompt_tokens;
   if (ev->cached_tokens > sub->cached_tokens) sub->cached_tokens = ev->cached_tokens;
+  if (ev->replayed_tokens > sub->replayed_tokens) sub->replayed_tokens = ev->replayed_tokens;
   if (!g->t_first) g->t_first = now; /* first event of any kind */
   if (ev->queue_seconds >= 0 && g->queue_s < 0) g->queue_s = ev->queue_seconds;
   di_srv_choice *ch = &g->choices[sub->k * g->n_per + ev->index];
@@ -371,11 +372,12 @@ int di_srv_gen_done(di_srv_gen *g) {
 }
 
 json_t *di_srv_gen_usage(di_srv_gen *g) {
-  long long pt = 0, cached = 0, ct = 0, rt = 0, drafted = 0, accepted = 0;
+  long long pt = 0, cached = 0, replayed = 0, ct = 0, rt = 0, drafted = 0, accepted = 0;
   pthread_mutex_lock(&g->mu);
   for (int k = 0; k < g->n_subs; k++) {
     pt += g->subs[k].prompt_tokens ? g->subs[k].prompt_tokens : (long long)g->subs[k].n_prompt;
     cached += g->subs[k].cached_tokens;
+    replayed += g->subs[k].replayed_tokens;
   }
   for (int i = 0; i < g->n_choices; i++) {
     drafted += g->choices[i].spec_drafted;
@@ -386,9 +388,11 @@ json_t *di_srv_gen_usage(di_srv_gen *g) {
     ct += g->choices[i].completion_tokens;
     rt += g->choices[i].reasoning_tokens;
   }
-  json_t *u = json_pack("{s:I,s:I,s:I,s:{s:I},s:{s:I},s:I,s:I}", "prompt_tokens", pt,
+  /* replayed_tokens (extension): prompt positions recomputed by bounded replay
+   * to rebuild sliding-window state; not among the cached ones */
+  json_t *u = json_pack("{s:I,s:I,s:I,s:{s:I,s:I},s:{s:I},s:I,s:I}", "prompt_tokens", pt,
                          "completion_tokens", ct, "total_tokens", pt + ct, "prompt_tokens_details",
-                         "cached_tokens", cached, "completion_tokens_details", "reasoning_tokens", rt,
+                         "cached_tokens", cached, "replayed_tokens", replayed, "completion_tokens_details", "reasoning_tokens", rt,
                          "prompt_cache_hit_tokens", cached, "prompt_cache_miss_tokens", pt - cached);
   /* extension: what speculative decoding drafted and the target accepted */
   if (u && drafted > 0)

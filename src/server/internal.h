@@ -156,7 +156,7 @@ typedef struct di_srv_sub {
   int k;
   uint64_t id;
   int submitted, n_done, n_tokens;
-  int prompt_tokens, cached_tokens;
+  int prompt_tokens, cached_tokens, replayed_tokens;
   int32_t *prompt_ids;
   size_t n_prompt;
   int max_tokens;

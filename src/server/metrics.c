@@ -146,7 +146,17 @@ char *di_srv_metrics_render(di_srv_metrics *m, const di_engine_stats *st, size_t
   scalar(&o, "kv_cache_usage_high_water_perc", "gauge",
          "Highest fraction of KV cache blocks ever in use (0-1).", st->kv_blocks_high_water / total);
   scalar(&o, "kv_cache_blocks", "gauge", "KV cache blocks in the pool.", st->kv_blocks_total);
-  scalar(&o, "kv_cache_blocks_used", "gauge", "KV cache blocks in use.", st->kv_blocks_used);
+  scalar(&o, "kv_cache_blocks_used", "gauge", "KV cache blocks in use (all, and by layer group).",
+         st->kv_blocks_used);
+  outf(&o, "deepinfer:kv_cache_blocks_used{group=\"full\"} %d\n", st->kv_blocks_used_full);
+  outf(&o, "deepinfer:kv_cache_blocks_used{group=\"window\"} %d\n", st->kv_blocks_used_window);
+  scalar(&o, "swa_replays_total", "counter",
+         "Bounded replays: prefix hits or resumptions that rebuilt sliding-window state from a checkpoint.",
+         (double)st->swa_replays);
+  scalar(&o, "swa_replay_tokens_total", "counter", "Positions recomputed by bounded replay.",
+         (double)st->swa_replay_tokens);
+  scalar(&o, "swa_checkpoint_blocks", "gauge", "Sliding-window KV blocks cached as checkpoints.",
+         st->kv_ckpt_blocks);
   scalar(&o, "prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
          (double)st->prefix_query_tokens);
   scalar(&o, "prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",

@@ -16,9 +16,12 @@ import json
 import os
 import random
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
+
+from server_util import Server
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("DEEPINFER_BIN", ROOT / "build" / "deepinfer"))
@@ -52,7 +55,7 @@ def batch(tmp_path, model, prompts, *args, concurrency=1):
         assert res["error"] is None, res["error"]
         body = res["response"]["body"]
         c = body["choices"][0]
-        out[int(res["custom_id"])] = {"ids": c["token_ids"], "lp": c["logprobs"]["token_logprobs"],
+        out[int(res["custom_id"])] = {"ids": c["token_ids"], "lp": c["logprobs"]["token_logprobs"], "text": c["text"],
                                       **body["usage"]["prompt_tokens_details"]}
     st = json.loads(stats.read_text())
     assert st["kv_blocks_used"] == 0
@@ -149,3 +152,52 @@ def test_gemma3_exact(tmp_path):
     if LONG:
         got, st = batch(tmp_path, model, prompts, *base, "--kv-mem", small, "--no-replay")
         assert same(ref, got) and st["swa_replays"] == 0
+
+
+def post(srv, body):
+    req = urllib.request.Request(srv.base + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return r.read().decode()
+
+
+def test_server_usage_and_metrics(tmp_path):
+    """Through the HTTP server: usage.prompt_tokens_details.cached_tokens and
+    .replayed_tokens (plain and in the streamed final usage), the same tokens
+    and logprobs as cold runs, and the replay and per-group KV metrics."""
+    rel, base, small, cs, _ = FORCED["stories260K"]
+    model = need(MODELS / rel)
+    prompts = workload(500, DOC, BRANCH)
+    ref, _ = batch(tmp_path, model, prompts, *base, "--swa-full", "--no-prefix-cache")
+    srv = Server([str(BIN), "serve", "-m", str(model), "--port", "0", "--threads", "2", *base, "--kv-mem", small,
+                  "--swa-checkpoint", "64"])
+    try:
+        usage = []
+        for i, p in enumerate(prompts):
+            body = {"prompt": p, "max_tokens": GEN, "temperature": 0, "ignore_eos": True, "return_token_ids": True,
+                    "logprobs": 0}
+            if i < 3:
+                r = json.loads(post(srv, body))
+                c = r["choices"][0]
+                assert c["text"] == ref[i]["text"] and c["logprobs"]["token_logprobs"] == ref[i]["lp"], i
+                usage.append(r["usage"])
+            else:  # streamed: the final chunk's usage
+                body.update(stream=True, stream_options={"include_usage": True})
+                chunks = [json.loads(line[6:]) for line in post(srv, body).splitlines()
+                          if line.startswith("data: {")]
+                assert "".join(c["text"] for ch in chunks for c in ch["choices"]) == ref[i]["text"]
+                assert [x for ch in chunks for c in ch["choices"] if c.get("logprobs")
+                        for x in c["logprobs"]["token_logprobs"]] == ref[i]["lp"]
+                usage.append(chunks[-1]["usage"])
+        details = [u["prompt_tokens_details"] for u in usage]
+        assert details[0] == {"cached_tokens": 0, "replayed_tokens": 0}
+        assert details[2]["cached_tokens"] >= BRANCH_P - 64 and details[2]["replayed_tokens"] <= 64, details
+        assert details[3]["cached_tokens"] >= RETURN_P - 64 and details[3]["replayed_tokens"] <= 64, details
+        replays = srv.metric("deepinfer:swa_replays_total")
+        tokens = srv.metric("deepinfer:swa_replay_tokens_total")
+        assert tokens == sum(d["replayed_tokens"] for d in details) and (replays > 0) == (tokens > 0)
+        assert srv.metric("deepinfer:swa_checkpoint_blocks") > 0
+        assert srv.metric("deepinfer:kv_cache_blocks_used", '{group="window"}') == 0  # all finished
+        assert srv.metric("deepinfer:kv_cache_blocks_used", '{group="full"}') == 0
+    finally:
+        srv.stop()
