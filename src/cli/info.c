@@ -37,8 +37,7 @@ static void info_v4(const di_model *m, const di_kv_spec *spec) {
          hp->v4.window, hp->v4.csa_rate, hp->v4.idx_topk, hp->v4.idx_heads, hp->v4.idx_dim, hp->v4.hca_rate,
          hp->v4.hc_mult);
   for (int k = 0; k < 3; k++)
-    if (n[k]) printf("KV row %-7s  %d layers x %d values used (pool row %d)\n", names[k], n[k],
-                     di_forward_v4_row_values(hp, (di_v4_attn)k), spec->kv_dim);
+    if (n[k]) printf("KV row %-7s  %d layers x %d values\n", names[k], n[k], di_forward_v4_row_values(hp, (di_v4_attn)k));
   const long ctxs[3] = {8192, 131072, 1048576};
   for (int i = 0; i < 3; i++) {
     double pool = (double)di_kv_spec_block_bytes(spec, 1) * ctxs[i];

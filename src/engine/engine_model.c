@@ -113,9 +113,9 @@ static di_code backend_open(const char *path, const di_engine_opts *o, di_engine
   be->n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
   /* A forced window (testing) bounds what every layer sees, so --ctx may pass the trained context. */
   if (o->swa_window > 0 && o->ctx > be->n_ctx) be->n_ctx = o->ctx;
-  be->n_layers = hp->n_layer;
   di_kv_spec spec;
   di_forward_kv_spec(m->model, &spec);
+  be->n_layers = spec.n_layers; /* DeepSeek-V4: one pool layer holding every layer's values */
   be->kv_dim = spec.kv_dim;
   be->kv_v_in_k = spec.v_in_k;
   be->kv_f32 = hp->attn_kind == DI_ATTN_DSV4;

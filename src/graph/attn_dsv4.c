@@ -27,7 +27,7 @@ static float *row_at(const stage_ctx *c, int t, int pos) {
   const di_kv_pool *kv = c->kv;
   const di_batch_seq *s = &c->b->seqs[c->b->seq[t]];
   int32_t blk = s->blocks[pos / kv->block_size];
-  return (float *)di_kv_k(kv, blk, c->loc.layer) + (size_t)(pos % kv->block_size) * (size_t)kv->kv_dim;
+  return (float *)di_kv_k(kv, blk, 0) + (size_t)(pos % kv->block_size) * (size_t)kv->kv_dim + c->f->v4->row_off;
 }
 
 static int layer_rate(const di_hparams *hp, const di_layer_weights *L) {

@@ -5,8 +5,8 @@
 
 #include "graph/forward_internal.h"
 
-/* One pool row per position and layer (f32, no V: K = V), laid out per
- * layer kind. Every value in it is a function of that position's own inputs
+/* One pool row per position holding every layer's values side by side (f32,
+ * no V: K = V); a layer's part is laid out per its kind. Every value in it is a function of that position's own inputs
  * (and, for the compressed rows, of the positions of its window), so rows are
  * the same whatever the chunking or batch, and prefix-cache hits reuse them:
  *   kv        [hd]    the latent KV row (kv_norm, roped), the window's keys and values
@@ -29,6 +29,7 @@ typedef struct di_v4_scratch {
   float *comb;  /* [T][N*N] */
   float *qa, *kvp, *ckv, *cg, *ikv, *ig, *iw, *iq, *og, *oa, *ot;
   float *rope_m, *rope_c; /* [T][rd] main and compress (cos, sin) */
+  int row_off;            /* the current layer's offset in a position's pool row */
 } di_v4_scratch;
 
 /* attn_dsv4.c: the attention block of layer sc->L on f->xn: f->tmp ([T][D]). */

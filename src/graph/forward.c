@@ -250,7 +250,7 @@ di_code di_fwd_check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const 
   /* an MTP module's cache is one more layer after the main ones (--spec mtp) */
   bool mtp_layer = f->m->mtp && !grouped && kv->n_layers == hp->n_layer + 1;
   if (kv->kv_dim != spec.kv_dim || kv->v_in_k != spec.v_in_k ||
-      (!grouped && kv->n_layers != hp->n_layer && !mtp_layer) ||
+      (!grouped && kv->n_layers != spec.n_layers && !mtp_layer) ||
       (grouped && (kv->n_layers != hp->n_layer - n_swa || b->n_swa_tables > DI_KV_MAX_SWA_TABLES ||
                    b->n_swa_tables * kv->n_layers < n_swa)))
     return di_errorf(st, DI_ERR_INVALID, "forward: KV pool geometry does not match the model");

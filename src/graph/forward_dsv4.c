@@ -25,14 +25,18 @@ v4_layout di_v4_layout(const di_hparams *hp, di_v4_attn kind) {
 
 int di_forward_v4_row_values(const di_hparams *hp, di_v4_attn kind) { return di_v4_layout(hp, kind).width; }
 
+/* Layer il's values start at this offset of a position's pool row. */
+static int row_offset(const di_hparams *hp, int il) {
+  int o = 0;
+  for (int i = 0; i < il; i++) o += di_v4_layout(hp, (di_v4_attn)hp->v4.attn[i]).width;
+  return o;
+}
+
+/* One pool "layer" whose row is every layer's values side by side: each
+ * kind takes only its own width (a sliding layer's row is 1/6 of a CSA one's). */
 void di_fwd_v4_kv_spec(const di_model *m, di_kv_spec *s) {
   const di_hparams *hp = &m->hp;
-  int w = 0;
-  for (int il = 0; il < hp->n_layer; il++) {
-    int x = di_v4_layout(hp, (di_v4_attn)hp->v4.attn[il]).width;
-    if (x > w) w = x;
-  }
-  *s = (di_kv_spec){.n_layers = hp->n_layer, .kv_dim = w, .v_in_k = true, .type = DI_KV_F32};
+  *s = (di_kv_spec){.n_layers = 1, .kv_dim = row_offset(hp, hp->n_layer), .v_in_k = true, .type = DI_KV_F32};
 }
 
 di_code di_fwd_v4_alloc(di_forward_ctx *f) {
@@ -209,7 +213,8 @@ di_code di_fwd_v4(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *l
   for (int il = 0; il < hp->n_layer; il++) {
     const di_layer_weights *L = &m->layers[il];
     sc.L = L;
-    sc.loc = (kv_loc){-1, il};
+    sc.loc = (kv_loc){-1, 0};
+    f->v4->row_off = row_offset(hp, il);
     hc_site as = {&L->hc_attn_fn, &L->hc_attn_base, &L->hc_attn_scale, &L->attn_norm};
     hc_pre(&sc, &as);
     if ((rc = di_fwd_v4_attn(&sc, il, st))) return rc;
