@@ -2,8 +2,10 @@
  * targets become rules (so recursion works); allOf and $ref-with-siblings
  * are merged first; anyOf/oneOf take their siblings into every branch.
  * Validity keywords that cannot be enforced are compile errors naming them.
- * oneOf is compiled as anyOf (exclusivity is not enforced; a branch that
- * matches several alternatives is accepted). */
+ * oneOf whose branches list required properties ("exactly one of these")
+ * is enforced exactly (compile_oneof_required); other oneOfs are compiled as
+ * anyOf (exclusivity is not enforced; an instance that matches several
+ * alternatives is accepted). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -49,6 +51,8 @@ static int32_t fail(sc *c, di_code code, const char *fmt, ...) {
 }
 
 static int32_t compile(sc *c, const json_t *s);
+static bool oneof_required_only(const json_t *v);
+static int32_t compile_oneof_required(sc *c, const json_t *s);
 
 static int32_t any_value(sc *c) { return gj_any_value(&c->j); }
 
@@ -91,6 +95,10 @@ static int32_t compile_string(sc *c, const json_t *s) {
   const json_t *mnl = json_object_get(s, "minLength"), *mxl = json_object_get(s, "maxLength");
   long long mn = json_is_number(mnl) ? (long long)json_number_value(mnl) : 0;
   long long mx = json_is_number(mxl) ? (long long)json_number_value(mxl) : -1;
+  /* the one assertion format whose language this engine cannot build: a
+   * valid ECMAScript regex (nested groups and classes) */
+  if (json_is_string(fmt) && !strcmp(json_string_value(fmt), "regex"))
+    return fail(c, DI_ERR_UNSUPPORTED, "format 'regex' is not supported (the validity of a regex is not enforced)");
   const char *fre = json_is_string(fmt) ? su_format_regex(json_string_value(fmt)) : NULL;
   int n_constraints = (json_is_string(pat) ? 1 : 0) + (fre ? 1 : 0) + (mn > 0 || mx >= 0 ? 1 : 0);
   if (n_constraints > 1)
@@ -405,7 +413,7 @@ static int32_t compile_object(sc *c, const json_t *s) {
     extra = gx_seq3(g, key, gj_colon(&c->j), val);
   }
   /* members */
-  int32_t *kv = malloc(sizeof *kv * (n + 1));
+  int32_t *kv = calloc(n + 1, sizeof *kv);
   for (size_t i = 0; i < n; i++) {
     gbuf b = {0};
     gj_quote(&b, names[i], strlen(names[i]));
@@ -420,7 +428,7 @@ static int32_t compile_object(sc *c, const json_t *s) {
   }
   /* Two member orders are accepted: required-first (above) and the order of
    * `properties`; instances in the wild use both, and both are valid. */
-  size_t *perm = malloc(sizeof *perm * (n + 1)), *perm2 = malloc(sizeof *perm2 * (n + 1)), k2 = 0;
+  size_t *perm = calloc(n + 1, sizeof *perm), *perm2 = calloc(n + 1, sizeof *perm2), k2 = 0;
   for (size_t i = 0; i < n; i++) perm[i] = i;
   if (np) {
     const char *pk;
@@ -594,6 +602,7 @@ static int32_t compile_obj(sc *c, const json_t *s) {
   }
   /* anyOf / oneOf: siblings go into every branch */
   const char *which = json_object_get(s, "anyOf") ? "anyOf" : json_object_get(s, "oneOf") ? "oneOf" : NULL;
+  if (which && !strcmp(which, "oneOf") && oneof_required_only(json_object_get(s, "oneOf"))) return compile_oneof_required(c, s);
   if (which) {
     v = json_object_get(s, which);
     if (!json_is_array(v) || json_array_size(v) == 0) return fail(c, DI_ERR_INVALID, "'%s' must be a non-empty array", which);
@@ -678,6 +687,93 @@ static int32_t compile_obj(sc *c, const json_t *s) {
   for (int i = 0; i < 7 && !c->err; i++)
     if (allowed[i]) alts[na++] = compile_type(c, s, type_names[i]);
   return c->err ? GX_NOTHING : gx_alt(g, alts, na);
+}
+
+static bool req_has(const json_t *req, const char *name) {
+  size_t k;
+  json_t *r;
+  json_array_foreach((json_t *)req, k, r) if (!strcmp(json_string_value(r), name)) return true;
+  return false;
+}
+
+/* Properties of R_j not in R_i; *last = one of them. */
+static size_t req_extra(const json_t *ri, const json_t *rj, const char **last) {
+  size_t n = 0, k;
+  json_t *r;
+  json_array_foreach((json_t *)rj, k, r) if (!req_has(ri, json_string_value(r))) n++, *last = json_string_value(r);
+  return n;
+}
+
+/* oneOf whose branches list required properties (and maybe their schemas),
+ * "exactly one of these must be present", the common form of exclusivity,
+ * in the cases compile_oneof_required enforces exactly. Other oneOfs are
+ * compiled as anyOf (exclusivity not enforced; see the file comment). */
+static bool oneof_required_only(const json_t *v) {
+  if (!json_is_array(v) || json_array_size(v) < 2) return false;
+  size_t i;
+  json_t *b;
+  json_array_foreach((json_t *)v, i, b) {
+    json_t *req = json_object_get(b, "required");
+    if (!json_is_object(b) || !json_is_array(req) || !only_annotations_besides(b, "required", "properties")) return false;
+    size_t k;
+    json_t *r;
+    json_array_foreach(req, k, r) if (!json_is_string(r)) return false;
+  }
+  size_t n = json_array_size(v);
+  for (i = 0; i < n; i++)
+    for (size_t j = 0; j < n; j++) {
+      const char *last = NULL;
+      const json_t *bj = json_array_get(v, j);
+      size_t extra = i == j ? 1 : req_extra(json_object_get(json_array_get(v, i), "required"), json_object_get(bj, "required"), &last);
+      /* several extras would need "not all of these"; none, with property
+       * schemas in j, would need j's schemas negated */
+      if (extra > 1 || (extra == 0 && json_object_get(bj, "properties"))) return false;
+    }
+  return true;
+}
+
+/* Branch i holds exactly when its required set R_i is present and, for every
+ * other branch j, not all of R_j is: a branch whose R_j adds one property
+ * to R_i forbids that property in branch i (enough for j to fail; stricter
+ * than needed when j's property schemas would fail anyway); one that adds
+ * none (and has no property schemas) makes branch i unsatisfiable. */
+static int32_t compile_oneof_required(sc *c, const json_t *s) {
+  const json_t *v = json_object_get(s, "oneOf");
+  json_t *rest = without(s, "oneOf");
+  size_t n = json_array_size(v);
+  int32_t *alts = malloc(sizeof *alts * n);
+  for (size_t i = 0; i < n && !c->err; i++) {
+    const json_t *ri = json_object_get(json_array_get(v, i), "required");
+    json_t *forbid = json_array();
+    bool dead = false;
+    for (size_t j = 0; j < n && !dead; j++) {
+      const char *extra = NULL;
+      if (j == i) continue;
+      if (req_extra(ri, json_object_get(json_array_get(v, j), "required"), &extra) == 0) dead = true;
+      else json_array_append_new(forbid, json_string(extra));
+    }
+    alts[i] = GX_NOTHING;
+    if (!dead) {
+      json_t *m = su_merge(rest, json_array_get(v, i), c->st);
+      if (!m) {
+        c->err = true;
+      } else {
+        json_t *props = json_object_get(m, "properties");
+        json_t *np = json_is_object(props) ? json_copy(props) : json_object();
+        size_t k;
+        json_t *f;
+        json_array_foreach(forbid, k, f) json_object_set_new(np, json_string_value(f), json_false());
+        json_object_set_new(m, "properties", np);
+        alts[i] = compile(c, m);
+        json_decref(m);
+      }
+    }
+    json_decref(forbid);
+  }
+  json_decref(rest);
+  int32_t r = c->err ? GX_NOTHING : gx_alt(c->g, alts, n);
+  free(alts);
+  return r;
 }
 
 static int32_t compile(sc *c, const json_t *s) {

@@ -183,6 +183,27 @@ int main(void) {
   const char *rec = "{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"number\"},"
                     "\"next\":{\"anyOf\":[{\"$ref\":\"#/$defs/n\"},{\"type\":\"null\"}]}},\"required\":[\"v\",\"next\"]}},"
                     "\"$ref\":\"#/$defs/n\"}";
+  /* oneOf of required sets: exactly one of the properties present */
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"},"
+         "\"n\":{\"type\":\"integer\"}},\"additionalProperties\":false,\"oneOf\":[{\"required\":[\"a\"]},"
+         "{\"required\":[\"b\"]}]}",
+         (const char *const[]){"{\"a\": 1}", "{\"b\": 2, \"n\": 0}", NULL},
+         (const char *const[]){"{\"a\": 1, \"b\": 2}", "{\"n\": 1}", "{}", NULL});
+  /* with property schemas in the branches (a parameter typed by name or by a custom type) */
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"}},\"required\":[\"name\"],\"oneOf\":["
+         "{\"properties\":{\"t\":{\"enum\":[\"x\"]}},\"required\":[\"t\"]},{\"properties\":{\"c\":{\"type\":\"string\"}},"
+         "\"required\":[\"c\"]}]}",
+         (const char *const[]){"{\"name\": \"n\", \"t\": \"x\"}", "{\"name\": \"n\", \"c\": \"y\"}", NULL},
+         (const char *const[]){"{\"name\": \"n\", \"t\": \"x\", \"c\": \"y\"}", "{\"name\": \"n\", \"t\": \"z\"}",
+                               "{\"name\": \"n\"}", NULL});
+  /* a branch whose required set contains another's can never be the only match */
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
+         "\"additionalProperties\":false,\"oneOf\":[{\"required\":[\"a\"]},{\"required\":[\"a\",\"b\"]}]}",
+         (const char *const[]){"{\"a\": 1}", NULL}, (const char *const[]){"{\"a\": 1, \"b\": 2}", "{\"b\": 2}", NULL});
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"regex\"}", "format 'regex'");
   expect(DI_GRAMMAR_JSON_SCHEMA, rec,
          (const char *const[]){"{\"v\": 1.5e-05, \"next\": {\"v\": -2, \"next\": null}}", NULL},
          (const char *const[]){"{\"v\": 1, \"next\": {\"v\": 2}}", "{\"v\": 1.}", NULL});
