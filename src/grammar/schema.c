@@ -52,6 +52,7 @@ static int32_t fail(sc *c, di_code code, const char *fmt, ...) {
 
 static int32_t compile(sc *c, const json_t *s);
 static bool oneof_required_only(const json_t *v);
+enum { ONEOF_MAX_COMBOS = 64 }; /* alternatives one oneOf branch may become */
 static int32_t compile_oneof_required(sc *c, const json_t *s);
 
 static int32_t any_value(sc *c) { return gj_any_value(&c->j); }
@@ -720,59 +721,81 @@ static bool oneof_required_only(const json_t *v) {
     json_array_foreach(req, k, r) if (!json_is_string(r)) return false;
   }
   size_t n = json_array_size(v);
-  for (i = 0; i < n; i++)
+  for (i = 0; i < n; i++) {
+    size_t combos = 1;
     for (size_t j = 0; j < n; j++) {
       const char *last = NULL;
       const json_t *bj = json_array_get(v, j);
       size_t extra = i == j ? 1 : req_extra(json_object_get(json_array_get(v, i), "required"), json_object_get(bj, "required"), &last);
-      /* several extras would need "not all of these"; none, with property
-       * schemas in j, would need j's schemas negated */
-      if (extra > 1 || (extra == 0 && json_object_get(bj, "properties"))) return false;
+      /* none, with property schemas in j, would need j's schemas negated */
+      if (extra == 0 && json_object_get(bj, "properties")) return false;
+      if (extra) combos *= extra;
+      if (combos > ONEOF_MAX_COMBOS) return false;
     }
+  }
   return true;
 }
 
 /* Branch i holds exactly when its required set R_i is present and, for every
- * other branch j, not all of R_j is: a branch whose R_j adds one property
- * to R_i forbids that property in branch i (enough for j to fail; stricter
- * than needed when j's property schemas would fail anyway); one that adds
- * none (and has no property schemas) makes branch i unsatisfiable. */
+ * other branch j, not all of R_j is: some property of R_j \ R_i is absent.
+ * Branch i becomes the alternatives that each forbid one such property per
+ * other branch (their overlap is harmless); forbidding is enough for j to
+ * fail, stricter than needed when j's property schemas would fail anyway.
+ * A branch j with R_j within R_i (and no property schemas) makes branch i
+ * unsatisfiable. */
 static int32_t compile_oneof_required(sc *c, const json_t *s) {
   const json_t *v = json_object_get(s, "oneOf");
   json_t *rest = without(s, "oneOf");
   size_t n = json_array_size(v);
   int32_t *alts = malloc(sizeof *alts * n);
+  const json_t **extra = malloc(sizeof *extra * n); /* per j: R_j \ R_i as a JSON array */
+  size_t *pick = malloc(sizeof *pick * n);
+  int32_t sub[ONEOF_MAX_COMBOS];
   for (size_t i = 0; i < n && !c->err; i++) {
     const json_t *ri = json_object_get(json_array_get(v, i), "required");
-    json_t *forbid = json_array();
     bool dead = false;
-    for (size_t j = 0; j < n && !dead; j++) {
-      const char *extra = NULL;
-      if (j == i) continue;
-      if (req_extra(ri, json_object_get(json_array_get(v, j), "required"), &extra) == 0) dead = true;
-      else json_array_append_new(forbid, json_string(extra));
+    json_t *lists = json_array();
+    for (size_t j = 0; j < n; j++) {
+      json_t *e = json_array();
+      const json_t *rj = json_object_get(json_array_get(v, j), "required");
+      size_t k;
+      json_t *r;
+      if (j != i) json_array_foreach((json_t *)rj, k, r) if (!req_has(ri, json_string_value(r))) json_array_append(e, r);
+      if (j != i && !json_array_size(e)) dead = true;
+      json_array_append_new(lists, e);
+      extra[j] = e;
+      pick[j] = 0;
     }
-    alts[i] = GX_NOTHING;
-    if (!dead) {
+    size_t n_sub = 0;
+    while (!dead && !c->err && n_sub < ONEOF_MAX_COMBOS) {
       json_t *m = su_merge(rest, json_array_get(v, i), c->st);
       if (!m) {
         c->err = true;
-      } else {
-        json_t *props = json_object_get(m, "properties");
-        json_t *np = json_is_object(props) ? json_copy(props) : json_object();
-        size_t k;
-        json_t *f;
-        json_array_foreach(forbid, k, f) json_object_set_new(np, json_string_value(f), json_false());
-        json_object_set_new(m, "properties", np);
-        alts[i] = compile(c, m);
-        json_decref(m);
+        break;
       }
+      json_t *props = json_object_get(m, "properties");
+      json_t *np = json_is_object(props) ? json_copy(props) : json_object();
+      for (size_t j = 0; j < n; j++)
+        if (j != i) json_object_set_new(np, json_string_value(json_array_get(extra[j], pick[j])), json_false());
+      json_object_set_new(m, "properties", np);
+      sub[n_sub++] = compile(c, m);
+      json_decref(m);
+      size_t j = 0; /* next combination, odometer order */
+      for (; j < n; j++) {
+        if (j == i) continue;
+        if (++pick[j] < json_array_size(extra[j])) break;
+        pick[j] = 0;
+      }
+      if (j == n) break;
     }
-    json_decref(forbid);
+    json_decref(lists);
+    alts[i] = dead || c->err ? GX_NOTHING : gx_alt(c->g, sub, n_sub);
   }
   json_decref(rest);
   int32_t r = c->err ? GX_NOTHING : gx_alt(c->g, alts, n);
   free(alts);
+  free(extra);
+  free(pick);
   return r;
 }
 

@@ -203,6 +203,12 @@ int main(void) {
          "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},"
          "\"additionalProperties\":false,\"oneOf\":[{\"required\":[\"a\"]},{\"required\":[\"a\",\"b\"]}]}",
          (const char *const[]){"{\"a\": 1}", NULL}, (const char *const[]){"{\"a\": 1, \"b\": 2}", "{\"b\": 2}", NULL});
+  /* required sets that differ by two: "not both of length and width" */
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"type\":\"object\",\"properties\":{\"radius\":{\"type\":\"integer\"},\"length\":{\"type\":\"integer\"},"
+         "\"width\":{\"type\":\"integer\"}},\"oneOf\":[{\"required\":[\"radius\"]},{\"required\":[\"length\",\"width\"]}]}",
+         (const char *const[]){"{\"radius\": 5}", "{\"radius\": 5, \"length\": 10}", "{\"length\": 1, \"width\": 2}", NULL},
+         (const char *const[]){"{\"radius\": 5, \"length\": 10, \"width\": 5}", "{\"length\": 1}", NULL});
   expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"regex\"}", "format 'regex'");
   expect(DI_GRAMMAR_JSON_SCHEMA, rec,
          (const char *const[]){"{\"v\": 1.5e-05, \"next\": {\"v\": -2, \"next\": null}}", NULL},
