@@ -11,7 +11,11 @@ all with the same --kv-mem. Outputs of every configuration must be equal
   bench/swa_replay.py -m ~/.cache/deepinfer/models/gemma-3-270m-q4_k_m.gguf \\
       --docs 3 --doc-tokens 4096 --questions 3 --kv-mem 160M
 
-llama.cpp's llama-server is not compared: it is not available on this host."""
+--llama-server PATH adds llama.cpp's server (built from llama-cpp-python's vendored llama.cpp)
+on the same prompts: one slot with a context of one document plus question and answer, first
+with its default cache settings (a host-memory prompt cache of 8 GiB, --cache-ram 8192: far more
+memory than --kv-mem), then with --swa-full and --cache-ram set to --kv-mem (about the same
+memory). Its outputs are not compared (other numerics); its TTFT and cached tokens are."""
 import argparse
 import json
 import random
@@ -71,6 +75,55 @@ def ask(base, prompt, gen):
     return ttft, "".join(text), usage
 
 
+def start_llama(binary, model, args):
+    import socket
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    p = subprocess.Popen([binary, "-m", model, "--port", str(port), "--host", "127.0.0.1", "-np", "1", *args],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return p, base
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("llama-server not ready")
+
+
+def ask_llama(base, ids, gen):
+    body = {"prompt": ids, "n_predict": gen, "temperature": 0, "ignore_eos": True, "stream": True,
+            "cache_prompt": True}
+    req = urllib.request.Request(base + "/completion", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    t0 = time.monotonic()
+    ttft, text, cached = None, [], 0
+    with urllib.request.urlopen(req, timeout=3600) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: {"):
+                continue
+            ch = json.loads(line[6:])
+            if ch.get("content") and ttft is None:
+                ttft = time.monotonic() - t0
+            text.append(ch.get("content", ""))
+            if ch.get("timings"):
+                cached = ch["timings"].get("cache_n", 0)
+    return ttft, "".join(text), cached
+
+
+def report(name, work, ttfts, cached, replayed=None):
+    first = [t for (d, q, _), t in zip(work, ttfts) if q == 0]
+    later = [t for (d, q, _), t in zip(work, ttfts) if q > 0]
+    tail = f", replayed {replayed} in all" if replayed is not None else ""
+    print(f"{name:>24}: cold first questions TTFT {statistics.mean(first):.2f} s, later questions "
+          f"{statistics.mean(later):.2f} s ({statistics.mean(later) / statistics.mean(first):.0%} of cold); "
+          f"later questions cached {cached} tokens{tail}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-m", "--model", required=True)
@@ -82,6 +135,7 @@ def main():
     ap.add_argument("--kv-mem", default="160M")
     ap.add_argument("--checkpoint", default="1024")
     ap.add_argument("--threads", default="2")
+    ap.add_argument("--llama-server", help="llama-server binary to compare (see above)")
     a = ap.parse_args()
     rng = random.Random(36)
     docs = [[rng.randrange(100, 200000) for _ in range(a.doc_tokens)] for _ in range(a.docs)]
@@ -97,17 +151,25 @@ def main():
             p.terminate()
             p.wait()
         outs[name] = [r[1] for r in res]
-        first = [r[0] for (d, q, _), r in zip(work, res) if q == 0]
-        later = [r[0] for (d, q, _), r in zip(work, res) if q > 0]
         cached = sum(r[2]["prompt_tokens_details"]["cached_tokens"] for (d, q, _), r in zip(work, res) if q > 0)
         replayed = sum(r[2]["prompt_tokens_details"].get("replayed_tokens", 0) for r in res)
-        print(f"{name:>16}: cold first questions TTFT {statistics.mean(first):.2f} s, later questions "
-              f"{statistics.mean(later):.2f} s ({statistics.mean(later) / statistics.mean(first):.0%} of cold); "
-              f"later questions cached {cached} tokens, replayed {replayed} in all")
+        report(name, work, [r[0] for r in res], cached, replayed)
     vals = list(outs.values())
     if any(v != vals[0] for v in vals):
         raise SystemExit("outputs differ between configurations")
-    print("outputs identical across configurations")
+    print("outputs identical across configurations", flush=True)
+    if a.llama_server:
+        mib = int(a.kv_mem.rstrip("MmKkGg")) * {"M": 1, "K": 1 / 1024, "G": 1024}.get(a.kv_mem[-1].upper(), 1 / 2**20)
+        ctx = str(a.doc_tokens + 20 + a.gen + 16)
+        for name, extra in {"llama.cpp default cache": [],
+                            f"llama.cpp --swa-full, {int(mib)} MiB": ["--swa-full", "--cache-ram", str(int(mib))]}.items():
+            p, base = start_llama(a.llama_server, a.model, ["-c", ctx, "-t", a.threads, *extra])
+            try:
+                res = [ask_llama(base, ids, a.gen) for _, _, ids in work]
+            finally:
+                p.terminate()
+                p.wait()
+            report(name, work, [r[0] for r in res], sum(r[2] for (d, q, _), r in zip(work, res) if q > 0))
 
 
 if __name__ == "__main__":
