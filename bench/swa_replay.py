@@ -42,16 +42,19 @@ def start(binary, model, args):
     if port is None:
         raise SystemExit("server did not start")
     threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(600):  # /health answers 200 once the engine runs
+    return p, wait_ready(f"http://127.0.0.1:{port}")
+
+
+def wait_ready(base):
+    for _ in range(600):  # /health answers 200 once the model is loaded (both servers)
         try:
             with urllib.request.urlopen(base + "/health", timeout=5) as r:
                 if r.status == 200:
-                    return p, base
+                    return base
         except OSError:
             pass
         time.sleep(0.2)
-    raise SystemExit("server not ready")
+    raise SystemExit(f"{base} not ready")
 
 
 def ask(base, prompt, gen):
@@ -82,16 +85,7 @@ def start_llama(binary, model, args):
         port = sk.getsockname()[1]
     p = subprocess.Popen([binary, "-m", model, "--port", str(port), "--host", "127.0.0.1", "-np", "1", *args],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                if r.status == 200:
-                    return p, base
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("llama-server not ready")
+    return p, wait_ready(f"http://127.0.0.1:{port}")
 
 
 def ask_llama(base, ids, gen):
