@@ -371,6 +371,15 @@ static di_code read_mla_moe(cfgr *c, di_hparams *hp) {
   return DI_OK;
 }
 
+/* bos/eos ids (eos may be a list: its first entry); -1 when absent. */
+static void read_special_ids(cfgr *c, di_hparams *hp) {
+  json_t *b = take(c, "bos_token_id"), *e = take(c, "eos_token_id");
+  hp->bos_id = json_is_integer(b) ? (int)json_integer_value(b) : -1;
+  hp->eos_id = json_is_integer(e) ? (int)json_integer_value(e) : -1;
+  if (json_is_array(e) && json_array_size(e) && json_is_integer(json_array_get(e, 0)))
+    hp->eos_id = (int)json_integer_value(json_array_get(e, 0));
+}
+
 static di_code read_text_config(cfgr *c, const di_arch_desc *ad, di_hparams *hp, di_status *st) {
   di_code rc;
   const char *path = c->path;
@@ -478,14 +487,7 @@ static di_code read_text_config(cfgr *c, const di_arch_desc *ad, di_hparams *hp,
     hp->rope_base_local = hp->rope_base;
   }
 
-  int bos = -1, eos = -1;
-  json_t *b = take(c, "bos_token_id"), *e = take(c, "eos_token_id");
-  if (json_is_integer(b)) bos = (int)json_integer_value(b);
-  if (json_is_integer(e)) eos = (int)json_integer_value(e);
-  if (json_is_array(e) && json_array_size(e) && json_is_integer(json_array_get(e, 0)))
-    eos = (int)json_integer_value(json_array_get(e, 0));
-  hp->bos_id = bos;
-  hp->eos_id = eos;
+  read_special_ids(c, hp);
   return cfgr_finish(c);
 }
 
@@ -712,14 +714,7 @@ static di_code read_v4(cfgr *c, di_hparams *hp) {
   hp->v4.swiglu_limit = (float)limit;
   hp->v4.hc_eps = (float)eps;
   hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
-  int bos = -1, eos = -1;
-  json_t *b = take(c, "bos_token_id"), *e = take(c, "eos_token_id");
-  if (json_is_integer(b)) bos = (int)json_integer_value(b);
-  if (json_is_integer(e)) eos = (int)json_integer_value(e);
-  if (json_is_array(e) && json_array_size(e) && json_is_integer(json_array_get(e, 0)))
-    eos = (int)json_integer_value(json_array_get(e, 0));
-  hp->bos_id = bos;
-  hp->eos_id = eos;
+  read_special_ids(c, hp);
   return cfgr_finish(c);
 }
 
