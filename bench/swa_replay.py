@@ -14,8 +14,8 @@ all with the same --kv-mem. Outputs of every configuration must be equal
 --llama-server PATH adds llama.cpp's server (built from llama-cpp-python's vendored llama.cpp)
 on the same prompts: one slot with a context of one document plus question and answer, first
 with its default cache settings (a host-memory prompt cache of 8 GiB, --cache-ram 8192: far more
-memory than --kv-mem), then with --swa-full and --cache-ram set to --kv-mem (about the same
-memory). Its outputs are not compared (other numerics); its TTFT and cached tokens are."""
+memory than --kv-mem), then at equal memory: its slot's KV (as its log reports it) plus --cache-ram
+adding up to --kv-mem, without and with --swa-full (skipped when the slot alone needs more). Its outputs are not compared (other numerics); its TTFT and cached tokens are."""
 import argparse
 import json
 import random
@@ -109,13 +109,39 @@ def ask_llama(base, ids, gen):
     return ttft, "".join(text), cached
 
 
+def llama_kv_bytes(binary, model, ctx, extra):
+    """Bytes llama-server allocates for one slot of context ctx (the sum of its log's KV cache size lines)."""
+    import socket
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    p = subprocess.Popen([binary, "-m", model, "--port", str(port), "--host", "127.0.0.1", "-np", "1",
+                          "-c", str(ctx), "-v", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    total, deadline = 0.0, time.monotonic() + 300
+    try:
+        for line in p.stderr:
+            m = re.search(r"llama_kv_cache: size =\s+([\d.]+) MiB", line)
+            if m:
+                total += float(m.group(1)) * 2**20
+            if "listening" in line or "sched_reserve" in line or time.monotonic() > deadline:
+                break
+    finally:
+        p.terminate()
+        p.wait()
+    return total
+
+
 def report(name, work, ttfts, cached, replayed=None):
+    """cached: per request, the prompt tokens served from cache (replayed ones included for ours)."""
     first = [t for (d, q, _), t in zip(work, ttfts) if q == 0]
     later = [t for (d, q, _), t in zip(work, ttfts) if q > 0]
+    n_doc = len(work[0][2]) - 20
+    reused = sum(1 for (d, q, _), c in zip(work, cached) if q > 0 and c >= 0.9 * n_doc)
     tail = f", replayed {replayed} in all" if replayed is not None else ""
     print(f"{name:>24}: cold first questions TTFT {statistics.mean(first):.2f} s, later questions "
           f"{statistics.mean(later):.2f} s ({statistics.mean(later) / statistics.mean(first):.0%} of cold); "
-          f"later questions cached {cached} tokens{tail}", flush=True)
+          f"{reused} of {len(later)} later questions reused >= 90% of their document; "
+          f"later questions cached {sum(c for (d, q, _), c in zip(work, cached) if q > 0)} tokens{tail}", flush=True)
 
 
 def main():
@@ -145,7 +171,7 @@ def main():
             p.terminate()
             p.wait()
         outs[name] = [r[1] for r in res]
-        cached = sum(r[2]["prompt_tokens_details"]["cached_tokens"] for (d, q, _), r in zip(work, res) if q > 0)
+        cached = [r[2]["prompt_tokens_details"]["cached_tokens"] for r in res]
         replayed = sum(r[2]["prompt_tokens_details"].get("replayed_tokens", 0) for r in res)
         report(name, work, [r[0] for r in res], cached, replayed)
     vals = list(outs.values())
@@ -154,16 +180,23 @@ def main():
     print("outputs identical across configurations", flush=True)
     if a.llama_server:
         mib = int(a.kv_mem.rstrip("MmKkGg")) * {"M": 1, "K": 1 / 1024, "G": 1024}.get(a.kv_mem[-1].upper(), 1 / 2**20)
-        ctx = str(a.doc_tokens + 20 + a.gen + 16)
-        for name, extra in {"llama.cpp default cache": [],
-                            f"llama.cpp --swa-full, {int(mib)} MiB": ["--swa-full", "--cache-ram", str(int(mib))]}.items():
-            p, base = start_llama(a.llama_server, a.model, ["-c", ctx, "-t", a.threads, *extra])
+        ctx = a.doc_tokens + 20 + a.gen + 16
+        configs = {"llama.cpp default cache (8 GiB)": []}
+        for label, extra in {"": [], " --swa-full": ["--swa-full"]}.items():
+            # Equal memory: the slot's own KV plus its host prompt cache add up to our --kv-mem.
+            rest = int(mib - llama_kv_bytes(a.llama_server, a.model, ctx, extra) / 2**20)
+            if rest < 1:
+                print(f"llama.cpp{label}: one slot's KV alone exceeds {a.kv_mem}; not run at equal memory")
+                continue
+            configs[f"llama.cpp{label} {int(mib)} MiB in all"] = [*extra, "--cache-ram", str(rest)]
+        for name, extra in configs.items():
+            p, base = start_llama(a.llama_server, a.model, ["-c", str(ctx), "-t", a.threads, *extra])
             try:
                 res = [ask_llama(base, ids, a.gen) for _, _, ids in work]
             finally:
                 p.terminate()
                 p.wait()
-            report(name, work, [r[0] for r in res], sum(r[2] for (d, q, _), r in zip(work, res) if q > 0))
+            report(name, work, [r[0] for r in res], [r[2] for r in res])
 
 
 if __name__ == "__main__":

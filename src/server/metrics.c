@@ -146,6 +146,8 @@ char *di_srv_metrics_render(di_srv_metrics *m, const di_engine_stats *st, size_t
   scalar(&o, "kv_cache_usage_high_water_perc", "gauge",
          "Highest fraction of KV cache blocks ever in use (0-1).", st->kv_blocks_high_water / total);
   scalar(&o, "kv_cache_blocks", "gauge", "KV cache blocks in the pool.", st->kv_blocks_total);
+  scalar(&o, "kv_cache_block_bytes", "gauge", "Bytes of one KV cache block (every layer group's blocks are this size).",
+         (double)st->kv_block_bytes);
   scalar(&o, "kv_cache_blocks_used", "gauge", "KV cache blocks in use (all, and by layer group).",
          st->kv_blocks_used);
   outf(&o, "deepinfer:kv_cache_blocks_used{group=\"full\"} %d\n", st->kv_blocks_used_full);

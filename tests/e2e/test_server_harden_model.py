@@ -84,6 +84,8 @@ def test_legacy_and_malformed_tool_fields(srv):
 
 def test_kv_gauge_known_before_first_request(srv):
     assert srv.metric("deepinfer:kv_cache_blocks") > 0
+    # SmolLM2: 16 positions per block x 23,040 bytes per token (30 layers x 192 K + 192 V values, f16)
+    assert srv.metric("deepinfer:kv_cache_block_bytes") == 16 * 23040
 
 
 # ---- row 5: a long prompt does not starve a short request ----
