@@ -7,7 +7,7 @@ beside llama.cpp's server with and without --swa-full.
 Ours is measured: one server per configuration with a roomy --kv-mem, one
 document whose prefixes of N tokens are sent in increasing N (each request
 reuses the previous prefix, so the whole sweep costs one prefill of the
-longest); at the first streamed token the script reads
+longest); at the second streamed token the script reads
 deepinfer:kv_cache_blocks_used{group} (the blocks the running sequence holds:
 full-attention layers, and sliding-window layers = window plus checkpoints)
 times deepinfer:kv_cache_block_bytes. llama.cpp's is what its server
@@ -42,15 +42,18 @@ def metric(base, name):
 
 
 def held_at_first_token(base, prompt):
-    """Streams one completion; at its first token returns the bytes the sequence holds by group."""
-    body = {"prompt": prompt, "max_tokens": 2, "temperature": 0, "ignore_eos": True, "stream": True}
+    """Streams one completion; at its second token returns the bytes the sequence holds by group (the
+    engine publishes its gauges after each step, so at the first token they may still show the step
+    before the prompt's last chunk)."""
+    body = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "ignore_eos": True, "stream": True}
     req = urllib.request.Request(base + "/v1/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
-    held = None
+    held, seen = None, 0
     with urllib.request.urlopen(req, timeout=3600) as r:
         for raw in r:
             line = raw.decode().strip()
-            if held is None and line.startswith("data: {"):
+            seen += line.startswith("data: {")
+            if held is None and seen == 2:
                 bb = metric(base, "deepinfer:kv_cache_block_bytes")
                 held = {g: metric(base, f'deepinfer:kv_cache_blocks_used{{group="{g}"}}') * bb
                         for g in ("full", "window")}

@@ -149,6 +149,13 @@ di_code di_engine_submit(di_engine *e, const di_request_params *p, uint64_t *id,
 /* Finishes every completion of the request with DI_FINISH_CANCELLED at the
  * next step and returns its KV blocks. DI_ERR_INVALID if the id is unknown. */
 di_code di_engine_cancel(di_engine *e, uint64_t id);
+/* Pauses (pause != 0) or resumes a request at the next step. A paused
+ * request computes nothing and holds no KV: its sequences give their blocks
+ * back (they stay in the prefix cache until evicted) and wait; resumed, they
+ * recompute what was evicted, like a preempted sequence, and continue with
+ * the same output as if never paused. For a consumer that cannot take more
+ * events for now (a stream whose client stopped reading). */
+di_code di_engine_pause(di_engine *e, uint64_t id, int pause);
 /* Runs one scheduler step; returns the number of unfinished requests. */
 int di_engine_step(di_engine *e);
 di_code di_engine_start(di_engine *e); /* background stepping thread */
@@ -178,6 +185,7 @@ int di_engine_n_vocab(const di_engine *e);
 
 typedef struct di_engine_stats {
   int running, waiting;
+  int paused;                    /* unfinished requests paused (di_engine_pause); their sequences count as waiting */
   uint64_t finished, preemptions;
   uint64_t prompt_tokens, generated_tokens;
   uint64_t prefix_queries, prefix_hit_tokens; /* lookups; prompt tokens served from the cache */

@@ -31,8 +31,9 @@ static const char USAGE[] =
     "  --max-connections N      simultaneous connections (default 1024)\n"
     "  --max-connections-per-ip N  simultaneous connections from one address (default 0 = no limit)\n"
     "  --header-timeout S       deadline for a request's headers to arrive complete (default 10)\n"
-    "  --stream-buffer BYTES    unsent output a stream may hold before it is cancelled as stalled\n"
-    "                           (default 1M)\n"
+    "  --stream-buffer BYTES    unsent output a stream may hold; past it the request is paused (its\n"
+    "                           KV freed) until the client reads half of it (default 1M)\n"
+    "  --stream-stall-timeout S a stream paused that long is cancelled as stalled (default 30)\n"
     "  --drain-timeout S        on SIGTERM/SIGINT, time open requests get to finish before they\n"
     "                           are cancelled (default 30; a second signal exits at once)\n"
     "  --quiet                  no per-request log lines\n"
@@ -155,6 +156,9 @@ int di_cmd_serve(int argc, char **argv) {
     } else if (!strcmp(a, "--stream-buffer")) {
       if (!parse_bytes(v, &bytes) || bytes < 1024) return di_cli_fail("serve", "--stream-buffer must be at least 1024 bytes, got '%s'", v);
       so.stream_buffer = bytes;
+    } else if (!strcmp(a, "--stream-stall-timeout")) {
+      if (!parse_int(v, 1, 86400, &x)) return di_cli_fail("serve", "--stream-stall-timeout must be 1..86400 seconds, got '%s'", v);
+      so.stream_stall_timeout = (double)x;
     } else if (!strcmp(a, "--drain-timeout")) {
       if (!parse_int(v, 0, 86400, &x)) return di_cli_fail("serve", "--drain-timeout must be 0..86400 seconds, got '%s'", v);
       drain_s = (int)x;

@@ -286,7 +286,7 @@ void di_engine_destroy(di_engine *e) {
   free(e->b_owner);
   free(e->logits);
   free(e->cmask);
-  free(e->cancels);
+  free(e->cmds);
   free(e->spec.mtp_hidden);
   free(e->spec.mtp_out);
   free(e->spec.mtp_tokens);
@@ -485,25 +485,31 @@ di_code di_engine_submit_constrained(di_engine *e, const di_request_params *p, c
   return DI_OK;
 }
 
-di_code di_engine_cancel(di_engine *e, uint64_t id) {
+static di_code queue_cmd(di_engine *e, uint64_t id, di_engine_cmd_op op) {
   pthread_mutex_lock(&e->mu);
   di_code rc = DI_OK;
   if (id == 0 || id >= e->next_id) {
     rc = DI_ERR_INVALID;
   } else {
-    if (e->n_cancels == e->cap_cancels) {
-      int cap = e->cap_cancels ? e->cap_cancels * 2 : 16;
-      uint64_t *v = realloc(e->cancels, (size_t)cap * sizeof *v);
+    if (e->n_cmds == e->cap_cmds) {
+      int cap = e->cap_cmds ? e->cap_cmds * 2 : 16;
+      di_engine_cmd *v = realloc(e->cmds, (size_t)cap * sizeof *v);
       if (v) {
-        e->cancels = v;
-        e->cap_cancels = cap;
+        e->cmds = v;
+        e->cap_cmds = cap;
       }
     }
-    if (e->n_cancels < e->cap_cancels) e->cancels[e->n_cancels++] = id; else rc = DI_ERR_NOMEM;
+    if (e->n_cmds < e->cap_cmds) e->cmds[e->n_cmds++] = (di_engine_cmd){id, op}; else rc = DI_ERR_NOMEM;
     pthread_cond_signal(&e->cv);
   }
   pthread_mutex_unlock(&e->mu);
   return rc;
+}
+
+di_code di_engine_cancel(di_engine *e, uint64_t id) { return queue_cmd(e, id, DI_CMD_CANCEL); }
+
+di_code di_engine_pause(di_engine *e, uint64_t id, int pause) {
+  return queue_cmd(e, id, pause ? DI_CMD_PAUSE : DI_CMD_RESUME);
 }
 
 /* ---------------------------------------------------------------- events */
@@ -744,13 +750,13 @@ static void drain_inbox(di_engine *e) {
   pthread_mutex_lock(&e->mu);
   di_req *in = e->inbox_head;
   e->inbox_head = e->inbox_tail = NULL;
-  int nc = e->n_cancels;
-  uint64_t cancels[64];
+  int nc = e->n_cmds;
+  di_engine_cmd cmds[64];
   if (nc > 64) nc = 64; /* the rest wait for the next step */
   if (nc > 0) {
-    memcpy(cancels, e->cancels, (size_t)nc * sizeof *cancels);
-    memmove(e->cancels, e->cancels + nc, (size_t)(e->n_cancels - nc) * sizeof *cancels);
-    e->n_cancels -= nc;
+    memcpy(cmds, e->cmds, (size_t)nc * sizeof *cmds);
+    memmove(e->cmds, e->cmds + nc, (size_t)(e->n_cmds - nc) * sizeof *cmds);
+    e->n_cmds -= nc;
   }
   pthread_mutex_unlock(&e->mu);
   while (in) {
@@ -765,18 +771,33 @@ static void drain_inbox(di_engine *e) {
   }
   for (int i = 0; i < nc; i++) {
     for (di_req *r = e->reqs; r; r = r->next) {
-      if (r->id != cancels[i]) continue;
-      r->cancelled = true;
-      for (int k = 0; k < r->n_seqs; k++) di_engine_finish_seq(e, r->seqs[k], DI_FINISH_CANCELLED, NULL);
+      if (r->id != cmds[i].id) continue;
+      if (cmds[i].op == DI_CMD_CANCEL) {
+        r->cancelled = true;
+        for (int k = 0; k < r->n_seqs; k++) di_engine_finish_seq(e, r->seqs[k], DI_FINISH_CANCELLED, NULL);
+      } else {
+        r->paused = cmds[i].op == DI_CMD_PAUSE; /* the scheduler parks or readmits its sequences */
+      }
       break;
     }
   }
+}
+
+/* Unfinished requests that are paused: with nothing else to do the stepping
+ * thread sleeps instead of building empty batches. */
+static void count_paused(di_engine *e) {
+  int n = 0;
+  for (di_req *r = e->reqs; r; r = r->next) n += r->paused && !r->cancelled && r->n_done < r->n;
+  pthread_mutex_lock(&e->mu);
+  e->n_paused = n;
+  pthread_mutex_unlock(&e->mu);
 }
 
 static void publish_stats(di_engine *e) {
   di_engine_stats s = e->acc;
   s.running = e->running.n;
   s.waiting = e->waiting.n;
+  s.paused = e->n_paused;
   s.kv_blocks_total = e->pool->n_blocks;
   s.kv_blocks_used = di_kv_n_used(e->pool);
   s.kv_blocks_high_water = e->pool->high_water;
@@ -842,9 +863,10 @@ int di_engine_step(di_engine *e) {
     e->acc.step_seconds += di_engine_now() - t1;
   }
   sweep_finished(e);
+  count_paused(e);
   publish_stats(e);
   pthread_mutex_lock(&e->mu);
-  int left = e->n_unfinished;
+  int left = e->n_unfinished - e->n_paused;
   pthread_mutex_unlock(&e->mu);
   return left;
 }
@@ -861,7 +883,7 @@ static void *engine_thread(void *arg) {
   di_engine *e = arg;
   for (;;) {
     pthread_mutex_lock(&e->mu);
-    while (!e->stop && e->n_unfinished == 0 && e->n_cancels == 0) pthread_cond_wait(&e->cv, &e->mu);
+    while (!e->stop && e->n_unfinished == e->n_paused && e->n_cmds == 0) pthread_cond_wait(&e->cv, &e->mu);
     bool stop = e->stop;
     pthread_mutex_unlock(&e->mu);
     if (stop) break;

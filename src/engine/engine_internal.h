@@ -125,9 +125,17 @@ struct di_req {
   int replayed_tokens;    /* of the prompt, recomputed by bounded replay at first admission */
   di_constraint constraint; /* .accept == NULL: none */
   bool admitted_once, cancelled;
+  bool paused;            /* di_engine_pause: its sequences wait, holding no KV, until resumed */
   double t_submit, t_admit; /* monotonic seconds: submission, first admission */
   di_req *next;           /* all live requests */
 };
+
+/* A command for a request, queued by any thread and applied by the stepping one. */
+typedef enum { DI_CMD_CANCEL, DI_CMD_PAUSE, DI_CMD_RESUME } di_engine_cmd_op;
+typedef struct di_engine_cmd {
+  uint64_t id;
+  di_engine_cmd_op op;
+} di_engine_cmd;
 
 /* A sorted-by-(priority desc, arrival asc, index asc) list of sequences. */
 typedef struct di_seq_list {
@@ -169,12 +177,13 @@ struct di_engine {
     di_spec_cost cost;    /* step time against tokens (spec/tune.h) */
     double plan_emit;     /* expected tokens the step being built emits */
   } spec;
-  /* cross-thread inbox: submissions and cancellations */
+  /* cross-thread inbox: submissions, and cancel / pause / resume commands */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   di_req *inbox_head, *inbox_tail;
-  uint64_t *cancels;
-  int n_cancels, cap_cancels;
+  di_engine_cmd *cmds;
+  int n_cmds, cap_cmds;
+  int n_paused;           /* unfinished requests paused (guarded by mu; counted by the stepping thread) */
   uint64_t next_id, next_arrival;
   int n_unfinished;       /* submitted and not finished (guarded by mu) */
   di_engine_stats stats;  /* published copy (guarded by mu) */

@@ -85,15 +85,27 @@ static int blocks_needed(di_engine *e, di_seq *s, int end) {
   return n;
 }
 
-static void preempt(di_engine *e, di_seq *s) {
+/* Gives back all of a running sequence's blocks and returns it to the
+ * waiting queue with its token history (resumed, it recomputes). */
+static void to_waiting(di_engine *e, di_seq *s) {
   di_seq_kv_release(e, s);
   s->n_computed = s->replay_end = 0;
-  s->n_preempted++;
   s->state = DI_SEQ_WAITING;
   s->queued_at = e->acc.steps;
   di_seq_list_remove(&e->running, s);
   di_seq_list_insert(&e->waiting, s);
+}
+
+static void preempt(di_engine *e, di_seq *s) {
+  to_waiting(e, s);
+  s->n_preempted++;
   e->acc.preemptions++;
+}
+
+/* Sequences of paused requests leave the running batch (di_engine_pause). */
+static void park_paused(di_engine *e) {
+  for (int i = e->running.n - 1; i >= 0; i--)
+    if (e->running.v[i]->req->paused) to_waiting(e, e->running.v[i]);
 }
 
 /* Lowest-ranked running sequence that is not in this step's batch. */
@@ -231,14 +243,18 @@ static bool schedule_running(di_engine *e, di_batch *b, int *budget, int *n_out,
   return false;
 }
 
-/* The head of the queue, unless a sequence has waited too long. */
+/* The head of the queue, unless a sequence has waited too long; paused
+ * requests' sequences are passed over. NULL if every one is paused. */
 static di_seq *next_waiting(di_engine *e) {
-  di_seq *s = e->waiting.v[0], *old = s;
-  for (int i = 1; i < e->waiting.n; i++) {
+  di_seq *s = NULL, *old = NULL;
+  for (int i = 0; i < e->waiting.n; i++) {
     di_seq *w = e->waiting.v[i];
-    if (w->req->arrival < old->req->arrival || (w->req->arrival == old->req->arrival && w->index < old->index)) old = w;
+    if (w->req->paused) continue;
+    if (!s) s = old = w;
+    else if (w->req->arrival < old->req->arrival || (w->req->arrival == old->req->arrival && w->index < old->index))
+      old = w;
   }
-  return e->acc.steps - old->queued_at >= DI_SCHED_AGING_STEPS ? old : s;
+  return s && e->acc.steps - old->queued_at >= DI_SCHED_AGING_STEPS ? old : s;
 }
 
 /* Running sequences plus the siblings that running n > 1 requests will fork
@@ -255,6 +271,7 @@ static int running_slots(const di_engine *e) {
 static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
   while (e->waiting.n > 0 && *budget > 0) {
     di_seq *s = next_waiting(e);
+    if (!s) break;
     di_req *r = s->req;
     int slots = (s->index == 0 && r->n_seqs < r->n) ? r->n : 1; /* siblings are forked later */
     if (e->running.n > 0 && running_slots(e) + slots > e->max_seqs) break;
@@ -310,6 +327,7 @@ int di_sched_build(di_engine *e, di_batch *b) {
   }
   e->step_prefill = 0;
   e->spec.plan_emit = 0;
+  park_paused(e);
   int budget = e->max_batch_tokens, n_out = 0;
   while (schedule_running(e, b, &budget, &n_out, true)) {
   }
@@ -317,7 +335,7 @@ int di_sched_build(di_engine *e, di_batch *b) {
    * requests wait: while any wait (and a slot is free), running prefills get
    * half of what decode left and admission the rest, so a short request
    * starts between two chunks instead of after the whole prompt. */
-  int reserve = e->waiting.n > 0 && running_slots(e) < e->max_seqs ? budget / 2 : 0;
+  int reserve = next_waiting(e) && running_slots(e) < e->max_seqs ? budget / 2 : 0;
   int prefill = budget - reserve;
   while (schedule_running(e, b, &prefill, &n_out, false)) {
   }

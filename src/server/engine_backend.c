@@ -18,6 +18,9 @@ static di_code eb_submit(void *ctx, const di_request_params *p, uint64_t *id, ch
 }
 
 static di_code eb_cancel(void *ctx, uint64_t id) { return di_engine_cancel(((di_srv_engine *)ctx)->e, id); }
+static di_code eb_pause(void *ctx, uint64_t id, int pause) {
+  return di_engine_pause(((di_srv_engine *)ctx)->e, id, pause);
+}
 
 /* The grammar matcher as the engine's request constraint. */
 static void gm_mask(void *m, uint32_t *mask) { di_gmatcher_fill_mask(m, mask); }
@@ -141,6 +144,7 @@ void di_srv_engine_backend(di_srv_engine *x, di_srv_backend *be) {
   be->params_default = di_request_params_default;
   be->submit = eb_submit;
   be->cancel = eb_cancel;
+  be->pause = eb_pause;
   be->stats = eb_stats;
   be->tokenize = eb_tokenize;
   be->detokenize = eb_detokenize;

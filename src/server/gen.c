@@ -31,6 +31,7 @@ di_srv_gen *di_srv_gen_new(di_srv_req *r, di_srv_kind kind, int n_subs, int n_pe
     return NULL;
   }
   pthread_mutex_init(&g->mu, NULL);
+  pthread_mutex_init(&g->pause_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -98,6 +99,7 @@ static void gen_free(di_srv_gen *g) {
   free(g->bias_vals);
   di_srv_buf_free(&g->out);
   pthread_mutex_destroy(&g->mu);
+  pthread_mutex_destroy(&g->pause_mu);
   pthread_cond_destroy(&g->cv);
   atomic_fetch_sub(&g->s->live_gens, 1);
   free(g->subs);
@@ -164,11 +166,19 @@ static void on_event(const di_event *ev, void *user) {
     else g->head = v;
     g->tail = v;
     /* A stream whose client does not read holds its events here: past the
-     * limit it is cancelled (freeing its KV) instead of growing. */
-    if (g->stream && !g->overflow && g->queued_bytes > g->s->o.stream_buffer) {
-      g->overflow = 1;
-      stalled = 1;
-      g->refs++; /* for the watchdog's cancel */
+     * limit it is paused (its KV freed) until the client reads again, or
+     * cancelled where the backend cannot pause, instead of growing. */
+    if (g->stream && !g->overflow && !g->paused && ev->finish == DI_FINISH_NONE &&
+        g->queued_bytes > g->s->o.stream_buffer) {
+      if (g->s->be.pause) {
+        g->paused = 1;
+        g->paused_at = now;
+        stalled = 2;
+      } else {
+        g->overflow = 1;
+        stalled = 1;
+      }
+      g->refs++; /* for the watchdog */
     }
   } else {
     g->lost = 1;
@@ -202,7 +212,8 @@ static void on_event(const di_event *ev, void *user) {
   }
   pthread_cond_broadcast(&g->cv);
   pthread_mutex_unlock(&g->mu);
-  if (stalled) di_srv_guard_cancel_later(g->s, g);
+  if (stalled == 1) di_srv_guard_cancel_later(g->s, g);
+  if (stalled == 2) di_srv_guard_pause_later(g->s, g);
   if (release) di_srv_gen_unref(g);
 }
 
@@ -319,6 +330,38 @@ void di_srv_gen_cancel(di_srv_gen *g) {
   }
 }
 
+void di_srv_gen_sync_pause(di_srv_gen *g) {
+  pthread_mutex_lock(&g->pause_mu);
+  pthread_mutex_lock(&g->mu);
+  int want = g->paused && !g->cancelled;
+  pthread_mutex_unlock(&g->mu);
+  if (want != g->engine_paused) {
+    for (int k = 0; k < g->n_subs; k++) {
+      pthread_mutex_lock(&g->mu);
+      int live = g->subs[k].submitted && g->subs[k].n_done < g->n_per;
+      uint64_t id = g->subs[k].id;
+      pthread_mutex_unlock(&g->mu);
+      if (live) g->s->be.pause(g->s->be.ctx, id, want);
+    }
+    g->engine_paused = want;
+  }
+  pthread_mutex_unlock(&g->pause_mu);
+}
+
+int di_srv_gen_pause_state(di_srv_gen *g, double now, double stall_s) {
+  pthread_mutex_lock(&g->mu);
+  int st = !g->paused || g->cancelled ? 0 : now - g->paused_at > stall_s ? 2 : 1;
+  pthread_mutex_unlock(&g->mu);
+  return st;
+}
+
+void di_srv_gen_stall(di_srv_gen *g) {
+  pthread_mutex_lock(&g->mu);
+  g->overflow = 1;
+  pthread_mutex_unlock(&g->mu);
+  di_srv_gen_cancel(g);
+}
+
 di_srv_evt *di_srv_gen_pop(di_srv_gen *g, int ms) {
   pthread_mutex_lock(&g->mu);
   if (!g->head && ms > 0) {
@@ -336,7 +379,10 @@ di_srv_evt *di_srv_gen_pop(di_srv_gen *g, int ms) {
     if (!g->head) g->tail = NULL;
     v->next = NULL;
   }
+  int resume = g->paused && !g->overflow && g->queued_bytes <= g->s->o.stream_buffer / 2;
+  if (resume) g->paused = 0; /* the client reads again */
   pthread_mutex_unlock(&g->mu);
+  if (resume) di_srv_gen_sync_pause(g);
   return v;
 }
 

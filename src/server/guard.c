@@ -20,7 +20,7 @@ typedef struct guard_conn {
   double deadline; /* monotonic seconds; 0 = none (a request is being served) */
 } guard_conn;
 
-typedef struct guard_cancel {
+typedef struct guard_cancel { /* a stream to cancel, or one paused for a full buffer */
   struct guard_cancel *next;
   di_srv_gen *g;
 } guard_cancel;
@@ -32,7 +32,9 @@ struct di_srv_guard {
   int stop;
   guard_conn *head;
   guard_cancel *cancels;
-  double header_s, idle_s;
+  guard_cancel *pauses; /* streams to pause in the engine (queued by its callback) */
+  guard_cancel *paused; /* streams paused: cancelled past stall_s (only this thread touches the list) */
+  double header_s, idle_s, stall_s;
   int draining; /* di_srv_guard_drain: idle connections are closed, not kept alive */
 };
 
@@ -57,6 +59,29 @@ static void *watch(void *arg) {
       free(k);
       pthread_mutex_lock(&g->mu);
     }
+    while (g->pauses) {
+      guard_cancel *k = g->pauses;
+      g->pauses = k->next;
+      pthread_mutex_unlock(&g->mu);
+      di_srv_gen_sync_pause(k->g);
+      pthread_mutex_lock(&g->mu);
+      k->next = g->paused;
+      g->paused = k;
+    }
+    for (guard_cancel **l = &g->paused; *l;) {
+      guard_cancel *k = *l;
+      int st = di_srv_gen_pause_state(k->g, now, g->stall_s);
+      if (st == 1) {
+        l = &k->next;
+        continue;
+      }
+      *l = k->next;
+      pthread_mutex_unlock(&g->mu);
+      if (st == 2) di_srv_gen_stall(k->g); /* its client never came back */
+      di_srv_gen_unref(k->g);
+      free(k);
+      pthread_mutex_lock(&g->mu);
+    }
     if (g->stop) break;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -74,6 +99,7 @@ di_code di_srv_guard_start(di_server *s, di_status *st) {
   if (!g) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
   g->header_s = s->o.header_timeout;
   g->idle_s = s->o.request_timeout;
+  g->stall_s = s->o.stream_stall_timeout;
   pthread_mutex_init(&g->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -104,6 +130,12 @@ void di_srv_guard_stop(di_server *s) {
     di_srv_gen_unref(k->g);
     free(k);
   }
+  for (int pass = 0; pass < 2; pass++)
+    for (guard_cancel *k = pass ? g->paused : g->pauses, *nx; k; k = nx) {
+      nx = k->next;
+      di_srv_gen_unref(k->g);
+      free(k);
+    }
   for (guard_conn *k = g->head, *nx; k; k = nx) {
     nx = k->next;
     free(k);
@@ -196,6 +228,25 @@ void di_srv_guard_cancel_later(di_server *s, di_srv_gen *g) {
   pthread_mutex_lock(&gd->mu);
   k->next = gd->cancels;
   gd->cancels = k;
+  pthread_cond_signal(&gd->cv);
+  pthread_mutex_unlock(&gd->mu);
+}
+
+void di_srv_guard_pause_later(di_server *s, di_srv_gen *g) {
+  struct di_srv_guard *gd = s->guard;
+  guard_cancel *k = gd ? malloc(sizeof *k) : NULL;
+  if (!k) { /* cannot watch it: as for a cancel, the stream stays bounded (events are dropped) */
+    pthread_mutex_lock(&g->mu);
+    g->paused = 0;
+    g->overflow = 1;
+    pthread_mutex_unlock(&g->mu);
+    di_srv_gen_unref(g);
+    return;
+  }
+  k->g = g;
+  pthread_mutex_lock(&gd->mu);
+  k->next = gd->pauses;
+  gd->pauses = k;
   pthread_cond_signal(&gd->cv);
   pthread_mutex_unlock(&gd->mu);
 }

@@ -33,6 +33,7 @@ void di_server_opts_default(di_server_opts *o) {
   o->max_connections_per_ip = 0;
   o->header_timeout = 10;
   o->stream_buffer = (size_t)1 << 20;
+  o->stream_stall_timeout = 30;
   o->keepalive_ms = 5000;
   o->seed = -1;
 }
@@ -305,7 +306,8 @@ di_code di_server_start(const di_server_opts *o, const di_srv_backend *be, di_se
                         di_status *st) {
   *out = NULL;
   if (o->max_body == 0 || o->request_timeout <= 0 || o->max_connections <= 0 || o->max_queue < 0 ||
-      o->max_connections_per_ip < 0 || o->header_timeout <= 0 || o->stream_buffer == 0)
+      o->max_connections_per_ip < 0 || o->header_timeout <= 0 || o->stream_buffer == 0 ||
+      !(o->stream_stall_timeout > 0))
     return di_errorf(st, DI_ERR_INVALID, "server options out of range");
   /* An empty key would make "Bearer " the password and every malformed
    * Authorization header a match: refuse it rather than fail open. */

@@ -101,6 +101,10 @@ void di_srv_guard_drain(di_server *s); /* close idle kept-alive connections, now
 /* Cancels g from the watchdog thread (the engine callback that finds a
  * stream's buffer full must not call into the engine); holds a reference. */
 void di_srv_guard_cancel_later(di_server *s, di_srv_gen *g);
+/* The same for a stream paused because its buffer is full: the watchdog
+ * pauses it in the engine, and cancels it if it is still paused after
+ * --stream-stall-timeout; holds a reference. */
+void di_srv_guard_pause_later(di_server *s, di_srv_gen *g);
 
 /* ---- routes ---- */
 /* On the headers alone: the route, its method, authentication, readiness.
@@ -195,10 +199,22 @@ struct di_srv_gen {
   int shutdown; /* cancelled by the server's drain (answers say so) */
   size_t queued_bytes; /* events waiting for the HTTP thread (under mu) */
   int overflow;        /* the client stopped reading: cancelled, later tokens dropped (under mu) */
+  int paused;          /* the client stopped reading: paused until it drains half the buffer (under mu) */
+  double paused_at;    /* monotonic seconds (under mu) */
+  pthread_mutex_t pause_mu; /* serializes telling the engine (di_srv_gen_sync_pause) */
+  int engine_paused;   /* what the engine was last told (under pause_mu) */
   di_srv_buf out;    /* SSE bytes not yet handed to MHD */
   size_t out_off;
 };
 
+/* Tells the engine whether g is paused, if that changed (any thread but the
+ * engine's callback). */
+void di_srv_gen_sync_pause(di_srv_gen *g);
+/* A paused stream: 0 no longer paused (resumed, cancelled or done), 1 still
+ * paused, 2 paused for more than stall_s seconds. */
+int di_srv_gen_pause_state(di_srv_gen *g, double now, double stall_s);
+/* Cancels a stream whose client stopped reading (it ends with stream_stalled). */
+void di_srv_gen_stall(di_srv_gen *g);
 di_srv_gen *di_srv_gen_new(di_srv_req *r, di_srv_kind kind, int n_subs, int n_per);
 void di_srv_gen_unref(di_srv_gen *g);
 /* Parses the sampling/stop/limit fields shared by chat and completions into

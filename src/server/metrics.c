@@ -141,6 +141,8 @@ char *di_srv_metrics_render(di_srv_metrics *m, const di_engine_stats *st, size_t
   double total = st->kv_blocks_total > 0 ? st->kv_blocks_total : 1;
   scalar(&o, "num_requests_running", "gauge", "Sequences in the running batch.", st->running);
   scalar(&o, "num_requests_waiting", "gauge", "Requests waiting to be scheduled.", st->waiting);
+  scalar(&o, "num_requests_paused", "gauge",
+         "Requests paused because their stream's client stopped reading (holding no KV).", st->paused);
   scalar(&o, "kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0-1).",
          st->kv_blocks_used / total);
   scalar(&o, "kv_cache_usage_high_water_perc", "gauge",

@@ -27,6 +27,9 @@ typedef struct di_srv_backend {
   void (*params_default)(di_request_params *p);
   di_code (*submit)(void *ctx, const di_request_params *p, uint64_t *id, char *err, size_t errlen);
   di_code (*cancel)(void *ctx, uint64_t id);
+  /* Optional: pause (pause != 0) or resume a request (di_engine_pause); a
+   * stream whose client stops reading is paused, or cancelled without it. */
+  di_code (*pause)(void *ctx, uint64_t id, int pause);
   void (*stats)(void *ctx, di_engine_stats *s);
   /* Text -> ids (malloc'd, freed by the caller). Special-token text is
    * parsed only when parse_special (never for untrusted chat content). */
@@ -75,7 +78,8 @@ typedef struct di_server_opts {
   int max_connections_per_ip; /* simultaneous connections from one address (0 = no limit) */
   int header_timeout;      /* seconds to deliver complete request headers */
   int keepalive_ms;        /* SSE ": keep-alive" period while nothing is produced */
-  size_t stream_buffer;    /* bytes of events a stream may hold unsent before it is cancelled */
+  size_t stream_buffer;    /* bytes of events a stream may hold unsent before it is paused (or cancelled) */
+  double stream_stall_timeout; /* seconds a stream may stay paused for an unread buffer before it is cancelled */
   int quiet;               /* 1 = no per-request log lines */
   long long seed;          /* >= 0: requests without a seed get seeds derived from it */
 } di_server_opts;

@@ -213,3 +213,77 @@ def test_batch_prompt_text_is_plain_text(srv, tmp_path):
     results, _ = run_batch(tmp_path, MODEL, [line])
     assert results[0]["error"] is None, results[0]
     assert results[0]["response"]["body"]["usage"]["prompt_tokens"] == tok["count"]
+
+
+# ---- row 7: a stream whose client stops reading is paused (KV freed), resumed when it reads ----
+
+def _stalled_stream(port, body):
+    c = socket.socket()
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    c.connect(("127.0.0.1", port))
+    data = json.dumps(body).encode()
+    c.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data)
+    return c
+
+
+def _read_stream(c, limit=120.0):
+    c.settimeout(limit)
+    raw = b""
+    while b"data: [DONE]" not in raw:
+        b = c.recv(65536)
+        if not b:
+            break
+        raw += b
+    text, errors = [], []
+    for line in raw.decode(errors="replace").split("\n"):
+        if line.startswith("data: {"):
+            j = json.loads(line[6:])
+            errors += [j["error"]] if "error" in j else []
+            for ch in j.get("choices", []):
+                text.append(ch.get("delta", {}).get("content") or "")
+    return "".join(text), errors, raw
+
+
+def _wait_metric(srv, name, pred, limit=60.0):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        v = srv.metric(name)
+        if pred(v):
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"{name} stayed at {srv.metric(name)}")
+
+
+def test_unread_stream_pauses_then_resumes_or_is_cancelled():
+    srv = start_real("--stream-buffer", "2048", "--stream-stall-timeout", "4", "--max-seqs", "4")
+    try:
+        body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Tell me a long story about a cat."}],
+                "max_tokens": 200, "temperature": 0, "ignore_eos": True, "stream": True, "logprobs": True,
+                "top_logprobs": 10}
+        ref = _read_stream(_stalled_stream(srv.port, body))  # read at once: the uninterrupted answer
+        assert not ref[1] and ref[0]
+        # A client that stops reading: paused, its KV given back, nothing computed while paused.
+        c = _stalled_stream(srv.port, body)
+        _wait_metric(srv, "deepinfer:num_requests_paused", lambda v: v == 1)
+        _wait_metric(srv, "deepinfer:kv_cache_blocks_used", lambda v: v == 0, limit=5)
+        gen = srv.metric("deepinfer:engine_generation_tokens_total")
+        time.sleep(1.0)
+        assert srv.metric("deepinfer:engine_generation_tokens_total") == gen
+        assert srv.metric("deepinfer:num_requests_paused") == 1
+        # It reads again: resumed, and its answer is the uninterrupted one.
+        text, errors, _ = _read_stream(c)
+        c.close()
+        assert not errors and text == ref[0]
+        assert srv.metric("deepinfer:num_requests_paused") == 0
+        # A client that never comes back is cancelled after --stream-stall-timeout.
+        c = _stalled_stream(srv.port, body)
+        _wait_metric(srv, "deepinfer:num_requests_paused", lambda v: v == 1)
+        t0 = time.monotonic()
+        _wait_metric(srv, "deepinfer:num_requests_paused", lambda v: v == 0, limit=20)
+        assert time.monotonic() - t0 > 2
+        _, errors, raw = _read_stream(c)
+        c.close()
+        assert errors and errors[0].get("code") == "stream_stalled" and b"data: [DONE]" in raw, raw[-300:]
+    finally:
+        srv.stop()

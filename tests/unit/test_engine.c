@@ -357,6 +357,60 @@ static void test_cancel(int mixed) {
   g_swa_tables = 0, fake_mixed = 0, fake_window = 0;
 }
 
+/* di_engine_pause: a paused request holds no KV and computes nothing while
+ * others go on; resumed, every request's output is the unpaused one (greedy
+ * and seeded sampling, n > 1, on a plain and a mixed model). */
+static void test_pause(int mixed) {
+  make_prompts(0);
+  if (mixed) fake_window = 6, fake_mixed = 2, g_swa_tables = 2;
+  cfg c = {.max_seqs = 8, .max_batch_tokens = 32, .block_size = 4, .prefix = 1};
+  out want[3], o[3];
+  for (int pass = 0; pass < 2; pass++) {
+    di_engine *e = make(c);
+    out *w = pass ? o : want;
+    memset(w, 0, sizeof(out) * 3);
+    uint64_t ids[3];
+    for (int i = 0; i < 3; i++) {
+      di_request_params p;
+      di_request_params_default(&p);
+      p.prompt_ids = prompts[i];
+      p.n_prompt = (size_t)prompt_len[i];
+      p.max_tokens = 30;
+      p.ignore_eos = 1;
+      p.sampling.temperature = i == 1 ? 0.8f : 0;
+      p.sampling.seed = 7;
+      p.n = i == 2 ? 2 : 1;
+      p.cb = on_event;
+      p.user = &w[i];
+      CHECK(di_engine_submit(e, &p, &ids[i], NULL, 0) == DI_OK);
+    }
+    if (pass) {
+      for (int k = 0; k < 6; k++) di_engine_step(e);
+      CHECK(di_engine_pause(e, ids[1], 1) == DI_OK && di_engine_pause(e, ids[2], 1) == DI_OK);
+      CHECK(di_engine_pause(e, 999999, 1) == DI_ERR_INVALID);
+      di_engine_step(e);
+      int n1 = o[1].n_tokens[0], n2 = o[2].n_tokens[0] + o[2].n_tokens[1];
+      di_engine_stats s;
+      di_engine_stats_get(e, &s);
+      CHECKF(s.paused == 2 && s.running == 1, "paused %d running %d", s.paused, s.running);
+      while (di_engine_step(e) > 0) { /* request 0 runs to its end alone */
+      }
+      di_engine_stats_get(e, &s);
+      CHECKF(s.kv_blocks_used == 0, "a paused request holds %d blocks", s.kv_blocks_used);
+      CHECK(o[0].n_final == 1 && o[1].n_tokens[0] == n1 && o[2].n_tokens[0] + o[2].n_tokens[1] == n2);
+      CHECK(di_engine_pause(e, ids[1], 0) == DI_OK && di_engine_pause(e, ids[2], 0) == DI_OK);
+    }
+    run_all(e);
+    di_engine_destroy(e);
+  }
+  for (int i = 0; i < 3; i++)
+    for (int k = 0; k < (i == 2 ? 2 : 1); k++)
+      CHECKF(o[i].n_tokens[k] == want[i].n_tokens[k] &&
+                 !memcmp(o[i].tokens[k], want[i].tokens[k], sizeof(int32_t) * (size_t)want[i].n_tokens[k]),
+             "request %d completion %d changed by a pause", i, k);
+  g_swa_tables = 0, fake_mixed = 0, fake_window = 0;
+}
+
 static void test_bad_requests(void) {
   make_prompts(0);
   cfg c = {.max_seqs = 4, .max_batch_tokens = 32, .block_size = 4, .prefix = 1, .kv_mem = block_bytes(4) * 64};
@@ -729,6 +783,8 @@ int main(void) {
   test_n4();
   test_cancel(0);
   test_cancel(1);
+  test_pause(0);
+  test_pause(1);
   test_bad_requests();
   test_priority();
   test_text_prompt_thread();

@@ -515,6 +515,7 @@ static int serve_main(int argc, char **argv) {
     if (!strcmp(argv[i], "--header-timeout")) o.header_timeout = atoi(argv[i + 1]);
     if (!strcmp(argv[i], "--max-queue")) o.max_queue = atoi(argv[i + 1]);
     if (!strcmp(argv[i], "--stream-buffer")) o.stream_buffer = strtoull(argv[i + 1], NULL, 10);
+    if (!strcmp(argv[i], "--stream-stall-timeout")) o.stream_stall_timeout = atof(argv[i + 1]);
   }
   di_srv_backend be;
   fake_start(&F, &be, 256, 4);
