@@ -2,10 +2,11 @@
  * targets become rules (so recursion works); allOf and $ref-with-siblings
  * are merged first; anyOf/oneOf take their siblings into every branch.
  * Validity keywords that cannot be enforced are compile errors naming them.
- * oneOf whose branches list required properties ("exactly one of these")
- * is enforced exactly (compile_oneof_required); other oneOfs are compiled as
- * anyOf (exclusivity is not enforced; an instance that matches several
- * alternatives is accepted). */
+ * oneOf compiles as anyOf when its branches provably exclude each other
+ * (su_all_disjoint); a oneOf whose branches list required properties
+ * ("exactly one of these") is enforced exactly (compile_oneof_required); any
+ * other oneOf is a compile error, since accepting an instance that matches
+ * two branches would let invalid output through. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -51,9 +52,7 @@ static int32_t fail(sc *c, di_code code, const char *fmt, ...) {
 }
 
 static int32_t compile(sc *c, const json_t *s);
-static bool oneof_required_only(const json_t *v);
-enum { ONEOF_MAX_COMBOS = 64 }; /* alternatives one oneOf branch may become */
-static int32_t compile_oneof_required(sc *c, const json_t *s);
+static bool compile_oneof(sc *c, const json_t *s, int32_t *out);
 
 static int32_t any_value(sc *c) { return gj_any_value(&c->j); }
 
@@ -603,7 +602,8 @@ static int32_t compile_obj(sc *c, const json_t *s) {
   }
   /* anyOf / oneOf: siblings go into every branch */
   const char *which = json_object_get(s, "anyOf") ? "anyOf" : json_object_get(s, "oneOf") ? "oneOf" : NULL;
-  if (which && !strcmp(which, "oneOf") && oneof_required_only(json_object_get(s, "oneOf"))) return compile_oneof_required(c, s);
+  int32_t one;
+  if (which && !strcmp(which, "oneOf") && compile_oneof(c, s, &one)) return one;
   if (which) {
     v = json_object_get(s, which);
     if (!json_is_array(v) || json_array_size(v) == 0) return fail(c, DI_ERR_INVALID, "'%s' must be a non-empty array", which);
@@ -709,13 +709,22 @@ static size_t req_extra(const json_t *ri, const json_t *rj, const char **last) {
  * "exactly one of these must be present", the common form of exclusivity,
  * in the cases compile_oneof_required enforces exactly. Other oneOfs are
  * compiled as anyOf (exclusivity not enforced; see the file comment). */
+enum { ONEOF_MAX_COMBOS = 64 }; /* alternatives one oneOf branch may become */
+
 static bool oneof_required_only(const json_t *v) {
   if (!json_is_array(v) || json_array_size(v) < 2) return false;
   size_t i;
   json_t *b;
   json_array_foreach((json_t *)v, i, b) {
     json_t *req = json_object_get(b, "required");
-    if (!json_is_object(b) || !json_is_array(req) || !only_annotations_besides(b, "required", "properties")) return false;
+    if (!json_is_object(b) || !json_is_array(req)) return false;
+    const char *key;
+    json_t *kv;
+    json_object_foreach(b, key, kv) {
+      if (su_is_annotation(key) || !strcmp(key, "required") || !strcmp(key, "properties")) continue;
+      if (!strcmp(key, "type") && json_is_string(kv) && !strcmp(json_string_value(kv), "object")) continue;
+      return false;
+    }
     size_t k;
     json_t *r;
     json_array_foreach(req, k, r) if (!json_is_string(r)) return false;
@@ -743,9 +752,16 @@ static bool oneof_required_only(const json_t *v) {
  * fail, stricter than needed when j's property schemas would fail anyway.
  * A branch j with R_j within R_i (and no property schemas) makes branch i
  * unsatisfiable. */
-static int32_t compile_oneof_required(sc *c, const json_t *s) {
-  const json_t *v = json_object_get(s, "oneOf");
+static int32_t compile_oneof_required(sc *c, const json_t *s, const json_t *v) {
   json_t *rest = without(s, "oneOf");
+  /* with two or more branches only objects can match exactly one: a
+   * non-object satisfies every required-only branch or none */
+  json_t *obj = json_pack("{s:s}", "type", "object");
+  json_t *ro = su_merge(rest, obj, c->st);
+  json_decref(obj);
+  json_decref(rest);
+  if (!ro) return c->err = true, GX_NOTHING;
+  rest = ro;
   size_t n = json_array_size(v);
   int32_t *alts = malloc(sizeof *alts * n);
   const json_t **extra = malloc(sizeof *extra * n); /* per j: R_j \ R_i as a JSON array */
@@ -797,6 +813,57 @@ static int32_t compile_oneof_required(sc *c, const json_t *s) {
   free(extra);
   free(pick);
   return r;
+}
+
+/* A branch that is only a $ref, followed to what it names (borrowed). */
+static const json_t *deref(sc *c, const json_t *b) {
+  for (int hops = 0; hops < 32 && json_is_object(b) && json_is_string(json_object_get(b, "$ref")) &&
+                     only_annotations_besides(b, "$ref", NULL);
+       hops++) {
+    di_status st = {0};
+    const json_t *t = su_resolve(c->root, json_string_value(json_object_get(b, "$ref")), &st);
+    if (!t) break;
+    b = t;
+  }
+  return b;
+}
+
+/* oneOf: returns false when its branches provably exclude each other (then
+ * it compiles as anyOf); else compiles it exactly into *out when it is a
+ * choice of required-property sets, or fails naming two branches that may
+ * both match. */
+static bool compile_oneof(sc *c, const json_t *s, int32_t *out) {
+  const json_t *v = json_object_get(s, "oneOf");
+  if (!json_is_array(v) || json_array_size(v) < 2) return false; /* the anyOf path checks the shape */
+  size_t n = json_array_size(v);
+  json_t *rest = without(s, "oneOf");
+  bool plain = only_annotations_besides(rest, "", NULL);
+  json_t *br = json_array();
+  const json_t **eff = malloc(sizeof *eff * n);
+  json_t **owned = calloc(n, sizeof *owned);
+  for (size_t i = 0; i < n; i++) {
+    const json_t *b = deref(c, json_array_get(v, i));
+    json_array_append(br, (json_t *)b);
+    eff[i] = b;
+    if (!plain) { /* the siblings narrow each branch: compare what each really admits */
+      di_status st = {0};
+      owned[i] = su_merge(rest, b, &st);
+      if (owned[i]) eff[i] = owned[i];
+    }
+  }
+  size_t pi = 0, pj = 0;
+  bool disjoint = su_all_disjoint(c->root, eff, n, &pi, &pj), handled = true;
+  if (disjoint) handled = false;
+  else if (oneof_required_only(br)) *out = compile_oneof_required(c, s, br);
+  else
+    *out = fail(c, DI_ERR_UNSUPPORTED,
+                "'oneOf' whose branches %zu and %zu may both match is not supported (exclusivity cannot be enforced)", pi, pj);
+  for (size_t i = 0; i < n; i++) json_decref(owned[i]);
+  free(owned);
+  free(eff);
+  json_decref(br);
+  json_decref(rest);
+  return handled;
 }
 
 static int32_t compile(sc *c, const json_t *s) {

@@ -198,8 +198,9 @@ json_t *su_merge(const json_t *a, const json_t *b, di_status *st) {
       for (size_t i = 0; i < json_array_size(va); i++)
         for (size_t j = 0; j < json_array_size(vb); j++)
           json_array_append_new(m, all_of(json_array_get(va, i), json_array_get(vb, j)));
-      json_object_set_new(r, "anyOf", m);
-      if (!strcmp(k, "oneOf")) json_object_del(r, "oneOf");
+      /* exactly one pair (i, j) holds iff exactly one i and exactly one j do,
+       * so two oneOfs combine into a oneOf of the pairs */
+      json_object_set_new(r, k, m);
     } else {
       goto conflict;
     }
@@ -218,6 +219,11 @@ static int32_t digits_any(gx *g, int n) { return gx_rep(g, gx_bytes(g, '0', '9')
 /* Decimal strings of equal length n between lo and hi (inclusive). */
 static int32_t same_len(gx *g, const char *lo, const char *hi, int n) {
   if (n == 0) return GX_EMPTY;
+  /* a full range ("00..0" to "99..9") is any n digits; without this the
+   * two-sided split below doubles per digit */
+  int full = 0;
+  while (full < n && lo[full] == '0' && hi[full] == '9') full++;
+  if (full == n) return digits_any(g, n);
   if (lo[0] == hi[0]) return gx_seq2(g, gx_bytes(g, (uint8_t)lo[0], (uint8_t)lo[0]), same_len(g, lo + 1, hi + 1, n - 1));
   char nines[24], zeros[24];
   memset(nines, '9', (size_t)n);
@@ -283,6 +289,24 @@ int32_t su_int_range(gx *g, long long lo, bool lo_inf, long long hi, bool hi_inf
 #define H16 "[0-9a-fA-F]{1,4}"
 #define IPV4 "((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 
+/* RFC 3986 URI and relative reference (IP literals loosely: hex digits,
+ * colons and dots in brackets) */
+#define PCT "%[0-9A-Fa-f]{2}"
+#define PCHAR "([A-Za-z0-9\\-._~!$&'()*+,;=:@]|" PCT ")"
+#define SEG PCHAR "*"
+#define SEGNZ PCHAR "+"
+#define SEGNZNC "([A-Za-z0-9\\-._~!$&'()*+,;=@]|" PCT ")+"
+#define AUTH                                                                                          \
+  "(([A-Za-z0-9\\-._~!$&'()*+,;=:]|" PCT ")*@)?(\\[[0-9A-Fa-fvV:.]+\\]|([A-Za-z0-9\\-._~!$&'()*+,;=]|" PCT \
+  ")*)(:[0-9]*)?"
+#define SCHEME "[A-Za-z][A-Za-z0-9+.-]*"
+#define HIER "(//" AUTH "(/" SEG ")*|/(" SEGNZ "(/" SEG ")*)?|" SEGNZ "(/" SEG ")*)?"
+#define REL "(//" AUTH "(/" SEG ")*|/(" SEGNZ "(/" SEG ")*)?|" SEGNZNC "(/" SEG ")*)?"
+#define QF "(\\?(" PCHAR "|[/?])*)?(#(" PCHAR "|[/?])*)?"
+/* RFC 6570 URI template: literals and {operator varspec,...} expressions */
+#define VARCHAR "([A-Za-z0-9_]|" PCT ")"
+#define VARSPEC VARCHAR "(\\.?" VARCHAR ")*(:[1-9][0-9]{0,3}|\\*)?"
+
 static const struct {
   const char *name, *re;
 } formats[] = {
@@ -295,8 +319,9 @@ static const struct {
     {"ipv4", "^" IPV4 "$"},
     {"ipv6", "^(" H16 ":){7}" H16 "$|^((" H16 ":){0,7}" H16 ")?::((" H16 ":){0,7}" H16 ")?$|^(" H16 ":){6}" IPV4 "$|^((" H16 ":){0,5}" H16 ")?::((" H16 ":){0,5}" H16 ":)?" IPV4 "$"},
     {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
-    {"uri", "^[A-Za-z][A-Za-z0-9+.-]*:[^\\s<>\"{}|\\\\^`]*$"},
-    {"uri-reference", "^[^\\s<>\"{}|\\\\^`]*$"},
+    {"uri", "^" SCHEME ":" HIER QF "$"},
+    {"uri-reference", "^" SCHEME ":" HIER QF "$|^" REL QF "$"},
+    {"uri-template", "^([^\\x00-\\x20\"'%<>\\\\^`{|}\\x7F]|" PCT "|\\{[+#./;?&=,!@|]?" VARSPEC "(," VARSPEC ")*\\})*$"},
 };
 
 const char *su_format_regex(const char *format) {

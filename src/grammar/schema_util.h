@@ -25,6 +25,12 @@ int32_t su_int_range(gx *g, long long lo, bool lo_inf, long long hi, bool hi_inf
  * not one we enforce. */
 const char *su_format_regex(const char *format);
 
+/* Whether no two of the schemas s[0..n) provably share an instance (then
+ * oneOf equals anyOf over them); when not, *pi < *pj name a pair that may
+ * overlap. Conservative and bounded: unsure answers false. $refs resolve
+ * against root. */
+bool su_all_disjoint(const json_t *root, const json_t *const *s, size_t n, size_t *pi, size_t *pj);
+
 /* Keywords that never change validity. */
 bool su_is_annotation(const char *kw);
 

@@ -210,6 +210,61 @@ int main(void) {
          (const char *const[]){"{\"radius\": 5}", "{\"radius\": 5, \"length\": 10}", "{\"length\": 1, \"width\": 2}", NULL},
          (const char *const[]){"{\"radius\": 5, \"length\": 10, \"width\": 5}", "{\"length\": 1}", NULL});
   expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"regex\"}", "format 'regex'");
+  /* oneOf of required sets with "type": "object" in the branches, and the same through $refs */
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"type\":\"object\",\"oneOf\":[{\"type\":\"object\",\"required\":[\"id\",\"win\"],\"properties\":{\"id\":"
+         "{\"type\":\"string\"}}},{\"type\":\"object\",\"required\":[\"id\",\"lose\"]}]}",
+         (const char *const[]){"{\"id\": \"g\", \"win\": {}}", "{\"id\": \"g\", \"lose\": 1}", NULL},
+         (const char *const[]){"{\"id\": \"g\", \"win\": {}, \"lose\": {}}", "{\"id\": \"g\"}", "\"s\"", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"oneOf\":[{\"$ref\":\"#/definitions/a\"},{\"$ref\":\"#/definitions/b\"}],\"definitions\":{\"a\":{\"type\":"
+         "\"object\",\"required\":[\"a\"],\"properties\":{\"a\":{\"type\":\"integer\"}}},\"b\":{\"type\":\"object\","
+         "\"required\":[\"b\"]}}}",
+         (const char *const[]){"{\"a\": 1}", "{\"b\": null}", "{\"a\": 1, \"x\": 2}", NULL},
+         (const char *const[]){"{\"a\": 1, \"b\": null}", "{\"b\": null, \"a\": 1}", "{\"a\": \"1\"}", "3", NULL});
+  /* branches that exclude each other (by type, by a constant tag, by ranges) compile as anyOf */
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"},{\"type\":\"null\"}]}",
+         (const char *const[]){"\"x\"", "7", "null", NULL}, (const char *const[]){"1.5", "true", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"type\":\"object\",\"required\":[\"kind\"],\"oneOf\":[{\"properties\":{\"kind\":{\"const\":\"a\"},\"n\":"
+         "{\"type\":\"integer\"}}},{\"$ref\":\"#/$defs/b\"}],\"$defs\":{\"b\":{\"properties\":{\"kind\":{\"enum\":[\"b\","
+         "\"c\"]}}}}}",
+         (const char *const[]){"{\"kind\": \"a\", \"n\": 1}", "{\"kind\": \"c\", \"n\": \"x\"}", NULL},
+         (const char *const[]){"{\"kind\": \"a\", \"n\": \"x\"}", "{\"kind\": \"d\"}", "{\"n\": 1}", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"oneOf\":[{\"type\":\"integer\",\"minimum\":-9,\"maximum\":0},{\"type\":\"integer\",\"minimum\":1,\"maximum\":99}]}",
+         (const char *const[]){"0", "-3", "2", NULL}, (const char *const[]){"\"0\"", "0.5", NULL});
+  /* overlapping branches: exclusivity cannot be enforced, so no grammar (never "accept both") */
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
+               "'oneOf' whose branches 0 and 1 may both match");
+  expect_error(DI_GRAMMAR_JSON_SCHEMA,
+               "{\"type\":\"object\",\"required\":[\"content\"],\"oneOf\":[{\"properties\":{\"content\":{\"required\":"
+               "[\"src\"]}}},{\"properties\":{\"content\":{\"required\":[\"img\"]}}}]}",
+               "'oneOf' whose branches 0 and 1");
+  /* two oneOfs combined by allOf keep their exclusivity */
+  expect_error(DI_GRAMMAR_JSON_SCHEMA,
+               "{\"allOf\":[{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]},{\"oneOf\":[{\"type\":\"integer\"},"
+               "{\"type\":\"number\"}]}]}",
+               "'oneOf'");
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"allOf\":[{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]},{\"oneOf\":[{\"type\":\"integer\"},"
+         "{\"type\":\"array\"}]}]}",
+         (const char *const[]){"3", NULL}, (const char *const[]){"\"s\"", "[]", NULL});
+  /* integer ranges open on one side (once exponential in the digit count) */
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"integer\",\"minimum\":0}",
+         (const char *const[]){"0", "5", "99999999999999999999", NULL}, (const char *const[]){"-1", "05", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"integer\",\"maximum\":-6}",
+         (const char *const[]){"-6", "-123456789012", NULL}, (const char *const[]){"-5", "0", "7", NULL});
+  /* RFC 3986 references and RFC 6570 templates */
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri-reference\"}",
+         (const char *const[]){"\"Core\"", "\"../a/b?c#d\"", "\"http://x.org:80/%2F\"", "\"a:b\"", "\"\"", NULL},
+         (const char *const[]){"\"://\"", "\"1a:b\"", "\"%zz\"", "\"a b\"", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri\"}",
+         (const char *const[]){"\"http://[::1]/x\"", "\"urn:isbn:0451450523\"", NULL},
+         (const char *const[]){"\"/x\"", "\"http://a b\"", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri-template\"}",
+         (const char *const[]){"\"http://x/{id}\"", "\"/{+path}/x{?q,r*}{a:10}\"", NULL},
+         (const char *const[]){"\"http://x/{\"", "\"{}\"", "\"{a:0}\"", NULL});
   expect(DI_GRAMMAR_JSON_SCHEMA, rec,
          (const char *const[]){"{\"v\": 1.5e-05, \"next\": {\"v\": -2, \"next\": null}}", NULL},
          (const char *const[]){"{\"v\": 1, \"next\": {\"v\": 2}}", "{\"v\": 1.}", NULL});
