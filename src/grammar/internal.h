@@ -23,6 +23,9 @@ typedef struct gvocab {
   uint32_t *t_off;  /* per node: tokens ending here are sorted[t_off .. t_off + t_n) */
   uint16_t *t_n;
   int32_t *sorted;  /* token ids in byte order */
+  uint32_t *tok_cum;   /* per node (+1): tokens of earlier nodes; subtree j's tokens are
+                          sorted[tok_cum[j] .. tok_cum[end[j]]) */
+  uint32_t *rare_cum;  /* per node (+1): earlier nodes whose byte is not plain (see vocab.c) */
   const uint8_t **tb; /* per token id: bytes (NULL if left out) */
   uint32_t *tlen;
   int32_t *eos;
@@ -56,7 +59,18 @@ struct di_grammar {
   gp scratch;
   size_t cache_bytes;
   int32_t *local; /* per state, -1: scratch numbering for state keys */
+  /* Whole masks by the matcher configuration they were made for (the stacks
+   * as state sequences, and whether the output is complete): a mask is a
+   * function of that alone, and decoding revisits the same configuration
+   * token after token (inside a string, a number, ...). Direct-mapped. */
+  struct gmemo *memo; /* MEMO_SLOTS entries, allocated on first use */
 };
+
+enum { MEMO_SLOTS = 64 };
+typedef struct gmemo {
+  uint64_t k0, k1; /* 0, 0: empty */
+  uint32_t *mask;
+} gmemo;
 
 const gcache *grammar_state_cache(di_grammar *g, int32_t state);
 void gcache_free(gcache *c);

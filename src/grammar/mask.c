@@ -49,6 +49,18 @@ static void unc_add(unc_rec *u, int32_t t, uint32_t node_depth) {
   u->min_depth = 0xFFFF;
 }
 
+/* Whether state s steps to itself on every plain byte (printable ASCII but
+ * '"' and '\\': the inside of a JSON string); memo[s]: 0 unknown, 1 yes, 2 no. */
+static bool plain_loop(const ga *a, uint8_t *memo, int32_t s) {
+  if (!memo[s]) {
+    bool yes = true;
+    for (unsigned b = 0x20; b < 0x7F && yes; b++)
+      if (b != '"' && b != '\\') yes = ga_step(a, s, (uint8_t)b) == s;
+    memo[s] = yes ? 1 : 2;
+  }
+  return memo[s] == 1;
+}
+
 static gcache *compute(di_grammar *g, int32_t state) {
   const gvocab *v = g->v;
   const ga *a = &g->a;
@@ -58,6 +70,7 @@ static gcache *compute(di_grammar *g, int32_t state) {
   gset *sets = calloc(D, sizeof *sets);
   bool *esc = calloc(D, 1);
   int32_t *simple = malloc(sizeof *simple * D);
+  uint8_t *loop = calloc(a->n_st, 1);
   simple[0] = state; /* the start is read from directly, without closure */
   gset one = {0};
   tokbuf acc = {0}, unc = {0};
@@ -74,6 +87,13 @@ static gcache *compute(di_grammar *g, int32_t state) {
       int32_t t = ga_step(a, simple[d - 1], v->byte[i]);
       if (t >= 0 && !a->st[t].c_n && !a->st[t].final) {
         simple[d] = t;
+        /* a subtree of plain bytes below a state that loops on them: all
+         * its tokens end in that state, accepted, without walking it */
+        if (v->rare_cum[v->end[i]] == v->rare_cum[i + 1] && v->end[i] > i + 1 && plain_loop(a, loop, t)) {
+          for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++) tb_push(&acc, v->sorted[k], 0);
+          i = v->end[i];
+          continue;
+        }
       } else if (t >= 0) {
         one.n = 0;
         gset_push(&one, gp_intern(p, simple[d - 1], 0));
@@ -104,6 +124,7 @@ static gcache *compute(di_grammar *g, int32_t state) {
   for (uint32_t d = 0; d < D; d++) gset_free(&sets[d]);
   free(sets);
   free(simple);
+  free(loop);
   gset_free(&one);
   free(esc);
   gp_truncate(p, mark);

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "grammar/internal.h"
 
 typedef struct hist {
@@ -24,6 +26,7 @@ struct di_gmatcher {
   bool *wpop;
   uint32_t *stamp_state;
   uint32_t stamp;
+  XXH3_state_t *xxh; /* for configuration keys */
 };
 
 static void *xre(void *p, size_t n) {
@@ -55,6 +58,8 @@ static void alloc_scratch(di_gmatcher *m) {
   m->walk = calloc(D, sizeof *m->walk);
   m->wpop = calloc(D, 1);
   m->stamp_state = calloc(m->g->a.n_st, sizeof *m->stamp_state);
+  m->xxh = XXH3_createState();
+  if (!m->walk || !m->wpop || !m->stamp_state || !m->xxh) abort();
 }
 
 di_code di_gmatcher_new(di_grammar *g, di_gmatcher **out, di_status *st) {
@@ -82,6 +87,7 @@ void di_gmatcher_free(di_gmatcher *m) {
   free(m->walk);
   free(m->wpop);
   free(m->stamp_state);
+  XXH3_freeState(m->xxh);
   gp_free(&m->pool);
   free(m->sets);
   free(m->h);
@@ -190,7 +196,67 @@ static void walk_uncertain(di_gmatcher *m, const gcache *c, int32_t x, uint32_t 
   }
 }
 
+/* The key of the current configuration: every stack's states, top to bottom,
+ * and the accepting flag. */
+static void config_key(di_gmatcher *m, uint64_t key[2]) {
+  const hist *h = cur(m);
+  XXH3_state_t *x = m->xxh;
+  XXH3_128bits_reset(x);
+  uint32_t buf[256];
+  size_t nb = 0;
+  buf[nb++] = h->accepting;
+  for (uint32_t i = 0; i < h->n; i++) {
+    for (int32_t n = m->sets[h->off + i]; n > 0; n = m->pool.parent[n]) {
+      if (nb == 256) {
+        XXH3_128bits_update(x, buf, sizeof buf);
+        nb = 0;
+      }
+      buf[nb++] = (uint32_t)m->pool.state[n];
+    }
+    if (nb == 256) {
+      XXH3_128bits_update(x, buf, sizeof buf);
+      nb = 0;
+    }
+    buf[nb++] = 0xFFFFFFFFu; /* end of one stack */
+  }
+  XXH3_128bits_update(x, buf, nb * sizeof *buf);
+  XXH128_hash_t d = XXH3_128bits_digest(x);
+  key[0] = d.low64 | 1; /* never the empty slot's 0 */
+  key[1] = d.high64;
+}
+
+static void fill_mask_walk(di_gmatcher *m, uint32_t *mask);
+
 void di_gmatcher_fill_mask(di_gmatcher *m, uint32_t *mask) {
+  di_grammar *g = m->g;
+  size_t bytes = di_grammar_mask_words(g) * sizeof *mask;
+  uint64_t key[2];
+  config_key(m, key);
+  gmemo *e = NULL;
+  pthread_mutex_lock(&g->mu);
+  if (!g->memo) g->memo = calloc(MEMO_SLOTS, sizeof *g->memo);
+  if (g->memo) {
+    e = &g->memo[key[0] % MEMO_SLOTS];
+    if (e->k0 == key[0] && e->k1 == key[1]) {
+      memcpy(mask, e->mask, bytes);
+      pthread_mutex_unlock(&g->mu);
+      return;
+    }
+  }
+  pthread_mutex_unlock(&g->mu);
+  fill_mask_walk(m, mask);
+  if (!e) return;
+  pthread_mutex_lock(&g->mu);
+  if (!e->mask) e->mask = malloc(bytes);
+  if (e->mask) {
+    memcpy(e->mask, mask, bytes);
+    e->k0 = key[0];
+    e->k1 = key[1];
+  }
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void fill_mask_walk(di_gmatcher *m, uint32_t *mask) {
   di_grammar *g = m->g;
   const gvocab *v = g->v;
   memset(mask, 0, di_grammar_mask_words(g) * sizeof *mask);

@@ -72,6 +72,18 @@ static gvocab *build(const di_tokenizer *tok, di_status *st) {
   while (plen) v->end[path[--plen]] = nn;
   free(path);
   v->n_nodes = nn;
+  /* Prefix counts for whole-subtree shortcuts in mask.c: tokens (nodes are in
+   * token order) and "rare" bytes, those outside printable ASCII or JSON
+   * string specials ('"', '\\'): a subtree without them can be decided at
+   * once from a state that loops on every plain byte. */
+  v->tok_cum = malloc(sizeof *v->tok_cum * (nn + 1));
+  v->rare_cum = malloc(sizeof *v->rare_cum * (nn + 1));
+  v->tok_cum[0] = v->rare_cum[0] = 0;
+  for (uint32_t i = 0; i < nn; i++) {
+    uint8_t b = v->byte[i];
+    v->tok_cum[i + 1] = v->tok_cum[i] + v->t_n[i];
+    v->rare_cum[i + 1] = v->rare_cum[i] + !(b >= 0x20 && b < 0x7F && b != '"' && b != '\\');
+  }
   const int32_t *eos;
   v->n_eos = di_tokenizer_eos(tok, &eos);
   v->eos = malloc(sizeof *v->eos * (v->n_eos + 1));
