@@ -7,7 +7,7 @@
 #include <string.h>
 
 void gj_init(gjson *j, gx *g, di_json_ws ws) {
-  *j = (gjson){.g = g, .ws = ws, .r_value = -1, .r_string = -1, .r_number = -1, .r_integer = -1, .r_ws = -1};
+  *j = (gjson){.g = g, .ws = ws, .r_value = -1, .r_string = -1, .r_number = -1, .r_integer = -1, .r_ws = -1, .any_char = -1};
 }
 
 static const char *esc_of(uint32_t c, char tmp[8]) {
@@ -100,14 +100,21 @@ int32_t gj_colon(gjson *j) {
   }
 }
 
+int32_t gj_any_char(gjson *j) {
+  if (j->any_char < 0) {
+    gx_cpset all = {0};
+    gx_cpset_add(&all, 0, 0x10FFFF);
+    j->any_char = gj_encode_chars(j->g, &all, NULL);
+    gx_cpset_free(&all);
+  }
+  return j->any_char;
+}
+
 int32_t gj_any_string(gjson *j) {
   if (j->r_string < 0) {
     gx *g = j->g;
     j->r_string = gx_rule_new(g, "string");
-    gx_cpset all = {0};
-    gx_cpset_add(&all, 0, 0x10FFFF);
-    int32_t ch = gj_encode_chars(g, &all, NULL);
-    gx_cpset_free(&all);
+    int32_t ch = gj_any_char(j);
     gx_rule_define(g, j->r_string, gx_seq3(g, gx_str(g, "\""), gx_star(g, ch), gx_str(g, "\"")));
   }
   return gx_ref(j->g, j->r_string);

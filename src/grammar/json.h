@@ -13,6 +13,7 @@ typedef struct gjson {
   gx *g;
   di_json_ws ws;
   int32_t r_value, r_string, r_number, r_integer, r_ws; /* rules made on first use, -1 before */
+  int32_t any_char; /* one character inside a string (escaped as Python does), -1 before first use */
 } gjson;
 
 void gj_init(gjson *j, gx *g, di_json_ws ws);
@@ -21,6 +22,8 @@ void gj_init(gjson *j, gx *g, di_json_ws ws);
 int32_t gj_encode_chars(gx *g, const gx_cpset *chars, void *ctx);
 int32_t gj_any_value(gjson *j);
 int32_t gj_any_string(gjson *j);
+/* Any one character inside a JSON string (built once per grammar). */
+int32_t gj_any_char(gjson *j);
 int32_t gj_number(gjson *j);
 int32_t gj_integer(gjson *j);
 int32_t gj_open(gjson *j, char c);  /* "{" / "[" (+ whitespace) */

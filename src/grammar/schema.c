@@ -117,11 +117,7 @@ static int32_t compile_string(sc *c, const json_t *s) {
     if (mx > 100000) return fail(c, DI_ERR_UNSUPPORTED, "maxLength %lld is too large to enforce", mx);
     if (mn > 100000) return fail(c, DI_ERR_UNSUPPORTED, "minLength %lld is too large to enforce", mn);
     if (mn == 0 && mx < 0) return gj_any_string(&c->j);
-    gx_cpset all = {0};
-    gx_cpset_add(&all, 0, 0x10FFFF);
-    int32_t ch = gj_encode_chars(g, &all, NULL);
-    gx_cpset_free(&all);
-    body = gx_rep(g, ch, (int32_t)mn, (int32_t)mx);
+    body = gx_rep(g, gj_any_char(&c->j), (int32_t)mn, (int32_t)mx);
   }
   return gx_seq3(g, gx_str(g, "\""), body, gx_str(g, "\""));
 }
@@ -208,13 +204,8 @@ typedef struct kt {
   size_t n;
 } kt;
 
-static int32_t key_excl(sc *c, const kt *t, const size_t *idx, size_t n_idx, size_t off, int depth) {
+static int32_t key_excl(sc *c, const kt *t, const size_t *idx, size_t n_idx, size_t off, int depth, int32_t rest) {
   gx *g = c->g;
-  gx_cpset all = {0};
-  gx_cpset_add(&all, 0, 0x10FFFF);
-  int32_t anych = gj_encode_chars(g, &all, NULL);
-  gx_cpset_free(&all);
-  int32_t rest = gx_seq2(g, gx_star(g, anych), gx_str(g, "\""));
   if (n_idx == 0 || depth > 256) return rest;
   int32_t *alts = malloc(sizeof *alts * (n_idx + 2));
   size_t na = 0;
@@ -245,7 +236,7 @@ static int32_t key_excl(sc *c, const kt *t, const size_t *idx, size_t n_idx, siz
     gx_cpset_free(&one);
     size_t *copy = malloc(sizeof *copy * (ns ? ns : 1));
     memcpy(copy, sub, ns * sizeof *copy);
-    alts[na++] = gx_seq2(g, ch, key_excl(c, t, copy, ns, off + L, depth + 1));
+    alts[na++] = gx_seq2(g, ch, key_excl(c, t, copy, ns, off + L, depth + 1, rest));
     free(copy);
     if (na + 2 > n_idx + 2) break;
   }
@@ -404,7 +395,9 @@ static int32_t compile_object(sc *c, const json_t *s) {
     size_t *idx = malloc(sizeof *idx * (n + 1));
     for (size_t i = 0; i < n; i++) idx[i] = i;
     size_t before = g->n_nodes;
-    int32_t key = gx_seq2(g, gx_str(g, "\""), key_excl(c, &t, idx, n, 0, 0));
+    /* past the names: any characters, then the closing quote */
+    int32_t rest = gx_seq2(g, gx_star(g, gj_any_char(&c->j)), gx_str(g, "\""));
+    int32_t key = gx_seq2(g, gx_str(g, "\""), key_excl(c, &t, idx, n, 0, 0, rest));
     free(idx);
     key = as_rule(c, "key", key, before);
     before = g->n_nodes;
