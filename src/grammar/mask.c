@@ -73,7 +73,10 @@ static gcache *compute(di_grammar *g, int32_t state) {
   uint8_t *loop = calloc(a->n_st, 1);
   simple[0] = state; /* the start is read from directly, without closure */
   gset one = {0};
-  tokbuf acc = {0}, unc = {0};
+  tokbuf unc = {0};
+  size_t words = ((size_t)v->n_vocab + 31) / 32, n_acc = 0;
+  uint32_t *acc = calloc(words, sizeof *acc); /* accepted tokens as bits: a walk may accept most of them */
+#define ACCEPT(t) (acc[(t) >> 5] |= 1u << ((t) & 31), n_acc++)
   unc_rec ur = {.b = &unc, .min_depth = 0};
   for (uint32_t i = 0; i < v->n_nodes;) {
     uint32_t d = v->depth[i];
@@ -90,7 +93,7 @@ static gcache *compute(di_grammar *g, int32_t state) {
         /* a subtree of plain bytes below a state that loops on them: all
          * its tokens end in that state, accepted, without walking it */
         if (v->rare_cum[v->end[i]] == v->rare_cum[i + 1] && v->end[i] > i + 1 && plain_loop(a, loop, t)) {
-          for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++) tb_push(&acc, v->sorted[k], 0);
+          for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++) ACCEPT(v->sorted[k]);
           i = v->end[i];
           continue;
         }
@@ -106,7 +109,7 @@ static gcache *compute(di_grammar *g, int32_t state) {
     bool alive = simple[d] >= 0 || sets[d].n > 0;
     for (uint32_t k = 0; k < v->t_n[i]; k++) {
       int32_t t = v->sorted[v->t_off[i] + k];
-      if (alive || popped) tb_push(&acc, t, 0);
+      if (alive || popped) ACCEPT(t);
       else if (esc[d - 1]) unc_add(&ur, t, d);
     }
     if (alive) {
@@ -128,19 +131,20 @@ static gcache *compute(di_grammar *g, int32_t state) {
   gset_free(&one);
   free(esc);
   gp_truncate(p, mark);
+#undef ACCEPT
   gcache *c = calloc(1, sizeof *c);
-  c->n_acc = (uint32_t)acc.n;
-  size_t words = ((size_t)v->n_vocab + 31) / 32;
-  if (acc.n * 32 > (size_t)v->n_vocab) {
-    c->acc_bits = calloc(words, sizeof *c->acc_bits);
-    for (size_t k = 0; k < acc.n; k++) c->acc_bits[acc.v[k] >> 5] |= 1u << (acc.v[k] & 31);
-    free(acc.v);
+  c->n_acc = (uint32_t)n_acc;
+  if (n_acc * 32 > (size_t)v->n_vocab) {
+    c->acc_bits = acc;
     g->cache_bytes += words * 4;
   } else {
-    c->acc_list = acc.v;
-    g->cache_bytes += acc.n * 4;
+    c->acc_list = malloc(sizeof *c->acc_list * (n_acc + 1));
+    size_t k = 0;
+    for (size_t w = 0; w < words; w++)
+      for (uint32_t b = acc[w]; b; b &= b - 1) c->acc_list[k++] = (int32_t)(w * 32 + (uint32_t)__builtin_ctz(b));
+    free(acc);
+    g->cache_bytes += n_acc * 4;
   }
-  free(acc.lcp);
   c->unc = unc.v;
   c->unc_lcp = unc.lcp;
   c->n_unc = (uint32_t)unc.n;
