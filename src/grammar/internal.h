@@ -25,7 +25,8 @@ typedef struct gvocab {
   int32_t *sorted;  /* token ids in byte order */
   uint32_t *tok_cum;   /* per node (+1): tokens of earlier nodes; subtree j's tokens are
                           sorted[tok_cum[j] .. tok_cum[end[j]]) */
-  uint32_t *rare_cum;  /* per node (+1): earlier nodes whose byte is not plain (see vocab.c) */
+  uint32_t *rare_cum;  /* per node (+1): earlier "rare" nodes (see vocab.c) */
+  uint8_t *u8;         /* per node: UTF-8 decoding state after it, from the token's start */
   const uint8_t **tb; /* per token id: bytes (NULL if left out) */
   uint32_t *tlen;
   int32_t *eos;
@@ -34,6 +35,7 @@ typedef struct gvocab {
 } gvocab;
 
 const gvocab *gvocab_get(const di_tokenizer *tok, di_status *st);
+enum { U8_BOUNDARY = 0, U8_INVALID = 1 }; /* gvocab.u8 values (others: inside a character) */
 
 /* What a state decides about every token without knowing the stack below:
  * accepted whatever the context, rejected whatever the context, or

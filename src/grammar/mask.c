@@ -49,13 +49,41 @@ static void unc_add(unc_rec *u, int32_t t, uint32_t node_depth) {
   u->min_depth = 0xFFFF;
 }
 
-/* Whether state s steps to itself on every plain byte (printable ASCII but
- * '"' and '\\': the inside of a JSON string); memo[s]: 0 unknown, 1 yes, 2 no. */
+/* Whether reading the byte ranges rng[0..n) one after the other from st
+ * always ends in target (all of them defined). */
+static bool seq_to(const ga *a, int32_t st, const uint8_t (*rng)[2], int n, int32_t target) {
+  if (n == 0) return st == target;
+  int32_t prev = -1;
+  for (unsigned b = rng[0][0]; b <= rng[0][1]; b++) {
+    int32_t t = ga_step(a, st, (uint8_t)b);
+    if (t < 0) return false;
+    if (t != prev && !seq_to(a, t, rng + 1, n - 1, target)) return false;
+    prev = t;
+  }
+  return true;
+}
+
+/* Whether state s comes back to itself after any one string character:
+ * printable ASCII but '"' and '\\', or any valid UTF-8 sequence of a code
+ * point >= 0x80 (the inside of a JSON string, between characters);
+ * memo[s]: 0 unknown, 1 yes, 2 no. */
 static bool plain_loop(const ga *a, uint8_t *memo, int32_t s) {
+  static const uint8_t seqs[][4][2] = {
+      {{0xC2, 0xDF}, {0x80, 0xBF}},
+      {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
+      {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}},
+      {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}},
+      {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}},
+      {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+      {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+      {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+  };
+  static const int len[] = {2, 3, 3, 3, 3, 4, 4, 4};
   if (!memo[s]) {
     bool yes = true;
     for (unsigned b = 0x20; b < 0x7F && yes; b++)
       if (b != '"' && b != '\\') yes = ga_step(a, s, (uint8_t)b) == s;
+    for (size_t k = 0; k < sizeof len / sizeof len[0] && yes; k++) yes = seq_to(a, s, seqs[k], len[k], s);
     memo[s] = yes ? 1 : 2;
   }
   return memo[s] == 1;
@@ -90,9 +118,11 @@ static gcache *compute(di_grammar *g, int32_t state) {
       int32_t t = ga_step(a, simple[d - 1], v->byte[i]);
       if (t >= 0 && !a->st[t].c_n && !a->st[t].final) {
         simple[d] = t;
-        /* a subtree of plain bytes below a state that loops on them: all
-         * its tokens end in that state, accepted, without walking it */
-        if (v->rare_cum[v->end[i]] == v->rare_cum[i + 1] && v->end[i] > i + 1 && plain_loop(a, loop, t)) {
+        /* a subtree of whole or partial string characters, below a node
+         * that ends one, in a state that comes back to itself after every
+         * string character: all its tokens are accepted, without a walk */
+        if (v->u8[i] == U8_BOUNDARY && v->end[i] > i + 1 && v->rare_cum[v->end[i]] == v->rare_cum[i + 1] &&
+            plain_loop(a, loop, t)) {
           for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++) ACCEPT(v->sorted[k]);
           i = v->end[i];
           continue;

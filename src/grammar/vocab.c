@@ -18,6 +18,33 @@ static int cmp_tok(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
+/* UTF-8 decoding, one byte at a time: the state names what the next byte
+ * must be (continuation ranges per RFC 3629, no overlongs or surrogates). */
+enum { U8_NEED1 = 2, U8_NEED2, U8_NEED3, U8_E0, U8_ED, U8_F0, U8_F4 };
+static uint8_t u8_step(uint8_t s, uint8_t b) {
+  bool cont = b >= 0x80 && b <= 0xBF;
+  switch (s) {
+  case U8_BOUNDARY:
+    if (b < 0x80) return U8_BOUNDARY;
+    if (b >= 0xC2 && b <= 0xDF) return U8_NEED1;
+    if (b == 0xE0) return U8_E0;
+    if (b == 0xED) return U8_ED;
+    if (b >= 0xE1 && b <= 0xEF) return U8_NEED2;
+    if (b == 0xF0) return U8_F0;
+    if (b >= 0xF1 && b <= 0xF3) return U8_NEED3;
+    if (b == 0xF4) return U8_F4;
+    return U8_INVALID;
+  case U8_NEED1: return cont ? U8_BOUNDARY : U8_INVALID;
+  case U8_NEED2: return cont ? U8_NEED1 : U8_INVALID;
+  case U8_NEED3: return cont ? U8_NEED2 : U8_INVALID;
+  case U8_E0: return b >= 0xA0 && b <= 0xBF ? U8_NEED1 : U8_INVALID;
+  case U8_ED: return b >= 0x80 && b <= 0x9F ? U8_NEED1 : U8_INVALID;
+  case U8_F0: return b >= 0x90 && b <= 0xBF ? U8_NEED2 : U8_INVALID;
+  case U8_F4: return b >= 0x80 && b <= 0x8F ? U8_NEED2 : U8_INVALID;
+  default: return U8_INVALID;
+  }
+}
+
 static gvocab *build(const di_tokenizer *tok, di_status *st) {
   gvocab *v = calloc(1, sizeof *v);
   v->tok = tok;
@@ -73,17 +100,24 @@ static gvocab *build(const di_tokenizer *tok, di_status *st) {
   free(path);
   v->n_nodes = nn;
   /* Prefix counts for whole-subtree shortcuts in mask.c: tokens (nodes are in
-   * token order) and "rare" bytes, those outside printable ASCII or JSON
-   * string specials ('"', '\\'): a subtree without them can be decided at
-   * once from a state that loops on every plain byte. */
+   * token order) and "rare" nodes: a byte that is not printable ASCII (but
+   * '"', '\\') nor part of valid UTF-8 read from the token's start. A
+   * subtree without rare nodes, below a node that ends a character, reads
+   * only whole or partial string characters. */
   v->tok_cum = malloc(sizeof *v->tok_cum * (nn + 1));
   v->rare_cum = malloc(sizeof *v->rare_cum * (nn + 1));
+  v->u8 = malloc(nn ? nn : 1);
+  uint8_t *at = malloc(v->max_len + 1); /* decoder state per depth along the walk */
+  at[0] = U8_BOUNDARY;
   v->tok_cum[0] = v->rare_cum[0] = 0;
   for (uint32_t i = 0; i < nn; i++) {
-    uint8_t b = v->byte[i];
+    uint8_t b = v->byte[i], d = u8_step(at[v->depth[i] - 1], b);
+    at[v->depth[i]] = v->u8[i] = d;
+    bool rare = d == U8_INVALID || (b < 0x80 && !(b >= 0x20 && b < 0x7F && b != '"' && b != '\\'));
     v->tok_cum[i + 1] = v->tok_cum[i] + v->t_n[i];
-    v->rare_cum[i + 1] = v->rare_cum[i] + !(b >= 0x20 && b < 0x7F && b != '"' && b != '\\');
+    v->rare_cum[i + 1] = v->rare_cum[i] + rare;
   }
+  free(at);
   const int32_t *eos;
   v->n_eos = di_tokenizer_eos(tok, &eos);
   v->eos = malloc(sizeof *v->eos * (v->n_eos + 1));

@@ -285,6 +285,12 @@ int main(void) {
   check_masks(obj, DI_GRAMMAR_JSON_SCHEMA, "{\"name\": \"bo\", \"age\": 150, \"tags\": [\"a\", \"b\"]}", 7);
   check_masks(rec, DI_GRAMMAR_JSON_SCHEMA, "{\"v\": 1.5, \"next\": {\"v\": -2, \"next\": null}}", 11);
   check_masks(NULL, DI_GRAMMAR_JSON_ANY, "{\"k\": [1, true, {\"x\": \"y z\"}], \"m\": null}", 13);
+  /* string insides with multi-byte characters (whole subtrees accepted at once
+   * from a state that loops on every character), keys past the declared
+   * names, and a pattern that loops on some characters only */
+  check_masks("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"string\"}}}", DI_GRAMMAR_JSON_SCHEMA,
+              "{\"n\": \"\u017c\u00f3\u0142w \U0001F422 \\\" \u4e2d\u6587\", \"\u00e9t\u00e9\": 1}", 3);
+  check_masks("{\"type\":\"string\",\"pattern\":\"^[a-z\u00e9]*$\"}", DI_GRAMMAR_JSON_SCHEMA, "\"ab\u00e9cd\"", 5);
   di_tokenizer_free(tok);
   return di_test_finish("test_grammar");
 }
