@@ -32,6 +32,7 @@ APT_PACKAGES=(
   libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libxxhash-dev libsimde-dev
   python3 python3-venv python3-pip xz-utils prometheus git ca-certificates
   chromium chromium-driver python3-selenium
+  openmpi-bin libopenmpi-dev libhwloc-dev
 )
 
 missing_packages() {

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/tp.h"
 #include "deepinfer.h"
 
 int di_cli_fail(const char *cmd, const char *fmt, ...) {
@@ -52,8 +53,14 @@ int main(int argc, char **argv) {
     printf("deepinfer %s\n", DI_VERSION);
     return 0;
   }
+  int code = 0;
+  if (di_cli_tp_begin(&argc, argv, &code)) return code;
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], commands[i].name)) {
+      code = commands[i].fn(argc - 1, argv + 1);
+      if (di_cli_tp_end() && code == 0) code = 1;
+      return code;
+    }
   fprintf(stderr, "deepinfer: unknown command '%s' (try deepinfer --help)\n", argv[1]);
   return 2;
 }

@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
+#include "dist/comm.h"
 #include "engine/engine_internal.h"
 #include "grammar/grammar.h"
 #include "server/engine_backend.h"
@@ -130,10 +131,16 @@ static void print_stats(const run_out *o, int spec) {
           o->prompt_tokens, prefill, prefill > 0 ? o->prompt_tokens / prefill : 0, o->n_ids, decode, tok_s);
   if (spec) fprintf(stderr, "; spec %s: %d drafted, %d accepted in %d verify steps", spec_name(spec), o->drafted,
                     o->accepted, o->verify_steps);
+  di_dist_stats ds = di_dist_get_stats();
+  if (di_dist_active())
+    fprintf(stderr, "\ntensor parallel: %d ranks; %llu exchanges of %.1f KB on average took %.3f s (%.1f%% of prefill + decode)",
+            di_dist_size(), (unsigned long long)ds.ops, ds.ops ? ds.bytes / 1e3 / ds.ops : 0.0, ds.seconds,
+            prefill + decode > 0 ? 100 * ds.seconds / (prefill + decode) : 0.0);
   fprintf(stderr, "\n{\"prompt_tokens\":%d,\"gen_tokens\":%d,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"decode_tok_s\":%.3f,"
-                  "\"spec\":{\"kind\":\"%s\",\"drafted\":%d,\"accepted\":%d,\"verify_steps\":%d}}\n",
+                  "\"spec\":{\"kind\":\"%s\",\"drafted\":%d,\"accepted\":%d,\"verify_steps\":%d},"
+                  "\"tp\":{\"ranks\":%d,\"exchanges\":%llu,\"exchange_bytes\":%llu,\"exchange_s\":%.6f}}\n",
           o->prompt_tokens, o->n_ids, prefill, decode, tok_s, spec_name(spec), o->drafted, o->accepted,
-          o->verify_steps);
+          o->verify_steps, di_dist_size(), (unsigned long long)ds.ops, (unsigned long long)ds.bytes, ds.seconds);
 }
 
 int di_cmd_run(int argc, char **argv) {

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
+#include "dist/comm.h"
 #include "server/engine_backend.h"
 #include "server/server.h"
 
@@ -238,6 +239,7 @@ int di_cmd_serve(int argc, char **argv) {
           di_engine_n_vocab(e), eo.max_seqs);
   int sig = 0;
   sigwait(&sigs, &sig);
+  di_dist_interrupt(); /* --tp: the other ranks are stopping too, no step can finish */
   fprintf(stderr, "deepinfer serve: signal %d, draining (up to %d s; a second signal exits at once)\n", sig, drain_s);
   if (!di_server_drain(s, drain_s, &sigs)) {
     fprintf(stderr, "deepinfer serve: second signal, exiting now\n");

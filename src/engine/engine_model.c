@@ -7,7 +7,9 @@
 #include "engine/engine_model.h"
 
 #include "engine/engine_internal.h"
+#include "dist/comm.h"
 #include "graph/forward.h"
+#include "graph/forward_tp.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -86,8 +88,11 @@ static di_code force_window(di_model *m, const di_engine_opts *o, di_status *st)
 }
 
 /* Loads the model at path (weights, tokenizer, forward scratch) as an engine
- * backend; on failure nothing is left allocated. */
-static di_code backend_open(const char *path, const di_engine_opts *o, di_engine_backend *be, di_status *st) {
+ * backend; on failure nothing is left allocated. lead: the main model, whose
+ * forward runs tensor parallel when the process is rank 0 of several (a
+ * draft model runs on rank 0 alone). */
+static di_code backend_open(const char *path, const di_engine_opts *o, bool lead, di_engine_backend *be,
+                            di_status *st) {
   memset(be, 0, sizeof *be);
   di_model_backend *m = calloc(1, sizeof *m);
   di_code rc = m ? DI_OK : di_errorf(st, DI_ERR_NOMEM, "engine: out of memory");
@@ -103,6 +108,8 @@ static di_code backend_open(const char *path, const di_engine_opts *o, di_engine
   if (rc == DI_OK && o->swa_window > 0) rc = force_window(m->model, o, st);
   int max_batch = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
   if (rc == DI_OK) rc = di_forward_ctx_create(m->model, max_batch, o->threads, &m->fwd, st);
+  if (rc == DI_OK && lead && di_dist_active() && di_dist_rank() == 0)
+    rc = di_forward_tp_lead(m->fwd, path, o->threads, max_batch, o->use_mmap != 0, st);
   if (rc != DI_OK) {
     mb_destroy(m);
     return rc;
@@ -176,9 +183,9 @@ di_code di_engine_create(const di_engine_opts *o, di_engine **out, char *err, si
   *out = NULL;
   di_engine_backend be, draft;
   di_code rc = o->model_path ? DI_OK : di_errorf(&st, DI_ERR_INVALID, "engine: no model path");
-  if (rc == DI_OK) rc = backend_open(o->model_path, o, &be, &st);
+  if (rc == DI_OK) rc = backend_open(o->model_path, o, true, &be, &st);
   bool with_draft = rc == DI_OK && o->spec == DI_SPEC_DRAFT && o->draft_model_path;
-  if (with_draft && (rc = backend_open(o->draft_model_path, o, &draft, &st)) != DI_OK) {
+  if (with_draft && (rc = backend_open(o->draft_model_path, o, false, &draft, &st)) != DI_OK) {
     di_error_wrap(&st, "--draft-model %s: ", o->draft_model_path);
     mb_destroy(be.user);
   }

@@ -139,32 +139,17 @@ void di_forward_ctx_free(di_forward_ctx *f) {
       free(f->acc);
   di_free_aligned(f->xq, f->xq_bytes);
   di_fwd_v4_free(f);
+  di_fwd_tp_free(f);
   free(f);
 }
 
 /* ---- parallel matmul: threads split output columns, never the reduction ---- */
 
-#define MM_MAX_JOBS 3
-
-/* Several matrices that read the same input (Q/K/V, gate/up) run as one
- * parallel task over their concatenated output columns: one sync instead of
- * three, and no thread idles on a small matrix. */
-typedef struct mm_task {
-  const di_tensor *w[MM_MAX_JOBS];
-  float *y[MM_MAX_JOBS];
-  int n;
-  const float *x;
-  const void *xq;
-  int64_t M;
-} mm_task;
-
-static void mm_run(void *p, int ith, int nth) {
+void di_fwd_mm_run(void *p, int ith, int nth) {
   mm_task *t = p;
-  int64_t total = 0;
-  for (int j = 0; j < t->n; j++) total += t->w[j]->ne[1];
   /* Chunks rounded to 16 columns keep SIMD tiles whole. */
-  int64_t per = ((total + nth - 1) / nth + 15) / 16 * 16;
-  int64_t c0 = per * ith, c1 = c0 + per < total ? c0 + per : total, base = 0;
+  int64_t per = ((t->hi - t->lo + nth - 1) / nth + 15) / 16 * 16;
+  int64_t c0 = t->lo + per * ith, c1 = c0 + per < t->hi ? c0 + per : t->hi, base = 0;
   for (int j = 0; j < t->n && c0 < c1; j++) {
     const di_tensor *w = t->w[j];
     int64_t n0 = c0 - base, n1 = c1 - base;
@@ -203,6 +188,7 @@ void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n,
     do {
       t.w[t.n] = ws[j];
       t.y[t.n] = ys[j];
+      t.hi += ws[j]->ne[1];
       t.n++;
       j++;
     } while (j < n && ws[j]->type == t.w[0]->type);
@@ -210,7 +196,8 @@ void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n,
     if (!ready && M >= 8) di_threadpool_run(f->tp, prep_run, &t);
     else if (!ready) prepare_rows(t.w[0], x, f->xq, 0, M);
     f->xq_src = NULL;
-    di_threadpool_run(f->tp, mm_run, &t);
+    if (f->tpar) di_fwd_tp_matmul(f, &t);
+    else di_threadpool_run(f->tp, di_fwd_mm_run, &t);
   }
 }
 
@@ -424,6 +411,7 @@ static bool split_by_size(const di_model *m) { return m->hp.n_embd <= 1024 && !d
  * over its context's size or over 1.5x its share). */
 static bool split_plan(di_forward_ctx *f, const di_batch *b, float *logits, split_task *t) {
   const int T = b->n_tokens, n = f->n_parts;
+  if (f->tpar) return false; /* exchanges are made by one thread of each rank */
   if (n < 2 || T < 2 * n || T > n * f->part[0]->max_tokens) return false;
   const int per = f->part[0]->max_tokens;
   if (f->split_mode == 0 && !split_by_size(f->m)) return false;
@@ -525,9 +513,18 @@ di_code di_fwd_layer(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const
   return DI_OK;
 }
 
+static di_code forward_run(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st);
+
 di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
   di_code rc;
   if ((rc = di_fwd_check_batch(f, kv, b, st))) return rc;
+  if (f->tpar && (rc = di_fwd_tp_step(f, kv, b, st))) return rc;
+  rc = forward_run(f, kv, b, logits, st);
+  return f->tpar && !rc ? di_fwd_tp_result(f, st) : rc;
+}
+
+static di_code forward_run(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
+  di_code rc;
   if (f->m->hp.attn_kind == DI_ATTN_DSV4) return di_fwd_v4(f, kv, b, logits, st);
   split_task split = {.f = f, .kv = kv};
   if (split_plan(f, b, logits, &split)) {

@@ -40,7 +40,34 @@ struct di_forward_ctx {
   float *cat;        /* MTP: [T][2 * n_embd] normed embedding beside normed hidden state */
   float *hidden_out; /* di_forward_capture_hidden: where the last layer's output rows go (NULL: nowhere) */
   struct di_v4_scratch *v4; /* DeepSeek-V4's own scratch (forward_dsv4.c) */
+  struct di_tp *tpar;       /* tensor parallel across ranks (forward_tp.c); NULL: this rank alone */
 };
+
+#define MM_MAX_JOBS 3
+
+/* Several matrices that read the same input (Q/K/V, gate/up) run as one
+ * parallel task over their concatenated output columns: one sync instead of
+ * three, and no thread idles on a small matrix. [lo, hi): the columns of the
+ * concatenation this rank computes (all of them without tensor parallel). */
+typedef struct mm_task {
+  const di_tensor *w[MM_MAX_JOBS];
+  float *y[MM_MAX_JOBS];
+  int n;
+  const float *x;
+  const void *xq;
+  int64_t M;
+  int64_t lo, hi;
+} mm_task;
+
+/* The threadpool task of a matmul (threads split [lo, hi) by 16 columns). */
+void di_fwd_mm_run(void *p, int ith, int nth);
+/* Tensor parallel: this rank's columns of t, then every rank's gathered into t->y. */
+void di_fwd_tp_matmul(di_forward_ctx *f, mm_task *t);
+/* Leader: broadcasts the step before running it. */
+di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_status *st);
+/* The first exchange error of the step just run (then cleared). */
+di_code di_fwd_tp_result(di_forward_ctx *f, di_status *st);
+void di_fwd_tp_free(di_forward_ctx *f);
 
 typedef struct kv_loc {
   int table, layer;

@@ -14,6 +14,7 @@ di_code di_forward_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, con
   const di_mtp_weights *w = m->mtp;
   di_code rc;
   if (!w || !f->cat) return di_errorf(st, DI_ERR_UNSUPPORTED, "%s has no MTP module", m->path);
+  if (f->tpar) return di_errorf(st, DI_ERR_UNSUPPORTED, "--spec mtp does not run with --tp yet");
   if ((rc = di_fwd_check_batch(f, kv, b, st))) return rc;
   if (kv->n_layers != hp->n_layer + 1 || b->n_swa_tables)
     return di_errorf(st, DI_ERR_INVALID, "forward: the KV pool has no MTP layer (%d layers for %d)", kv->n_layers,

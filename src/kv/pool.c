@@ -112,5 +112,6 @@ int di_kv_n_available(const di_kv_pool *p) { return p->n_free + di_kv_prefix_n_p
 int di_kv_n_used(const di_kv_pool *p) { return p->n_blocks - di_kv_n_available(p); }
 
 void di_kv_copy_block(di_kv_pool *p, int32_t dst, int32_t src) {
+  if (p->on_copy) p->on_copy(p->on_copy_u, dst, src);
   memcpy(p->base + (size_t)dst * p->block_bytes, p->base + (size_t)src * p->block_bytes, p->block_bytes);
 }

@@ -65,6 +65,10 @@ typedef struct di_kv_pool {
   uint8_t *group;     /* [n_blocks] */
   int used_by_group[DI_KV_N_GROUPS], high_by_group[DI_KV_N_GROUPS];
   void *prefix;       /* prefix-cache index, owned by kv/prefix.c (NULL = disabled) */
+  /* Told of every di_kv_copy_block (tensor parallel: the other ranks' pools
+   * repeat the copies before the next step; NULL = nobody). */
+  void (*on_copy)(void *u, int32_t dst, int32_t src);
+  void *on_copy_u;
 } di_kv_pool;
 
 /* Creates a pool of as many blocks as fit in mem_bytes. */

@@ -1,0 +1,166 @@
+/* --tp N: the process's part in a tensor-parallel job (mpirun -np N deepinfer
+ * CMD ... --tp N). Rank 0 runs CMD as usual and its engine's forward leads
+ * (graph/forward_tp.h); every other rank runs the follower loop here: load
+ * what the leader loads, repeat its steps, stop when it stops. `info --tp N`
+ * also prints each rank's placement and the measured exchange latency. */
+#include "cli/tp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "dist/comm.h"
+#include "graph/forward_tp.h"
+#include "model/model.h"
+
+typedef struct follower {
+  di_model *m;
+  di_forward_ctx *f;
+} follower;
+
+static void follower_drop(follower *fl) {
+  di_forward_ctx_free(fl->f);
+  di_model_free(fl->m);
+  fl->f = NULL, fl->m = NULL;
+}
+
+static di_code follower_load(follower *fl, const di_tp_msg *h, const char *path, di_status *st) {
+  follower_drop(fl);
+  di_model_opts mo = {.use_mmap = h->a[DI_TP_A_MMAP] != 0};
+  di_code rc = di_model_load(path, &mo, &fl->m, st);
+  if (rc) return rc;
+  fl->m->hp.sliding_window = h->a[DI_TP_A_WINDOW]; /* as the leader's --swa-window left them */
+  fl->m->hp.swa_pattern = h->a[DI_TP_A_SWA_PATTERN];
+  rc = di_forward_ctx_create(fl->m, h->a[DI_TP_A_MAX_BATCH], h->a[DI_TP_A_THREADS], &fl->f, st);
+  return rc ? rc : di_forward_tp_follow_init(fl->f, st);
+}
+
+static int follow(void) {
+  follower fl = {0};
+  void *buf = NULL;
+  size_t cap = 0;
+  di_status st = {0};
+  int code = 0;
+  for (;;) {
+    di_tp_msg h;
+    di_code rc = di_tp_recv(&h, &buf, &cap, &st);
+    if (!rc && h.cmd == DI_TP_STOP) break;
+    if (!rc && h.cmd == DI_TP_LOAD) {
+      ((char *)buf)[h.payload - 1] = 0;
+      rc = follower_load(&fl, &h, buf, &st);
+      bool all = false;
+      di_status st2 = {0};
+      if (rc) fprintf(stderr, "deepinfer: rank %d: %s\n", di_dist_rank(), st.msg);
+      if (di_dist_agree(rc == DI_OK, &all, &st2) || !all) {
+        code = 1;
+        break;
+      }
+      continue;
+    }
+    if (!rc && h.cmd == DI_TP_FORWARD)
+      rc = fl.f ? di_forward_tp_follow(fl.f, &h, buf, &st)
+                : di_errorf(&st, DI_ERR_INVALID, "tensor parallel: a step before any model");
+    else if (!rc)
+      rc = di_errorf(&st, DI_ERR_INVALID, "tensor parallel: unknown message %d from rank 0", h.cmd);
+    if (rc) {
+      fprintf(stderr, "deepinfer: rank %d: %s\n", di_dist_rank(), st.msg);
+      code = 1;
+      break;
+    }
+  }
+  follower_drop(&fl);
+  free(buf);
+  return code;
+}
+
+/* Every rank's placement and the exchange latency and bandwidth, printed by rank 0. */
+static int tp_report(void) {
+  enum { LINE = 256 };
+  int n = di_dist_size(), me = di_dist_rank();
+  char *all = calloc((size_t)n, LINE), mine[LINE] = {0};
+  size_t *bytes = malloc((size_t)n * sizeof *bytes);
+  if (!all || !bytes) return di_cli_fail("info", "out of memory");
+  di_dist_placement(mine, sizeof mine);
+  for (int r = 0; r < n; r++) bytes[r] = LINE;
+  di_status st = {0};
+  double lat = 0, bw = 0, g64 = 0;
+  di_code rc = di_dist_allgatherv(mine, all, bytes, &st);
+  if (!rc) rc = di_dist_pingpong(8, 2000, &lat, &st);
+  if (!rc) rc = di_dist_pingpong(1 << 20, 50, &bw, &st);
+  /* the exchange a decode step makes: an all-gather of 64 KB in all */
+  size_t nr = n > 1 ? (size_t)n : 1, part = (65536 / nr + 3) / 4 * 4;
+  char *s = calloc(part, 1), *r = calloc(part, nr);
+  for (int k = 0; k < n; k++) bytes[k] = part;
+  di_dist_stats s0 = di_dist_get_stats();
+  for (int i = 0; i < 500 && !rc && s && r; i++) rc = di_dist_allgatherv(s, r, bytes, &st);
+  di_dist_stats s1 = di_dist_get_stats();
+  g64 = (s1.seconds - s0.seconds) / 500;
+  free(s), free(r);
+  if (rc) return di_cli_fail("info", "%s", st.msg);
+  if (me == 0) {
+    printf("tensor parallel: %d ranks (MPI); columns of every matmul split in 16-column tiles\n", n);
+    for (int k = 0; k < n; k++) printf("rank %d: %s\n", k, all + (size_t)k * LINE);
+    printf("exchange: %.2f us one way (8 B ping-pong), %.2f GB/s (1 MiB ping-pong), %.2f us per 64 KB all-gather\n",
+           lat * 1e6, bw > 0 ? (1 << 20) / bw / 1e9 : 0.0, g64 * 1e6);
+  }
+  free(all), free(bytes);
+  return 0;
+}
+
+bool di_cli_tp_begin(int *argc, char **argv, int *code) {
+  int want = 0, at = -1;
+  for (int i = 2; i + 1 < *argc; i++)
+    if (!strcmp(argv[i], "--tp")) at = i;
+  if (at < 0) {
+    for (int i = 2; i < *argc; i++)
+      if (!strcmp(argv[i], "--tp")) {
+        *code = di_cli_fail(argv[1], "option --tp needs a value");
+        return true;
+      }
+    return false;
+  }
+  long long n = 0;
+  if (!di_arg_int(argv[at + 1], 1, 4096, &n)) {
+    *code = di_cli_fail(argv[1], "--tp: '%s' must be a number of ranks 1..4096", argv[at + 1]);
+    return true;
+  }
+  want = (int)n;
+  for (int i = at; i + 2 <= *argc; i++) argv[i] = argv[i + 2]; /* the command never sees --tp */
+  *argc -= 2;
+  if (want == 1) return false;
+  if (strcmp(argv[1], "run") && strcmp(argv[1], "serve") && strcmp(argv[1], "bench") && strcmp(argv[1], "info")) {
+    *code = di_cli_fail(argv[1], "--tp: runs with run, serve, bench and info only");
+    return true;
+  }
+  di_status st = {0};
+  if (di_dist_init(want, &st)) {
+    *code = di_dist_rank() == 0 ? di_cli_fail(argv[1], "%s", st.msg) : 2;
+    di_dist_finalize();
+    return true;
+  }
+  if (!strcmp(argv[1], "info")) {
+    *code = tp_report();
+    if (di_dist_rank() != 0 || *code || *argc == 2) { /* bare `info --tp N`: the report alone */
+      di_dist_finalize();
+      return true;
+    }
+    di_dist_finalize(); /* the model part runs on rank 0 alone */
+    return false;
+  }
+  if (di_dist_rank() == 0) return false;
+  *code = follow();
+  di_dist_finalize();
+  return true;
+}
+
+bool di_cli_tp_end(void) {
+  if (!di_dist_active() || di_dist_rank() != 0) return false;
+  bool failed = di_dist_failed();
+  di_status st = {0};
+  di_tp_msg h = {.cmd = DI_TP_STOP};
+  if (!failed) failed = di_tp_send(&h, NULL, &st) != DI_OK;
+  di_dist_finalize();
+  return failed;
+}

@@ -1,0 +1,251 @@
+/* Tensor parallel forward (see forward_tp.h): the column split of every
+ * matmul with its all-gather, and the step the leader hands the followers. */
+#include "graph/forward_tp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/comm.h"
+#include "graph/forward_internal.h"
+#include "util/threadpool.h"
+
+typedef struct di_tp {
+  bool leader;
+  int rank, size;
+  di_code rc; /* the step's first exchange error */
+  di_status st;
+  float *sbuf, *rbuf; /* gather buffers */
+  size_t cap;         /* floats in each */
+  size_t *bytes;      /* [size] */
+  int64_t *lo, *hi;   /* [size] each rank's columns of the current matmul */
+  /* leader: the block copies of the pool since the last step */
+  di_kv_pool *hooked;
+  int32_t *copies;
+  int n_copies, cap_copies;
+  /* follower: the pool copy, the logits nobody reads, the step's batch */
+  di_kv_pool *pool;
+  uint64_t pool_id;
+  float *logits;
+  size_t logits_cap;
+  di_batch_seq *seqs;
+  int seqs_cap;
+} di_tp;
+
+static di_code tp_attach(di_forward_ctx *f, bool leader, di_status *st) {
+  di_tp *t = calloc(1, sizeof *t);
+  int n = di_dist_size();
+  if (t) {
+    t->bytes = calloc((size_t)n, sizeof *t->bytes);
+    t->lo = calloc((size_t)n * 2, sizeof *t->lo);
+  }
+  if (!t || !t->bytes || !t->lo) {
+    if (t) free(t->bytes), free(t->lo);
+    free(t);
+    return di_errorf(st, DI_ERR_NOMEM, "tensor parallel: out of memory");
+  }
+  t->hi = t->lo + n;
+  t->leader = leader, t->rank = di_dist_rank(), t->size = n;
+  f->tpar = t;
+  return DI_OK;
+}
+
+void di_fwd_tp_free(di_forward_ctx *f) {
+  di_tp *t = f->tpar;
+  if (!t) return;
+  if (t->hooked && t->hooked->on_copy_u == t) t->hooked->on_copy = NULL, t->hooked->on_copy_u = NULL;
+  free(t->sbuf), free(t->rbuf), free(t->bytes), free(t->lo), free(t->copies), free(t->logits), free(t->seqs);
+  di_kv_pool_destroy(t->pool);
+  free(t);
+  f->tpar = NULL;
+}
+
+/* ---- the column split ---- */
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elt) {
+  if (need <= *cap) return true;
+  void *q = realloc(*p, need * elt);
+  if (!q) return false;
+  *p = q, *cap = need;
+  return true;
+}
+
+/* Copies rank r's columns [lo, hi) of the concatenated outputs between t->y
+ * (row-major [M][N_j] each) and a packed buffer ([j][m][cols]). */
+static void pack(const mm_task *t, int64_t lo, int64_t hi, float *buf, bool to_buf) {
+  int64_t base = 0;
+  for (int j = 0; j < t->n; j++) {
+    const int64_t N = t->w[j]->ne[1];
+    int64_t a = lo > base ? lo - base : 0, b = hi - base < N ? hi - base : N;
+    for (int64_t m = 0; a < b && m < t->M; m++, buf += b - a) {
+      float *y = t->y[j] + m * N + a;
+      if (to_buf) memcpy(buf, y, (size_t)(b - a) * sizeof *buf);
+      else memcpy(y, buf, (size_t)(b - a) * sizeof *buf);
+    }
+    base += N;
+  }
+}
+
+void di_fwd_tp_matmul(di_forward_ctx *f, mm_task *t) {
+  di_tp *p = f->tpar;
+  const int64_t total = t->hi;
+  /* whole 16-column tiles per rank, as the threads split them */
+  const int64_t per = ((total + p->size - 1) / p->size + 15) / 16 * 16;
+  for (int r = 0; r < p->size; r++) {
+    p->lo[r] = per * r < total ? per * r : total;
+    p->hi[r] = per * (r + 1) < total ? per * (r + 1) : total;
+    p->bytes[r] = (size_t)(t->M * (p->hi[r] - p->lo[r])) * sizeof(float);
+  }
+  t->lo = p->lo[p->rank], t->hi = p->hi[p->rank];
+  if (t->hi > t->lo) di_threadpool_run(f->tp, di_fwd_mm_run, t);
+  size_t need = (size_t)(t->M * total), cap = p->cap;
+  if (p->rc) return; /* the step has failed: finish it without exchanges */
+  if (!grow((void **)&p->sbuf, &cap, need, sizeof(float)) || !grow((void **)&p->rbuf, &p->cap, need, sizeof(float))) {
+    p->rc = di_errorf(&p->st, DI_ERR_NOMEM, "tensor parallel: out of memory for a %zu-value exchange", need);
+    return;
+  }
+  pack(t, t->lo, t->hi, p->sbuf, true);
+  if ((p->rc = di_dist_allgatherv(p->sbuf, p->rbuf, p->bytes, &p->st))) return;
+  size_t off = 0;
+  for (int r = 0; r < p->size; off += p->bytes[r] / sizeof(float), r++)
+    if (r != p->rank) pack(t, p->lo[r], p->hi[r], p->rbuf + off, false);
+}
+
+di_code di_fwd_tp_result(di_forward_ctx *f, di_status *st) {
+  di_tp *p = f->tpar;
+  di_code rc = p->rc;
+  if (rc) *st = p->st;
+  p->rc = DI_OK;
+  di_status_clear(&p->st);
+  return rc;
+}
+
+/* ---- messages ---- */
+
+di_code di_tp_send(di_tp_msg *h, const void *payload, di_status *st) {
+  di_code rc = di_dist_bcast(h, sizeof *h, false, st);
+  if (!rc && h->payload) rc = di_dist_bcast((void *)payload, h->payload, false, st);
+  return rc;
+}
+
+di_code di_tp_recv(di_tp_msg *h, void **buf, size_t *cap, di_status *st) {
+  di_code rc = di_dist_bcast(h, sizeof *h, true, st);
+  if (rc || !h->payload) return rc;
+  if (!grow(buf, cap, h->payload, 1)) return di_errorf(st, DI_ERR_NOMEM, "tensor parallel: out of memory");
+  return di_dist_bcast(*buf, h->payload, false, st);
+}
+
+static void record_copy(void *u, int32_t dst, int32_t src) {
+  di_tp *t = u;
+  size_t cap = (size_t)t->cap_copies;
+  if (!grow((void **)&t->copies, &cap, (size_t)t->n_copies * 2 + 2, sizeof(int32_t))) {
+    /* the followers' pools would drift: fail the next step instead */
+    t->rc = di_errorf(&t->st, DI_ERR_NOMEM, "tensor parallel: out of memory recording a KV block copy");
+    return;
+  }
+  t->cap_copies = (int)cap;
+  t->copies[2 * t->n_copies] = dst, t->copies[2 * t->n_copies + 1] = src;
+  t->n_copies++;
+}
+
+/* FORWARD's header: a[] holds the batch's counts and the pool's geometry. */
+enum { A_T, A_SEQS, A_SWA, A_WANT, A_COPIES, A_BS, A_BLOCKS, A_LAYERS, A_KVDIM, A_VINK, A_TYPE };
+
+di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_status *st) {
+  di_tp *p = f->tpar;
+  if (!p->leader) return DI_OK;
+  if (p->rc) return di_fwd_tp_result(f, st);
+  if (p->hooked != kv) { /* copies made before the first step need no repeat: no block was written yet */
+    if (p->hooked && p->hooked->on_copy_u == p) p->hooked->on_copy = NULL;
+    kv->on_copy = record_copy, kv->on_copy_u = p;
+    p->hooked = kv, p->n_copies = 0;
+  }
+  const int T = b->n_tokens, S = b->n_seqs, W = b->n_swa_tables;
+  di_tp_msg h = {.cmd = DI_TP_FORWARD, .pool_id = (uint64_t)(uintptr_t)kv};
+  h.a[A_T] = T, h.a[A_SEQS] = S, h.a[A_SWA] = W, h.a[A_WANT] = b->want_logits != NULL, h.a[A_COPIES] = p->n_copies;
+  h.a[A_BS] = kv->block_size, h.a[A_BLOCKS] = kv->n_blocks, h.a[A_LAYERS] = kv->n_layers, h.a[A_KVDIM] = kv->kv_dim;
+  h.a[A_VINK] = kv->v_in_k, h.a[A_TYPE] = (int32_t)kv->type;
+  size_t n = 2 * (size_t)p->n_copies + 4 * (size_t)T + 3 * (size_t)S;
+  for (int s = 0; s < S; s++) n += (size_t)b->seqs[s].n_blocks + (size_t)W * b->seqs[s].n_swa_blocks;
+  int32_t *buf = malloc(n * sizeof *buf), *o = buf;
+  if (!buf) return di_errorf(st, DI_ERR_NOMEM, "tensor parallel: out of memory for a step of %d tokens", T);
+  memcpy(o, p->copies, 2 * (size_t)p->n_copies * sizeof *o), o += 2 * p->n_copies;
+  memcpy(o, b->tokens, (size_t)T * sizeof *o), o += T;
+  memcpy(o, b->pos, (size_t)T * sizeof *o), o += T;
+  memcpy(o, b->seq, (size_t)T * sizeof *o), o += T;
+  for (int t = 0; t < T; t++) *o++ = b->want_logits ? b->want_logits[t] : 0;
+  for (int s = 0; s < S; s++) {
+    const di_batch_seq *q = &b->seqs[s];
+    *o++ = q->n_blocks, *o++ = q->n_swa_blocks, *o++ = q->full_cached;
+    memcpy(o, q->blocks, (size_t)q->n_blocks * sizeof *o), o += q->n_blocks;
+    for (int k = 0; k < W; k++) memcpy(o, q->swa[k], (size_t)q->n_swa_blocks * sizeof *o), o += q->n_swa_blocks;
+  }
+  h.payload = n * sizeof *buf;
+  p->n_copies = 0;
+  di_code rc = di_tp_send(&h, buf, st);
+  free(buf);
+  return rc;
+}
+
+/* ---- leader and follower set-up ---- */
+
+di_code di_forward_tp_lead(di_forward_ctx *f, const char *path, int threads, int max_batch, bool use_mmap,
+                           di_status *st) {
+  const di_hparams *hp = &f->m->hp;
+  di_tp_msg h = {.cmd = DI_TP_LOAD, .payload = strlen(path) + 1};
+  h.a[DI_TP_A_THREADS] = threads, h.a[DI_TP_A_MAX_BATCH] = max_batch, h.a[DI_TP_A_MMAP] = use_mmap;
+  h.a[DI_TP_A_WINDOW] = hp->sliding_window, h.a[DI_TP_A_SWA_PATTERN] = hp->swa_pattern; /* after --swa-window */
+  di_code rc = di_tp_send(&h, path, st);
+  bool ok = false;
+  if (!rc) rc = di_dist_agree(true, &ok, st);
+  if (!rc && !ok) return di_errorf(st, DI_ERR_IO, "--tp: another rank could not load %s (see its message)", path);
+  return rc ? rc : tp_attach(f, true, st);
+}
+
+di_code di_forward_tp_follow_init(di_forward_ctx *f, di_status *st) { return tp_attach(f, false, st); }
+
+di_code di_forward_tp_follow(di_forward_ctx *f, const di_tp_msg *h, const void *payload, di_status *st) {
+  di_tp *p = f->tpar;
+  const int32_t *a = h->a, *in = payload;
+  const int T = a[A_T], S = a[A_SEQS], W = a[A_SWA];
+  di_kv_spec spec = {.n_layers = a[A_LAYERS], .kv_dim = a[A_KVDIM], .v_in_k = a[A_VINK], .type = (di_kv_type)a[A_TYPE]};
+  di_code rc;
+  if (!p->pool || p->pool_id != h->pool_id) {
+    di_kv_pool_destroy(p->pool);
+    p->pool = NULL;
+    size_t mem = (size_t)a[A_BLOCKS] * di_kv_spec_block_bytes(&spec, a[A_BS]);
+    if ((rc = di_kv_pool_create_spec(&p->pool, mem, a[A_BS], &spec, st))) return rc;
+    if (p->pool->n_blocks != a[A_BLOCKS])
+      return di_errorf(st, DI_ERR_INVALID, "tensor parallel: pool of %d blocks for the leader's %d", p->pool->n_blocks,
+                       a[A_BLOCKS]);
+    p->pool_id = h->pool_id;
+  }
+  for (int i = 0; i < a[A_COPIES]; i++, in += 2) di_kv_copy_block(p->pool, in[0], in[1]);
+  size_t sc = (size_t)p->seqs_cap;
+  if (!grow((void **)&p->seqs, &sc, (size_t)S, sizeof *p->seqs)) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+  p->seqs_cap = (int)sc;
+  di_batch b = {.n_tokens = T, .tokens = in, .pos = in + T, .seq = in + 2 * T, .n_seqs = S, .seqs = p->seqs,
+                .n_swa_tables = W};
+  const int32_t *want = in + 3 * T;
+  in += 4 * T;
+  bool *wl = NULL;
+  if (a[A_WANT]) {
+    wl = malloc((size_t)T);
+    if (!wl) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+    for (int t = 0; t < T; t++) wl[t] = want[t] != 0;
+    b.want_logits = wl;
+  }
+  for (int s = 0; s < S; s++) {
+    di_batch_seq *q = &p->seqs[s];
+    *q = (di_batch_seq){.n_blocks = in[0], .n_swa_blocks = in[1], .full_cached = in[2]};
+    in += 3;
+    q->blocks = in, in += q->n_blocks;
+    for (int k = 0; k < W; k++) q->swa[k] = in, in += q->n_swa_blocks;
+  }
+  int n_out = 0;
+  for (int t = 0; t < T; t++) n_out += wl ? wl[t] : t == T - 1;
+  rc = grow((void **)&p->logits, &p->logits_cap, (size_t)n_out * f->m->hp.n_vocab + 1, sizeof(float))
+           ? di_forward(f, p->pool, &b, p->logits, st)
+           : di_errorf(st, DI_ERR_NOMEM, "out of memory");
+  free(wl);
+  return rc;
+}
