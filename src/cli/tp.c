@@ -130,8 +130,9 @@ bool di_cli_tp_begin(int *argc, char **argv, int *code) {
   for (int i = at; i + 2 <= *argc; i++) argv[i] = argv[i + 2]; /* the command never sees --tp */
   *argc -= 2;
   if (want == 1) return false;
-  if (strcmp(argv[1], "run") && strcmp(argv[1], "serve") && strcmp(argv[1], "bench") && strcmp(argv[1], "info")) {
-    *code = di_cli_fail(argv[1], "--tp: runs with run, serve, bench and info only");
+  if (strcmp(argv[1], "run") && strcmp(argv[1], "serve") && strcmp(argv[1], "bench") && strcmp(argv[1], "batch") &&
+      strcmp(argv[1], "info")) {
+    *code = di_cli_fail(argv[1], "--tp: runs with run, serve, batch, bench and info only");
     return true;
   }
   di_status st = {0};

@@ -1,0 +1,203 @@
+"""Tensor parallel over Open MPI (--tp N, issue 37): the logits of every
+prompt position and generated token are bit-identical to one rank at 2 and
+3 ranks (stories260K, SmolLM2, Gemma 3, the tiny DeepSeek-V3: MLA + MoE);
+batched serving (concurrency, chunked prefill, preemption, prefix-cache hits)
+gives the same greedy ids as one rank alone; a rank that is killed or hangs
+ends the job with a clear error from rank 0 within 10 s, and the request in
+flight gets an error event instead of a truncated success.
+
+Needs mpirun (Debian openmpi-bin, installed by scripts/setup.sh) and a binary
+built with DI_MPI; ranks share this machine's cores (--oversubscribe)."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from test_batch import greedy_lines, ids_by_id, prompts
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("DEEPINFER_BIN", ROOT / "build" / "deepinfer"))
+MODELS = Path(os.environ.get("DI_MODELS_DIR", Path.home() / ".cache/deepinfer/models"))
+GEN = Path(os.environ.get("DI_TEST_CACHE") or Path.home() / ".cache" / "deepinfer" / "gen")
+STORIES = MODELS / "stories260K" / "stories260K.gguf"
+SMOL = MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA = MODELS / "gemma-3-270m-q4_k_m.gguf"
+MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none"]
+PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside with"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def mpi():
+    if not BIN.exists():
+        pytest.skip(f"{BIN} not built (set DEEPINFER_BIN)")
+    if not shutil.which("mpirun"):
+        pytest.skip("mpirun not installed (openmpi-bin; scripts/setup.sh installs it)")
+    r = subprocess.run([str(BIN), "info", "--tp", "2"], capture_output=True, text=True, timeout=60)
+    if "built without MPI" in r.stderr:
+        pytest.skip("deepinfer built without MPI (libopenmpi-dev, libhwloc-dev)")
+
+
+def tp(n):
+    return MPIRUN + ["-np", str(n)] if n > 1 else []
+
+
+def run_logits(tmp_path, model, n, *extra):
+    out = tmp_path / f"logits{n}.bin"
+    argv = tp(n) + [str(BIN), "run", "-m", str(model), "-p", PROMPT, "-n", "8", "--temp", "0", "--threads", "1",
+                    "--ignore-eos", "--dump-logits", str(out), "--print-ids", *extra] + (["--tp", str(n)] if n > 1 else [])
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    data = out.read_bytes()
+    assert len(data) > 0
+    return data, r.stdout
+
+
+def check_logits(tmp_path, model, ranks):
+    if not model.exists():
+        pytest.skip(f"{model} missing (scripts/fetch-models)")
+    ref, ids = run_logits(tmp_path, model, 1)
+    for n in ranks:
+        got, got_ids = run_logits(tmp_path, model, n)
+        assert got_ids == ids
+        assert got == ref, f"--tp {n}: logits differ from one rank"
+
+
+def test_logits_stories(tmp_path):
+    check_logits(tmp_path, STORIES, [2, 3])
+
+
+def test_logits_smollm2(tmp_path):
+    check_logits(tmp_path, SMOL, [2, 3])
+
+
+def test_logits_gemma3(tmp_path):
+    check_logits(tmp_path, GEMMA, [2])
+
+
+def test_logits_deepseek_v3_tiny(tmp_path):
+    # made by tests/e2e/test_deepseek_engine.py's fixture (numpy); skipped until it ran
+    check_logits(tmp_path, GEN / "deepseek-v3-tiny" / "v3-tok", [2])
+
+
+def run_batch(tmp_path, n, lines, *args, tag):
+    inp, outp, stats = tmp_path / f"{tag}.in.jsonl", tmp_path / f"{tag}.out.jsonl", tmp_path / f"{tag}.stats.json"
+    inp.write_text("\n".join(lines) + "\n")
+    argv = tp(n) + [str(BIN), "batch", "-m", str(SMOL), "-i", str(inp), "-o", str(outp), "--threads", "1",
+                    "--stats-json", str(stats), "-q", *map(str, args)] + (["--tp", str(n)] if n > 1 else [])
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(x) for x in outp.read_text().splitlines()], json.loads(stats.read_text())
+
+
+def test_batched_serving_matches_one_rank(tmp_path):
+    if not SMOL.exists():
+        pytest.skip(f"{SMOL} missing (scripts/fetch-models)")
+    shared = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+    lines = greedy_lines(prompts(8, seed=5, shared=shared), 10)
+    ref_res, _ = run_batch(tmp_path, 1, lines, "--concurrency", 1, tag="one")
+    ref = ids_by_id(ref_res)
+    got, st = run_batch(tmp_path, 2, lines, "--concurrency", 8, tag="tp2")
+    assert ids_by_id(got) == ref
+    assert st["steps"] < 8 * 10  # batched
+    got, st1 = run_batch(tmp_path, 2, lines, "--concurrency", 1, tag="tp2-one")
+    assert ids_by_id(got) == ref
+    assert st1["prefix_hit_tokens"] > 0  # later prompts read the shared prefix's blocks
+    # small blocks in a small pool: preemption, and copy-on-write of shared partial blocks
+    tiny = str(st["kv_block_bytes"] // st["kv_block_size"] * 4 * 16)
+    got, st = run_batch(tmp_path, 2, lines, "--concurrency", 8, "--block-size", 4, "--kv-mem", tiny,
+                        "--max-batch-tokens", 7, tag="tiny")
+    assert ids_by_id(got) == ref
+    assert st["preemptions"] > 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_pid(mpirun_pid, rank):
+    for _ in range(100):
+        for c in Path(f"/proc/{mpirun_pid}/task/{mpirun_pid}/children").read_text().split():
+            try:
+                env = Path(f"/proc/{c}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+                return int(c)
+        time.sleep(0.1)
+    raise AssertionError(f"rank {rank} not found")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
+def test_lost_rank_is_a_clear_error(tmp_path, sig):
+    if not SMOL.exists():
+        pytest.skip(f"{SMOL} missing (scripts/fetch-models)")
+    port = free_port()
+    env = dict(os.environ, DI_TP_TIMEOUT_MS="3000")
+    p = subprocess.Popen(tp(2) + [str(BIN), "serve", "-m", str(SMOL), "--port", str(port), "--threads", "1",
+                                  "--tp", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    victim = None
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            raise AssertionError("server not ready")
+        body = json.dumps({"prompt": "Hello", "max_tokens": 3000, "temperature": 0, "ignore_eos": True,
+                           "stream": True}).encode()
+        resp = urllib.request.urlopen(urllib.request.Request(url + "/v1/completions", body), timeout=30)
+        first = resp.readline()
+        assert first.startswith(b"data:") or first.strip() == b"" or first.startswith(b":"), first
+        victim = rank_pid(p.pid, 1)
+        t0 = time.monotonic()
+        os.kill(victim, sig)
+        events = []
+        try:
+            for raw in resp:
+                if raw.startswith(b"data:"):
+                    events.append(raw[5:].strip())
+        except OSError:
+            pass
+        rc = p.wait(timeout=15)
+        elapsed = time.monotonic() - t0
+        err = p.stderr.read()
+    finally:
+        if victim and sig == signal.SIGSTOP:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except OSError:
+                pass
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert rc != 0
+    assert elapsed < 10, elapsed
+    assert "deepinfer: rank 0:" in err, err
+    # the request in flight ended with an error, not with a finish_reason
+    finished = [e for e in events if e.startswith(b"{") and b'"finish_reason":"' in e]
+    assert not finished, finished[-1]
+    assert any(b'"error"' in e for e in events), events[-3:]
+
+
+def test_sampled_n3_matches_one_rank(tmp_path):
+    # n=3 completions share the prompt's last partial block: copy-on-write of
+    # KV blocks, which the followers repeat before the next step
+    if not SMOL.exists():
+        pytest.skip(f"{SMOL} missing (scripts/fetch-models)")
+    lines = greedy_lines(prompts(4, seed=9), 8, n=3, temperature=0.9, seed=11)
+    ref, _ = run_batch(tmp_path, 1, lines, "--concurrency", 4, tag="one")
+    got, _ = run_batch(tmp_path, 2, lines, "--concurrency", 4, tag="tp2")
+    assert ids_by_id(got) == ids_by_id(ref)
+    assert any(len({tuple(c) for c in v}) > 1 for v in ids_by_id(ref).values())  # sampled, not all alike
