@@ -172,7 +172,7 @@ di_code di_dist_agree(bool ok, bool *all_ok, di_status *st) {
 
 di_code di_dist_allgatherv(const void *send, void *recv, const size_t *bytes, di_status *st) {
   if (!g.active) {
-    if (send != recv) memcpy(recv, send, bytes[0]);
+    if (send && send != recv) memcpy(recv, send, bytes[0]);
     return DI_OK;
   }
   if (g.failed) return di_errorf(st, DI_ERR_IO, "tensor parallel: %s", g.err);
@@ -180,7 +180,8 @@ di_code di_dist_allgatherv(const void *send, void *recv, const size_t *bytes, di
   di_code rc = counts(bytes, g.cnt, g.dsp, &total, st);
   if (rc) return rc;
   MPI_Request r;
-  rc = started(MPI_Iallgatherv(send, g.cnt[g.rank], MPI_BYTE, recv, g.cnt, g.dsp, MPI_BYTE, MPI_COMM_WORLD, &r),
+  rc = started(MPI_Iallgatherv(send ? send : MPI_IN_PLACE, g.cnt[g.rank], MPI_BYTE, recv, g.cnt, g.dsp, MPI_BYTE,
+                              MPI_COMM_WORLD, &r),
                "all-gather", st);
   return rc ? rc : wait_req(&r, "all-gather", false, total, st);
 }
@@ -282,7 +283,7 @@ di_code di_dist_agree(bool ok, bool *all_ok, di_status *st) {
 
 di_code di_dist_allgatherv(const void *send, void *recv, const size_t *bytes, di_status *st) {
   (void)st;
-  if (send != recv) memcpy(recv, send, bytes[0]);
+  if (send && send != recv) memcpy(recv, send, bytes[0]);
   return DI_OK;
 }
 

@@ -30,7 +30,8 @@ di_code di_dist_bcast(void *buf, size_t bytes, bool idle, di_status *st);
 /* Whether every rank is ok; waits without a deadline (a rank loading a large
  * model may take long; one that fails to load says so and exits). */
 di_code di_dist_agree(bool ok, bool *all_ok, di_status *st);
-/* Every rank's send (bytes[rank] bytes) into recv in rank order on all ranks. */
+/* Every rank's send (bytes[rank] bytes) into recv in rank order on all ranks;
+ * send NULL: this rank's part is already in place in recv. */
 di_code di_dist_allgatherv(const void *send, void *recv, const size_t *bytes, di_status *st);
 /* send holds sbytes[r] bytes for each rank r in rank order; recv gets rbytes[r]
  * from each rank r in rank order. */

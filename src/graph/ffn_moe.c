@@ -108,8 +108,14 @@ void di_fwd_ffn_moe(stage_ctx *sc) {
       f->bucket_w[at] = f->selw[t * K + k];
     }
   memset(f->acc, 0, (size_t)T * D * sizeof(float));
-  /* experts in ascending order: each token's sum runs in its experts' id order */
-  for (int e = 0; e < E; e++) {
+  /* Expert parallel (--tp): this rank runs whole experts [e0, e1), each on
+   * the rows routed to it, into its rows of f->ey (expert order); the
+   * gather brings every expert's rows, and each rank adds them up below in
+   * the one-rank order, so the sum has the same bits. */
+  int e0, e1;
+  di_fwd_ep_range(f, E, &e0, &e1);
+  f->tp_local = f->tpar != NULL;
+  for (int e = e0; e < e1; e++) {
     const int n = cnt[e + 1] - cnt[e];
     if (!n) continue;
     const int32_t *rows = f->bucket + cnt[e];
@@ -118,13 +124,17 @@ void di_fwd_ffn_moe(stage_ctx *sc) {
     float *gy[] = {f->gate, f->up};
     di_fwd_matmul_n(f, gu, gy, 2, f->xg, n);
     glu_rows(f, n, F);
-    di_fwd_matmul(f, &L->exp_down[e], f->gate, n, f->eo);
-    for (int r = 0; r < n; r++) {
-      const float wr = f->bucket_w[cnt[e] + r], *y = f->eo + (size_t)r * D;
-      float *a = f->acc + (size_t)rows[r] * D;
+    di_fwd_matmul(f, &L->exp_down[e], f->gate, n, f->ey + (size_t)cnt[e] * D);
+  }
+  f->tp_local = false;
+  di_fwd_ep_gather(f, f->ey, cnt, E, D);
+  /* experts in ascending order: each token's sum runs in its experts' id order */
+  for (int e = 0; e < E; e++)
+    for (int r = cnt[e]; r < cnt[e + 1]; r++) {
+      const float wr = f->bucket_w[r], *y = f->ey + (size_t)r * D;
+      float *a = f->acc + (size_t)f->bucket[r] * D;
       for (int i = 0; i < D; i++) a[i] += wr * y[i];
     }
-  }
   if (hp->n_expert_shared > 0) {
     const di_tensor *gu[] = {&L->sh_gate, &L->sh_up};
     float *gy[] = {f->gate, f->up};

@@ -95,8 +95,9 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
     f->bucket_w = malloc(TK * sizeof(float));
     f->xg = malloc(T * hp->n_embd * sizeof(float));
     f->eo = malloc(T * hp->n_embd * sizeof(float));
+    f->ey = malloc(TK * hp->n_embd * sizeof(float));
     f->acc = malloc(T * hp->n_embd * sizeof(float));
-    extra_ok = extra_ok && f->rlogit && f->selw && f->sel && f->bucket && f->bucket_w && f->xg && f->eo && f->acc;
+    extra_ok = extra_ok && f->rlogit && f->selw && f->sel && f->bucket && f->bucket_w && f->xg && f->eo && f->ey && f->acc;
   }
   if (m->mtp) {
     f->cat = malloc(T * 2 * (size_t)hp->n_embd * sizeof(float));
@@ -136,7 +137,7 @@ void di_forward_ctx_free(di_forward_ctx *f) {
   free(f->gate), free(f->up), free(f->tmp), free(f->rope_g), free(f->rope_l);
   free(f->qa), free(f->kva), free(f->qm), free(f->attm), free(f->cat);
   free(f->rlogit), free(f->selw), free(f->sel), free(f->bucket), free(f->bucket_w), free(f->xg), free(f->eo),
-      free(f->acc);
+      free(f->ey), free(f->acc);
   di_free_aligned(f->xq, f->xq_bytes);
   di_fwd_v4_free(f);
   di_fwd_tp_free(f);
@@ -196,7 +197,7 @@ void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n,
     if (!ready && M >= 8) di_threadpool_run(f->tp, prep_run, &t);
     else if (!ready) prepare_rows(t.w[0], x, f->xq, 0, M);
     f->xq_src = NULL;
-    if (f->tpar) di_fwd_tp_matmul(f, &t);
+    if (f->tpar && !f->tp_local) di_fwd_tp_matmul(f, &t);
     else di_threadpool_run(f->tp, di_fwd_mm_run, &t);
   }
 }

@@ -20,6 +20,7 @@ struct di_forward_ctx {
   float *qa, *kva, *qm, *attm;
   /* MoE: router logits, choices, gathered rows, per-token accumulators */
   float *rlogit, *selw, *xg, *eo, *acc;
+  float *ey; /* [T * n_expert_used][n_embd]: the experts' output rows in expert order */
   int32_t *sel, *bucket;
   float *bucket_w;
   float *rope_g, *rope_l; /* [T][rope_dim] (cos, sin) pairs per token */
@@ -41,6 +42,7 @@ struct di_forward_ctx {
   float *hidden_out; /* di_forward_capture_hidden: where the last layer's output rows go (NULL: nowhere) */
   struct di_v4_scratch *v4; /* DeepSeek-V4's own scratch (forward_dsv4.c) */
   struct di_tp *tpar;       /* tensor parallel across ranks (forward_tp.c); NULL: this rank alone */
+  bool tp_local;            /* expert parallel: matmuls of this rank's own experts, not split */
 };
 
 #define MM_MAX_JOBS 3
@@ -68,6 +70,11 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
 /* The first exchange error of the step just run (then cleared). */
 di_code di_fwd_tp_result(di_forward_ctx *f, di_status *st);
 void di_fwd_tp_free(di_forward_ctx *f);
+/* Expert parallel: the experts [*e0, *e1) of E this rank computes (all without tensor parallel). */
+void di_fwd_ep_range(const di_forward_ctx *f, int E, int *e0, int *e1);
+/* y holds rows in expert order, expert e's rows at [cnt[e], cnt[e+1]) of D
+ * floats; each rank filled its experts' rows: all-gathers the rest in place. */
+void di_fwd_ep_gather(di_forward_ctx *f, float *y, const int *cnt, int E, int D);
 
 typedef struct kv_loc {
   int table, layer;

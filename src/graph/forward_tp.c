@@ -110,6 +110,22 @@ void di_fwd_tp_matmul(di_forward_ctx *f, mm_task *t) {
     if (r != p->rank) pack(t, p->lo[r], p->hi[r], p->rbuf + off, false);
 }
 
+void di_fwd_ep_range(const di_forward_ctx *f, int E, int *e0, int *e1) {
+  const di_tp *p = f->tpar;
+  *e0 = p ? (int)((int64_t)E * p->rank / p->size) : 0;
+  *e1 = p ? (int)((int64_t)E * (p->rank + 1) / p->size) : E;
+}
+
+void di_fwd_ep_gather(di_forward_ctx *f, float *y, const int *cnt, int E, int D) {
+  di_tp *p = f->tpar;
+  if (!p || p->rc) return;
+  for (int r = 0; r < p->size; r++) {
+    int e0 = (int)((int64_t)E * r / p->size), e1 = (int)((int64_t)E * (r + 1) / p->size);
+    p->bytes[r] = (size_t)(cnt[e1] - cnt[e0]) * (size_t)D * sizeof(float);
+  }
+  p->rc = di_dist_allgatherv(NULL, y, p->bytes, &p->st);
+}
+
 di_code di_fwd_tp_result(di_forward_ctx *f, di_status *st) {
   di_tp *p = f->tpar;
   di_code rc = p->rc;
