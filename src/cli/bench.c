@@ -14,6 +14,7 @@
 #include "cli/bench_serve.h"
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
+#include "dist/comm.h"
 #include "engine/engine_internal.h"
 #include "engine/engine_model.h"
 #include "model/model.h"
@@ -178,6 +179,10 @@ int di_cmd_bench(int argc, char **argv) {
   int ret = 0;
   bench_run br;
   double ts;
+  /* --tp: time inside exchanges during the generation runs (from rank 0: it
+   * includes waiting for a slower rank), against those runs' time */
+  di_dist_stats tp_sum = {0};
+  double tp_time = 0;
   for (long long r = 0; r < reps && !ret; r++) {
     if (np > 0) {
       if (!no_bw) pks[r] = di_cpu_peak_measure(nthreads);
@@ -187,8 +192,12 @@ int di_cmd_bench(int argc, char **argv) {
     if (ng > 0 && !ret) {
       if (!no_bw) bws[r] = di_cpu_read_bandwidth((size_t)1 << 30, nthreads, 3);
       /* ng + 1 tokens: the first comes from the prompt's forward, then ng decode steps */
+      di_dist_stats d0 = di_dist_get_stats();
       if (bench_one(e, ids, (int)tg_prompt, (int)ng + 1, true, &br, &ts)) ret = di_cli_fail("bench", "%s", br.error);
       tg[r] = (double)ng / (br.t_end - br.t_first);
+      di_dist_stats d1 = di_dist_get_stats();
+      tp_sum.ops += d1.ops - d0.ops, tp_sum.bytes += d1.bytes - d0.bytes, tp_sum.seconds += d1.seconds - d0.seconds;
+      tp_time += br.t_end - ts;
       if (spec && !ret) { /* alternating with the run above, so drift hits both alike */
         if (bench_one(e, ids, (int)tg_prompt, (int)ng + 1, false, &br, &ts)) ret = di_cli_fail("bench", "%s", br.error);
         tgs[r] = (double)ng / (br.t_end - br.t_first);
@@ -244,6 +253,11 @@ int di_cmd_bench(int argc, char **argv) {
              "\"peak_kind\": %s, \"pp_peak_share\": %.4f",
              model, hp->arch, nthreads, di_cpu_isa_name(di_cpu_isa()), np, ng, depth, reps, pp_med, tg_med, bytes_tok,
              bw, share, peak, kind, pp_share);
+      if (di_dist_active())
+        printf(", \"tp_ranks\": %d, \"tp_exchange_share\": %.4f, \"tp_exchanges\": %llu, \"tp_exchange_us\": %.2f, "
+               "\"tp_exchange_bytes\": %.0f",
+               di_dist_size(), tp_time > 0 ? tp_sum.seconds / tp_time : 0, (unsigned long long)tp_sum.ops,
+               tp_sum.ops ? tp_sum.seconds / tp_sum.ops * 1e6 : 0, tp_sum.ops ? (double)tp_sum.bytes / tp_sum.ops : 0);
       if (spec)
         printf(", \"spec\": \"%s\", \"tg_spec_tok_s\": %.3f, \"spec_speedup\": %.4f, \"spec_drafted\": %lld, "
                "\"spec_accepted\": %lld",
@@ -261,6 +275,11 @@ int di_cmd_bench(int argc, char **argv) {
       if (spec && ng)
         printf("tg spec     %.1f tok/s with --spec %s: %.2fx the run with it off (%lld drafted, %.0f%% accepted)\n",
                tgs_med, e->spec.drafter.name, speedup, drafted, acc * 100);
+      if (di_dist_active() && ng)
+        printf("tp          %d ranks: exchanges take %.1f%% of generation (%llu of %.0f B on average, %.1f us each, "
+               "waits for the slowest rank included)\n",
+               di_dist_size(), tp_time > 0 ? 100 * tp_sum.seconds / tp_time : 0, (unsigned long long)tp_sum.ops,
+               tp_sum.ops ? (double)tp_sum.bytes / tp_sum.ops : 0, tp_sum.ops ? tp_sum.seconds / tp_sum.ops * 1e6 : 0);
       if (bw > 0)
         printf("bandwidth   %.1f GB/s measured; generation reads %.1f MB/token = %.0f%% of it\n", bw, bytes_tok / 1e6,
                share * 100);
