@@ -97,23 +97,28 @@ def run_batch(tmp_path, n, lines, *args, tag):
 
 
 def test_batched_serving_matches_one_rank(tmp_path):
+    # the serving determinism check across rank counts: 32 prompts one at a
+    # time on one rank against all 32 at once on 2 and 3 ranks
     if not SMOL.exists():
         pytest.skip(f"{SMOL} missing (scripts/fetch-models)")
     shared = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
-    lines = greedy_lines(prompts(8, seed=5, shared=shared), 10)
+    lines = greedy_lines(prompts(32, seed=5, shared=shared), 10)
     ref_res, _ = run_batch(tmp_path, 1, lines, "--concurrency", 1, tag="one")
     ref = ids_by_id(ref_res)
-    got, st = run_batch(tmp_path, 2, lines, "--concurrency", 8, tag="tp2")
-    assert ids_by_id(got) == ref
-    assert st["steps"] < 8 * 10  # batched
-    got, st1 = run_batch(tmp_path, 2, lines, "--concurrency", 1, tag="tp2-one")
-    assert ids_by_id(got) == ref
+    for n in (2, 3):
+        got, st = run_batch(tmp_path, n, lines, "--concurrency", 32, tag=f"tp{n}")
+        assert ids_by_id(got) == ref, f"--tp {n}"
+        assert st["steps"] < 32 * 10  # batched
+    sub = lines[:8]
+    sub_ref = {k: v for k, v in ref.items() if k in {json.loads(x)["custom_id"] for x in sub}}
+    got, st1 = run_batch(tmp_path, 2, sub, "--concurrency", 1, tag="tp2-one")
+    assert ids_by_id(got) == sub_ref
     assert st1["prefix_hit_tokens"] > 0  # later prompts read the shared prefix's blocks
-    # small blocks in a small pool: preemption, and copy-on-write of shared partial blocks
+    # small blocks in a small pool: preemption and chunked prefill
     tiny = str(st["kv_block_bytes"] // st["kv_block_size"] * 4 * 16)
-    got, st = run_batch(tmp_path, 2, lines, "--concurrency", 8, "--block-size", 4, "--kv-mem", tiny,
+    got, st = run_batch(tmp_path, 2, sub, "--concurrency", 8, "--block-size", 4, "--kv-mem", tiny,
                         "--max-batch-tokens", 7, tag="tiny")
-    assert ids_by_id(got) == ref
+    assert ids_by_id(got) == sub_ref
     assert st["preemptions"] > 0
 
 
