@@ -223,6 +223,11 @@ di_code di_forward_tp_follow(di_forward_ctx *f, const di_tp_msg *h, const void *
   di_tp *p = f->tpar;
   const int32_t *a = h->a, *in = payload;
   const int T = a[A_T], S = a[A_SEQS], W = a[A_SWA];
+  /* rank 0's own engine wrote the message; still, read nothing past its end */
+  const int32_t *end = in + h->payload / sizeof *in;
+  if (T <= 0 || S <= 0 || W < 0 || W > DI_KV_MAX_SWA_TABLES || a[A_COPIES] < 0 ||
+      (end - in) < 2 * (int64_t)a[A_COPIES] + 4 * (int64_t)T + 3 * (int64_t)S)
+    return di_errorf(st, DI_ERR_INVALID, "tensor parallel: malformed step message from rank 0");
   di_kv_spec spec = {.n_layers = a[A_LAYERS], .kv_dim = a[A_KVDIM], .v_in_k = a[A_VINK], .type = (di_kv_type)a[A_TYPE]};
   di_code rc;
   if (!p->pool || p->pool_id != h->pool_id) {
@@ -235,7 +240,11 @@ di_code di_forward_tp_follow(di_forward_ctx *f, const di_tp_msg *h, const void *
                        a[A_BLOCKS]);
     p->pool_id = h->pool_id;
   }
-  for (int i = 0; i < a[A_COPIES]; i++, in += 2) di_kv_copy_block(p->pool, in[0], in[1]);
+  for (int i = 0; i < a[A_COPIES]; i++, in += 2) {
+    if (in[0] < 0 || in[1] < 0 || in[0] >= p->pool->n_blocks || in[1] >= p->pool->n_blocks)
+      return di_errorf(st, DI_ERR_INVALID, "tensor parallel: block copy %d <- %d outside the pool", in[0], in[1]);
+    di_kv_copy_block(p->pool, in[0], in[1]);
+  }
   size_t sc = (size_t)p->seqs_cap;
   if (!grow((void **)&p->seqs, &sc, (size_t)S, sizeof *p->seqs)) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
   p->seqs_cap = (int)sc;
@@ -252,6 +261,10 @@ di_code di_forward_tp_follow(di_forward_ctx *f, const di_tp_msg *h, const void *
   }
   for (int s = 0; s < S; s++) {
     di_batch_seq *q = &p->seqs[s];
+    if (end - in < 3 || in[0] < 0 || in[1] < 0 || end - in - 3 < in[0] + (int64_t)W * in[1]) {
+      free(wl);
+      return di_errorf(st, DI_ERR_INVALID, "tensor parallel: malformed step message from rank 0");
+    }
     *q = (di_batch_seq){.n_blocks = in[0], .n_swa_blocks = in[1], .full_cached = in[2]};
     in += 3;
     q->blocks = in, in += q->n_blocks;

@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "util/threadpool.h"
 
 #include <pthread.h>
@@ -38,6 +39,9 @@ typedef struct worker_arg {
 } worker_arg;
 
 int di_cpu_count(void) {
+  /* the CPUs this process may run on (taskset, cgroups, mpirun's binding of a rank) */
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n > 0 ? (int)n : 1;
 }
