@@ -18,10 +18,6 @@ typedef struct di_tp {
   size_t cap;         /* floats in each */
   size_t *bytes;      /* [size] */
   int64_t *lo, *hi;   /* [size] each rank's columns of the current matmul */
-  /* leader: the block copies of the pool since the last step */
-  di_kv_pool *hooked;
-  int32_t *copies;
-  int n_copies, cap_copies;
   /* follower: the pool copy, the logits nobody reads, the step's batch */
   di_kv_pool *pool;
   uint64_t pool_id;
@@ -52,8 +48,7 @@ static di_code tp_attach(di_forward_ctx *f, bool leader, di_status *st) {
 void di_fwd_tp_free(di_forward_ctx *f) {
   di_tp *t = f->tpar;
   if (!t) return;
-  if (t->hooked && t->hooked->on_copy_u == t) t->hooked->on_copy = NULL, t->hooked->on_copy_u = NULL;
-  free(t->sbuf), free(t->rbuf), free(t->bytes), free(t->lo), free(t->copies), free(t->logits), free(t->seqs);
+  free(t->sbuf), free(t->rbuf), free(t->bytes), free(t->lo), free(t->logits), free(t->seqs);
   di_kv_pool_destroy(t->pool);
   free(t);
   f->tpar = NULL;
@@ -150,19 +145,6 @@ di_code di_tp_recv(di_tp_msg *h, void **buf, size_t *cap, di_status *st) {
   return di_dist_bcast(*buf, h->payload, false, st);
 }
 
-static void record_copy(void *u, int32_t dst, int32_t src) {
-  di_tp *t = u;
-  size_t cap = (size_t)t->cap_copies;
-  if (!grow((void **)&t->copies, &cap, (size_t)t->n_copies * 2 + 2, sizeof(int32_t))) {
-    /* the followers' pools would drift: fail the next step instead */
-    t->rc = di_errorf(&t->st, DI_ERR_NOMEM, "tensor parallel: out of memory recording a KV block copy");
-    return;
-  }
-  t->cap_copies = (int)cap;
-  t->copies[2 * t->n_copies] = dst, t->copies[2 * t->n_copies + 1] = src;
-  t->n_copies++;
-}
-
 /* FORWARD's header: a[] holds the batch's counts and the pool's geometry. */
 enum { A_T, A_SEQS, A_SWA, A_WANT, A_COPIES, A_BS, A_BLOCKS, A_LAYERS, A_KVDIM, A_VINK, A_TYPE };
 
@@ -170,21 +152,23 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
   di_tp *p = f->tpar;
   if (!p->leader) return DI_OK;
   if (p->rc) return di_fwd_tp_result(f, st);
-  if (p->hooked != kv) { /* copies made before the first step need no repeat: no block was written yet */
-    if (p->hooked && p->hooked->on_copy_u == p) p->hooked->on_copy = NULL;
-    kv->on_copy = record_copy, kv->on_copy_u = p;
-    p->hooked = kv, p->n_copies = 0;
+  if (!kv->log_copies) { /* copies before the first step need no repeat: no block was written yet */
+    kv->log_copies = true;
+    kv->n_copy_log = 0;
   }
+  if (kv->copy_log_lost) /* the followers' pools would drift */
+    return di_errorf(st, DI_ERR_NOMEM, "tensor parallel: out of memory recording a KV block copy");
+  const int nc = kv->n_copy_log;
   const int T = b->n_tokens, S = b->n_seqs, W = b->n_swa_tables;
   di_tp_msg h = {.cmd = DI_TP_FORWARD, .pool_id = (uint64_t)(uintptr_t)kv};
-  h.a[A_T] = T, h.a[A_SEQS] = S, h.a[A_SWA] = W, h.a[A_WANT] = b->want_logits != NULL, h.a[A_COPIES] = p->n_copies;
+  h.a[A_T] = T, h.a[A_SEQS] = S, h.a[A_SWA] = W, h.a[A_WANT] = b->want_logits != NULL, h.a[A_COPIES] = nc;
   h.a[A_BS] = kv->block_size, h.a[A_BLOCKS] = kv->n_blocks, h.a[A_LAYERS] = kv->n_layers, h.a[A_KVDIM] = kv->kv_dim;
   h.a[A_VINK] = kv->v_in_k, h.a[A_TYPE] = (int32_t)kv->type;
-  size_t n = 2 * (size_t)p->n_copies + 4 * (size_t)T + 3 * (size_t)S;
+  size_t n = 2 * (size_t)nc + 4 * (size_t)T + 3 * (size_t)S;
   for (int s = 0; s < S; s++) n += (size_t)b->seqs[s].n_blocks + (size_t)W * b->seqs[s].n_swa_blocks;
   int32_t *buf = malloc(n * sizeof *buf), *o = buf;
   if (!buf) return di_errorf(st, DI_ERR_NOMEM, "tensor parallel: out of memory for a step of %d tokens", T);
-  memcpy(o, p->copies, 2 * (size_t)p->n_copies * sizeof *o), o += 2 * p->n_copies;
+  if (nc) memcpy(o, kv->copy_log, 2 * (size_t)nc * sizeof *o), o += 2 * nc;
   memcpy(o, b->tokens, (size_t)T * sizeof *o), o += T;
   memcpy(o, b->pos, (size_t)T * sizeof *o), o += T;
   memcpy(o, b->seq, (size_t)T * sizeof *o), o += T;
@@ -192,11 +176,12 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
   for (int s = 0; s < S; s++) {
     const di_batch_seq *q = &b->seqs[s];
     *o++ = q->n_blocks, *o++ = q->n_swa_blocks, *o++ = q->full_cached;
-    memcpy(o, q->blocks, (size_t)q->n_blocks * sizeof *o), o += q->n_blocks;
-    for (int k = 0; k < W; k++) memcpy(o, q->swa[k], (size_t)q->n_swa_blocks * sizeof *o), o += q->n_swa_blocks;
+    if (q->n_blocks) memcpy(o, q->blocks, (size_t)q->n_blocks * sizeof *o), o += q->n_blocks;
+    for (int k = 0; k < W && q->n_swa_blocks; k++)
+      memcpy(o, q->swa[k], (size_t)q->n_swa_blocks * sizeof *o), o += q->n_swa_blocks;
   }
   h.payload = n * sizeof *buf;
-  p->n_copies = 0;
+  kv->n_copy_log = 0;
   di_code rc = di_tp_send(&h, buf, st);
   free(buf);
   return rc;

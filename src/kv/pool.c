@@ -75,6 +75,7 @@ void di_kv_pool_destroy(di_kv_pool *p) {
   free(p->refcount);
   free(p->free_list);
   free(p->group);
+  free(p->copy_log);
   free(p);
 }
 
@@ -112,6 +113,17 @@ int di_kv_n_available(const di_kv_pool *p) { return p->n_free + di_kv_prefix_n_p
 int di_kv_n_used(const di_kv_pool *p) { return p->n_blocks - di_kv_n_available(p); }
 
 void di_kv_copy_block(di_kv_pool *p, int32_t dst, int32_t src) {
-  if (p->on_copy) p->on_copy(p->on_copy_u, dst, src);
+  if (p->log_copies) {
+    if (p->n_copy_log + 1 > p->cap_copy_log) {
+      int cap = p->cap_copy_log ? 2 * p->cap_copy_log : 16;
+      int32_t *q = realloc(p->copy_log, (size_t)cap * 2 * sizeof *q);
+      if (!q) p->copy_log_lost = true;
+      else p->copy_log = q, p->cap_copy_log = cap;
+    }
+    if (p->n_copy_log < p->cap_copy_log) {
+      p->copy_log[2 * p->n_copy_log] = dst, p->copy_log[2 * p->n_copy_log + 1] = src;
+      p->n_copy_log++;
+    }
+  }
   memcpy(p->base + (size_t)dst * p->block_bytes, p->base + (size_t)src * p->block_bytes, p->block_bytes);
 }

@@ -65,10 +65,12 @@ typedef struct di_kv_pool {
   uint8_t *group;     /* [n_blocks] */
   int used_by_group[DI_KV_N_GROUPS], high_by_group[DI_KV_N_GROUPS];
   void *prefix;       /* prefix-cache index, owned by kv/prefix.c (NULL = disabled) */
-  /* Told of every di_kv_copy_block (tensor parallel: the other ranks' pools
-   * repeat the copies before the next step; NULL = nobody). */
-  void (*on_copy)(void *u, int32_t dst, int32_t src);
-  void *on_copy_u;
+  /* With log_copies (tensor parallel, graph/forward_tp.c), di_kv_copy_block
+   * also appends (dst, src) to copy_log: the other ranks' pools repeat the
+   * copies before the next step, which takes and clears the log. */
+  bool log_copies, copy_log_lost; /* lost: out of memory appending */
+  int32_t *copy_log;
+  int n_copy_log, cap_copy_log;
 } di_kv_pool;
 
 /* Creates a pool of as many blocks as fit in mem_bytes. */
