@@ -98,7 +98,7 @@ static double now(void) {
  * then napping between polls (the timer's slack makes a nap ~50 us) so a rank
  * that shares a core with the one it waits for lets that one run (on this
  * loaded 2-core host, naps instead of sched_yield took a TP2 decode from 8 to
- * 13 tok/s; a 20 us spin was slower still), and in idle waits sleeping 100 us. */
+ * 13 tok/s; a 20 us spin was slower still), and in idle waits sleeping. */
 static di_code wait_req(MPI_Request *r, const char *what, bool idle, size_t bytes, di_status *st) {
   if (g.failed) return di_errorf(st, DI_ERR_IO, "tensor parallel: %s", g.err);
   double t0 = now(), t = t0;
@@ -120,7 +120,8 @@ static di_code wait_req(MPI_Request *r, const char *what, bool idle, size_t byte
                g.timeout);
       return fail(st);
     }
-    if (idle && t - t0 > 2e-3) nanosleep(&(struct timespec){0, 100000}, NULL);
+    /* an idle follower of an idle server: 100 us naps, 1 ms after a second */
+    if (idle && t - t0 > 2e-3) nanosleep(&(struct timespec){0, t - t0 > 1 ? 1000000 : 100000}, NULL);
     else nanosleep(&(struct timespec){0, 1000}, NULL);
   }
   if (!idle) {

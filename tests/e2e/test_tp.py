@@ -206,3 +206,25 @@ def test_sampled_n3_matches_one_rank(tmp_path):
     got, _ = run_batch(tmp_path, 2, lines, "--concurrency", 4, tag="tp2")
     assert ids_by_id(got) == ids_by_id(ref)
     assert any(len({tuple(c) for c in v}) > 1 for v in ids_by_id(ref).values())  # sampled, not all alike
+
+
+def test_info_placement_and_latency():
+    r = subprocess.run(tp(2) + [str(BIN), "info", "--tp", "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("tensor parallel: 2 ranks"), r.stdout
+    assert any(x.startswith("rank 0: host ") for x in lines) and any(x.startswith("rank 1: host ") for x in lines)
+    lat = [x for x in lines if x.startswith("exchange: ")]
+    assert lat and float(lat[0].split()[1]) > 0, r.stdout
+
+
+def test_tp_errors_are_clear():
+    # without mpirun: one rank where two were asked for
+    r = subprocess.run([str(BIN), "run", "-m", str(STORIES), "-p", "x", "--tp", "2"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "mpirun -np 2" in r.stderr, r.stderr
+    r = subprocess.run([str(BIN), "run", "-m", str(STORIES), "-p", "x", "--tp", "zero"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "--tp: 'zero'" in r.stderr, r.stderr
+    r = subprocess.run([str(BIN), "tokenize", "--tp", "2"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--tp" in r.stderr, r.stderr
