@@ -170,29 +170,63 @@ static int32_t compile_integer(sc *c, const json_t *s) {
   return su_int_range(c->g, L, !has_lo, H, !has_hi);
 }
 
+/* Non-negative decimals w = I.f (no exponent) with lo (<, <=) w (<, <=) hi for
+ * integer bounds (lo_inf / hi_inf: none). I in [a, hi - 1] takes any
+ * fraction; I = hi only a zero one (hi inclusive); I = lo only a nonzero one
+ * (lo exclusive). */
+static int32_t nonneg_decimal(gx *g, long long lo, bool lo_x, bool lo_inf, long long hi, bool hi_x, bool hi_inf) {
+  int32_t digit = gx_bytes(g, '0', '9');
+  int32_t any_frac = gx_opt(g, gx_seq2(g, gx_str(g, "."), gx_plus(g, digit)));
+  int32_t zero_frac = gx_opt(g, gx_seq2(g, gx_str(g, "."), gx_plus(g, gx_str(g, "0"))));
+  int32_t nonzero_frac = gx_seq(g, (int32_t[]){gx_str(g, "."), gx_star(g, digit), gx_bytes(g, '1', '9'), gx_star(g, digit)}, 4);
+  int32_t alts[3];
+  size_t n = 0;
+  long long a = lo_inf || lo < 0 ? 0 : lo_x ? lo + 1 : lo;
+  if (hi_inf || a <= hi - 1) alts[n++] = gx_seq2(g, su_int_range(g, a, false, hi_inf ? 0 : hi - 1, hi_inf), any_frac);
+  if (!hi_inf && !hi_x && hi >= 0 && (lo_inf || hi > lo || (hi == lo && !lo_x)))
+    alts[n++] = gx_seq2(g, su_int_range(g, hi, false, hi, false), zero_frac);
+  if (!lo_inf && lo_x && lo >= 0 && (hi_inf || hi >= lo + 1))
+    alts[n++] = gx_seq2(g, su_int_range(g, lo, false, lo, false), nonzero_frac);
+  return gx_alt(g, alts, n);
+}
+
+/* Bounds on a number: integer-valued ones are enforced exactly on decimals
+ * without an exponent (an instance written with one, like 1e-05, is
+ * refused: never an accepted value out of range); x >= 0 alone keeps the
+ * exponent. */
 static int32_t compile_number(sc *c, const json_t *s) {
   static const char *kws[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
-  for (size_t i = 0; i < 5; i++) {
-    const json_t *v = json_object_get(s, kws[i]);
-    if (v && !json_is_false(v)) {
-      /* x >= 0 / x > 0 are regular and common */
-      double d;
-      if (i == 0 && get_num(s, "minimum", &d) && d == 0 && !json_is_true(json_object_get(s, "exclusiveMinimum"))) {
-        bool other = false;
-        for (size_t k = 1; k < 5; k++) other |= json_object_get(s, kws[k]) && !json_is_false(json_object_get(s, kws[k]));
-        if (!other) {
-          gx *g = c->g;
-          int32_t ip = gx_alt2(g, gx_str(g, "0"), gx_seq2(g, gx_bytes(g, '1', '9'), gx_star(g, gx_bytes(g, '0', '9'))));
-          int32_t frac = gx_opt(g, gx_seq2(g, gx_str(g, "."), gx_plus(g, gx_bytes(g, '0', '9'))));
-          int32_t ex = gx_opt(g, gx_seq3(g, gx_alt2(g, gx_str(g, "e"), gx_str(g, "E")),
-                                         gx_opt(g, gx_alt2(g, gx_str(g, "+"), gx_str(g, "-"))), gx_plus(g, gx_bytes(g, '0', '9'))));
-          return gx_seq3(g, ip, frac, ex);
-        }
-      }
-      return fail(c, DI_ERR_UNSUPPORTED, "'%s' on a number (not integer) is not supported", kws[i]);
-    }
+  bool any = false;
+  for (size_t i = 0; i < 5; i++) any |= json_object_get(s, kws[i]) && !json_is_false(json_object_get(s, kws[i]));
+  if (!any) return gj_number(&c->j);
+  gx *g = c->g;
+  if (json_object_get(s, "multipleOf")) return fail(c, DI_ERR_UNSUPPORTED, "'multipleOf' on a number (not integer) is not supported");
+  double d;
+  if (get_num(s, "minimum", &d) && d == 0 && !json_is_true(json_object_get(s, "exclusiveMinimum")) &&
+      !json_object_get(s, "maximum") && !json_object_get(s, "exclusiveMaximum") &&
+      !json_is_number(json_object_get(s, "exclusiveMinimum"))) {
+    int32_t ip = gx_alt2(g, gx_str(g, "0"), gx_seq2(g, gx_bytes(g, '1', '9'), gx_star(g, gx_bytes(g, '0', '9'))));
+    int32_t frac = gx_opt(g, gx_seq2(g, gx_str(g, "."), gx_plus(g, gx_bytes(g, '0', '9'))));
+    int32_t ex = gx_opt(g, gx_seq3(g, gx_alt2(g, gx_str(g, "e"), gx_str(g, "E")),
+                                   gx_opt(g, gx_alt2(g, gx_str(g, "+"), gx_str(g, "-"))), gx_plus(g, gx_bytes(g, '0', '9'))));
+    return gx_seq3(g, ip, frac, ex);
   }
-  return gj_number(&c->j);
+  /* the tightest of each side, draft-04 boolean exclusives or later numeric ones */
+  bool lo_inf = true, hi_inf = true, lo_x = false, hi_x = false;
+  double lo = 0, hi = 0;
+  const json_t *exl = json_object_get(s, "exclusiveMinimum"), *exh = json_object_get(s, "exclusiveMaximum");
+  if (get_num(s, "minimum", &d)) lo = d, lo_inf = false, lo_x = json_is_true(exl);
+  if (json_is_number(exl) && (lo_inf || json_number_value(exl) >= lo)) lo = json_number_value(exl), lo_inf = false, lo_x = true;
+  if (get_num(s, "maximum", &d)) hi = d, hi_inf = false, hi_x = json_is_true(exh);
+  if (json_is_number(exh) && (hi_inf || json_number_value(exh) <= hi)) hi = json_number_value(exh), hi_inf = false, hi_x = true;
+  const char *which = lo_inf ? "maximum" : "minimum";
+  if ((!lo_inf && (lo != floor(lo) || fabs(lo) > 1e15)) || (!hi_inf && (hi != floor(hi) || fabs(hi) > 1e15)))
+    return fail(c, DI_ERR_UNSUPPORTED, "'%s' on a number with a bound that is not an integer is not supported", which);
+  long long L = (long long)lo, H = (long long)hi;
+  /* negative texts: -w with -hi (<, <=) w (<, <=) -lo */
+  int32_t pos = nonneg_decimal(g, L, lo_x, lo_inf, H, hi_x, hi_inf);
+  int32_t neg = nonneg_decimal(g, -H, hi_x, hi_inf, -L, lo_x, lo_inf);
+  return gx_alt2(g, pos, gx_seq2(g, gx_str(g, "-"), neg));
 }
 
 /* ---- objects ---- */

@@ -255,6 +255,15 @@ int main(void) {
          (const char *const[]){"0", "5", "99999999999999999999", NULL}, (const char *const[]){"-1", "05", NULL});
   expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"integer\",\"maximum\":-6}",
          (const char *const[]){"-6", "-123456789012", NULL}, (const char *const[]){"-5", "0", "7", NULL});
+  /* number bounds with integer values, inclusive and exclusive, both signs (no exponents) */
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"number\",\"minimum\":-2,\"exclusiveMaximum\":3}",
+         (const char *const[]){"0", "-0.0", "-2", "-2.0", "-1.5", "2.999", "0.5", NULL},
+         (const char *const[]){"-2.01", "3", "3.0", "4.5", "1e-05", "00", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"number\",\"exclusiveMinimum\":0,\"maximum\":1}",
+         (const char *const[]){"0.5", "1", "1.000", "0.001", NULL}, (const char *const[]){"0", "0.0", "-0.5", "1.01", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"number\",\"minimum\":0,\"exclusiveMinimum\":true,\"maximum\":5}",
+         (const char *const[]){"0.1", "5", NULL}, (const char *const[]){"0", "5.5", NULL});
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"number\",\"maximum\":0.5}", "not an integer");
   /* RFC 3986 references and RFC 6570 templates */
   expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"uri-reference\"}",
          (const char *const[]){"\"Core\"", "\"../a/b?c#d\"", "\"http://x.org:80/%2F\"", "\"a:b\"", "\"\"", NULL},
