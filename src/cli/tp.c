@@ -12,6 +12,7 @@
 #include "cli/args.h"
 #include "cli/cli.h"
 #include "dist/comm.h"
+#include "engine/engine_model.h"
 #include "graph/forward_tp.h"
 #include "model/model.h"
 
@@ -22,14 +23,13 @@ typedef struct follower {
 
 static void follower_drop(follower *fl) {
   di_forward_ctx_free(fl->f);
-  di_model_free(fl->m);
+  di_engine_free_weights(fl->m);
   fl->f = NULL, fl->m = NULL;
 }
 
 static di_code follower_load(follower *fl, const di_tp_msg *h, const char *path, di_status *st) {
   follower_drop(fl);
-  di_model_opts mo = {.use_mmap = h->a[DI_TP_A_MMAP] != 0};
-  di_code rc = di_model_load(path, &mo, &fl->m, st);
+  di_code rc = di_engine_load_weights(path, h->a[DI_TP_A_MMAP] != 0, &fl->m, st);
   if (rc) return rc;
   fl->m->hp.sliding_window = h->a[DI_TP_A_WINDOW]; /* as the leader's --swa-window left them */
   fl->m->hp.swa_pattern = h->a[DI_TP_A_SWA_PATTERN];

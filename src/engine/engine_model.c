@@ -64,9 +64,16 @@ static void mb_destroy(void *u) {
   di_forward_ctx_free(m->fwd);
   free(m->hidden);
   di_tokenizer_free(m->tok);
-  di_model_free(m->model);
+  di_engine_free_weights(m->model);
   free(m);
 }
+
+di_code di_engine_load_weights(const char *path, bool use_mmap, di_model **out, di_status *st) {
+  di_model_opts mo = {.use_mmap = use_mmap};
+  return di_model_load(path, &mo, out, st);
+}
+
+void di_engine_free_weights(di_model *m) { di_model_free(m); }
 
 /* --swa-window N: every layer slides with window N. A model that already has
  * sliding layers keeps its own layout (N must equal its window): turning its
@@ -96,8 +103,7 @@ static di_code backend_open(const char *path, const di_engine_opts *o, bool lead
   memset(be, 0, sizeof *be);
   di_model_backend *m = calloc(1, sizeof *m);
   di_code rc = m ? DI_OK : di_errorf(st, DI_ERR_NOMEM, "engine: out of memory");
-  di_model_opts mo = {.use_mmap = o->use_mmap != 0};
-  if (rc == DI_OK) rc = di_model_load(path, &mo, &m->model, st);
+  if (rc == DI_OK) rc = di_engine_load_weights(path, o->use_mmap != 0, &m->model, st);
   if (rc == DI_OK)
     rc = m->model->gguf ? di_tokenizer_from_gguf(m->model->gguf, &m->tok, st) : di_tokenizer_load(path, &m->tok, st);
   if (rc != DI_OK && m && m->model && o->tokenizer_optional) { /* ids in, ids out */

@@ -9,4 +9,10 @@
 /* NULL for an engine over another backend (the tests' fake model). */
 const di_model *di_engine_model(const di_engine *e);
 
+/* Loads (and frees) a model's weights the way the engine does, ready for
+ * di_forward_ctx_create: also for the --tp follower ranks (cli/tp.c), which
+ * run the same forward without an engine. */
+di_code di_engine_load_weights(const char *path, bool use_mmap, di_model **out, di_status *st);
+void di_engine_free_weights(di_model *m);
+
 #endif
