@@ -228,3 +228,22 @@ def test_tp_errors_are_clear():
     assert r.returncode == 2 and "--tp: 'zero'" in r.stderr, r.stderr
     r = subprocess.run([str(BIN), "tokenize", "--tp", "2"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--tp" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("model,opts", [(GEMMA, []), (SMOL, ["--swa-window", "16"])], ids=["gemma3-groups", "window"])
+def test_sliding_window_batches_match_one_rank(tmp_path, model, opts):
+    # Gemma 3's per-layer-group block tables, and a forced window (blocks
+    # dropped behind it), sent to the followers with every step
+    if not model.exists():
+        pytest.skip(f"{model} missing (scripts/fetch-models)")
+    lines = greedy_lines(prompts(6, seed=4, shared="A long shared document about rivers and mountains. " * 6), 8)
+    runs = []
+    for n in (1, 2):
+        inp, outp = tmp_path / f"in{n}.jsonl", tmp_path / f"out{n}.jsonl"
+        inp.write_text("\n".join(lines) + "\n")
+        argv = tp(n) + [str(BIN), "batch", "-m", str(model), "-i", str(inp), "-o", str(outp), "--threads", "1", "-q",
+                        "--concurrency", "6", "--block-size", "4", *opts] + (["--tp", "2"] if n > 1 else [])
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        runs.append(ids_by_id([json.loads(x) for x in outp.read_text().splitlines()]))
+    assert runs[1] == runs[0]
