@@ -6,6 +6,7 @@
 
 #include "engine/engine_model.h"
 
+#include "backend/backend.h"
 #include "engine/engine_internal.h"
 #include "dist/comm.h"
 #include "graph/forward.h"
@@ -70,10 +71,11 @@ static void mb_destroy(void *u) {
 
 di_code di_engine_load_weights(const char *path, bool use_mmap, di_model **out, di_status *st) {
   di_model_opts mo = {.use_mmap = use_mmap};
-  return di_model_load(path, &mo, out, st);
+  /* the CPU backend: the only one so far; its prepare step packs the weights */
+  return di_backend_load_model(di_backend_cpu(), path, &mo, out, st);
 }
 
-void di_engine_free_weights(di_model *m) { di_model_free(m); }
+void di_engine_free_weights(di_model *m) { di_backend_free_model(m); }
 
 /* --swa-window N: every layer slides with window N. A model that already has
  * sliding layers keeps its own layout (N must equal its window): turning its

@@ -13,13 +13,12 @@
  * existing tile kernels and their row invariance carry over unchanged. */
 #include <string.h>
 
-#include "backend/cpu/ops.h"
 #include "graph/forward_internal.h"
 
 static void st_q_a_norm(stage_ctx *c, int t) {
   const di_hparams *hp = &c->f->m->hp;
   float *qa = c->f->qa + (size_t)t * hp->q_lora_rank;
-  di_cpu_rms_norm(qa, c->L->q_a_norm.data, qa, hp->q_lora_rank, hp->rms_eps);
+  c->f->be->rms_norm(qa, c->L->q_a_norm.data, qa, hp->q_lora_rank, hp->rms_eps);
 }
 
 /* latent norm, RoPE, the row into the cache; absorbed queries */
@@ -27,27 +26,23 @@ static void st_mla_qk(stage_ctx *c, int t) {
   di_forward_ctx *f = c->f;
   const di_hparams *hp = &f->m->hp;
   const di_layer_weights *L = c->L;
+  const di_backend *be = f->be;
   const int H = hp->n_head, hd = hp->head_dim, nope = hp->qk_nope_dim, rd = hp->rope_dim, kvl = hp->kv_lora_rank;
   const int lat = kvl + rd, vd = hp->v_head_dim;
   const float *cs = c->rope + (size_t)t * rd;
   float *kv_row = f->kva + (size_t)t * lat;
-  di_cpu_rms_norm(kv_row, L->kv_a_norm.data, kv_row, kvl, hp->rms_eps);
-  di_cpu_rope(kv_row + kvl, cs, rd, hp->rope_type);
+  be->rms_norm(kv_row, L->kv_a_norm.data, kv_row, kvl, hp->rms_eps);
+  be->rope(kv_row + kvl, cs, rd, hp->rope_type);
   di_kv_pool *kv = c->kv;
   const di_batch *b = c->b;
   int32_t blk = di_batch_seq_table(&b->seqs[b->seq[t]], c->loc.table)[b->pos[t] / kv->block_size];
-  di_cpu_kv_store((uint8_t *)di_kv_k(kv, blk, c->loc.layer) + di_kv_head_offset(kv, 0, b->pos[t] % kv->block_size, lat),
+  be->kv_store((uint8_t *)di_kv_k(kv, blk, c->loc.layer) + di_kv_head_offset(kv, 0, b->pos[t] % kv->block_size, lat),
                   kv_row, lat, kv->type);
   for (int h = 0; h < H; h++) {
     float *q = f->q + ((size_t)t * H + h) * hd, *qm = f->qm + ((size_t)t * H + h) * lat;
-    di_cpu_rope(q + nope, cs, rd, hp->rope_type);
-    /* qm[0:kvl] = W_k^T q_nope: rows of W_k scaled and summed in row order */
-    const float *wk = L->kv_b + (size_t)h * (nope + vd) * kvl;
-    for (int i = 0; i < kvl; i++) qm[i] = 0;
-    for (int d = 0; d < nope; d++) {
-      const float qd = q[d], *w = wk + (size_t)d * kvl;
-      for (int i = 0; i < kvl; i++) qm[i] += qd * w[i];
-    }
+    be->rope(q + nope, cs, rd, hp->rope_type);
+    /* qm[0:kvl] = W_k^T q_nope */
+    be->mla_absorb_q(q, L->kv_b + (size_t)h * (nope + vd) * kvl, nope, kvl, qm);
     memcpy(qm + kvl, q + nope, (size_t)rd * sizeof(float));
   }
 }
@@ -61,13 +56,7 @@ static void st_mla_out(stage_ctx *c, int t) {
   for (int h = 0; h < H; h++) {
     const float *a = f->attm + ((size_t)t * H + h) * lat;
     const float *wv = c->L->kv_b + ((size_t)h * (nope + vd) + nope) * kvl;
-    float *o = f->att + ((size_t)t * H + h) * vd;
-    for (int e = 0; e < vd; e++) {
-      const float *w = wv + (size_t)e * kvl;
-      float s = 0;
-      for (int i = 0; i < kvl; i++) s += w[i] * a[i];
-      o[e] = s;
-    }
+    f->be->mla_out(a, wv, vd, kvl, f->att + ((size_t)t * H + h) * vd);
   }
 }
 
@@ -94,7 +83,7 @@ di_code di_fwd_attn_mla(stage_ctx *sc, di_status *st) {
   view.head_dim = hp->kv_lora_rank + hp->rope_dim;
   view.sliding_window = 0;
   view.attn_softcap = 0;
-  di_code rc = di_attn_run(f->attn, f->tp, &view, sc->kv, sc->b, sc->loc.table, sc->loc.layer, false, f->qm, f->attm, st);
+  di_code rc = f->be->attn(f->attn, f->tp, &view, sc->kv, sc->b, sc->loc.table, sc->loc.layer, false, f->qm, f->attm, st);
   if (rc) return rc;
   di_fwd_par_tokens(sc, st_mla_out);
   return DI_OK;

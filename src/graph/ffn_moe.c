@@ -5,87 +5,20 @@
  * expert's weights are read once per step, for all the tokens that chose it,
  * and experts nobody chose are not read at all. A token's sum runs over its
  * experts in ascending id order, whatever the batch (row invariance). */
-#include "graph/moe.h"
-
-#include <math.h>
 #include <string.h>
 
-#include "backend/cpu/ops.h"
 #include "graph/forward_internal.h"
-
-void di_moe_route(const di_hparams *hp, const float *logits, const float *sel_bias, int32_t *ids, float *w) {
-  enum { MAXE = DI_MOE_MAX_EXPERTS };
-  const int E = hp->n_expert, K = hp->n_expert_used;
-  float s[MAXE], c[MAXE];
-  if (hp->moe_score == DI_MOE_SOFTMAX) {
-    float mx = logits[0];
-    for (int e = 1; e < E; e++) mx = logits[e] > mx ? logits[e] : mx;
-    double sum = 0;
-    for (int e = 0; e < E; e++) sum += exp((double)logits[e] - mx);
-    for (int e = 0; e < E; e++) s[e] = (float)(exp((double)logits[e] - mx) / sum);
-  } else {
-    for (int e = 0; e < E; e++) s[e] = (float)(1.0 / (1.0 + exp(-(double)logits[e])));
-  }
-  /* selection scores: bias-corrected under noaux_tc (the bias never weights) */
-  for (int e = 0; e < E; e++) c[e] = sel_bias ? s[e] + sel_bias[e] : s[e];
-  if (hp->n_group > 1 && hp->moe_topk != DI_MOE_GREEDY) {
-    const int G = hp->n_group, per = E / G;
-    float gs[MAXE];
-    for (int g = 0; g < G; g++) {
-      float b1 = -INFINITY, b2 = -INFINITY;
-      for (int i = 0; i < per; i++) {
-        float v = c[g * per + i];
-        if (v > b1) b2 = b1, b1 = v;
-        else if (v > b2) b2 = v;
-      }
-      /* noaux_tc: the sum of the group's two best; group_limited_greedy: its best */
-      gs[g] = hp->moe_topk == DI_MOE_NOAUX_TC ? b1 + b2 : b1;
-    }
-    bool keep[MAXE] = {false};
-    for (int k = 0; k < hp->topk_group; k++) {
-      int best = -1;
-      for (int g = 0; g < G; g++)
-        if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
-      keep[best] = true;
-    }
-    for (int e = 0; e < E; e++)
-      if (!keep[e / per]) c[e] = -INFINITY;
-  }
-  bool taken[MAXE] = {false};
-  double sum = 0;
-  for (int k = 0; k < K; k++) {
-    int best = -1;
-    for (int e = 0; e < E; e++)
-      if (!taken[e] && (best < 0 || c[e] > c[best])) best = e;
-    taken[best] = true;
-    ids[k] = best;
-    w[k] = s[best];
-    sum += s[best];
-  }
-  for (int k = 0; k < K; k++) {
-    float v = hp->moe_norm_topk ? (float)(w[k] / sum) : w[k];
-    w[k] = v * hp->moe_scale;
-  }
-  /* ascending expert ids: the order each token's sum runs in */
-  for (int i = 1; i < K; i++)
-    for (int j = i; j > 0 && ids[j] < ids[j - 1]; j--) {
-      int32_t ti = ids[j];
-      ids[j] = ids[j - 1], ids[j - 1] = ti;
-      float tw = w[j];
-      w[j] = w[j - 1], w[j - 1] = tw;
-    }
-}
 
 static void st_route(stage_ctx *c, int t) {
   di_forward_ctx *f = c->f;
   const di_hparams *hp = &f->m->hp;
   const int K = hp->n_expert_used;
-  di_moe_route(hp, f->rlogit + (size_t)t * hp->n_expert, c->L->router_bias.data, f->sel + (size_t)t * K,
-               f->selw + (size_t)t * K);
+  f->be->moe_route(hp, f->rlogit + (size_t)t * hp->n_expert, c->L->router_bias.data, f->sel + (size_t)t * K,
+                   f->selw + (size_t)t * K);
 }
 
 static void glu_rows(di_forward_ctx *f, int n, int F) {
-  for (int r = 0; r < n; r++) di_cpu_glu(f->gate + (size_t)r * F, f->up + (size_t)r * F, F, f->m->hp.act);
+  for (int r = 0; r < n; r++) f->be->glu(f->gate + (size_t)r * F, f->up + (size_t)r * F, F, f->m->hp.act);
 }
 
 void di_fwd_ffn_moe(stage_ctx *sc) {
@@ -119,7 +52,7 @@ void di_fwd_ffn_moe(stage_ctx *sc) {
     const int n = cnt[e + 1] - cnt[e];
     if (!n) continue;
     const int32_t *rows = f->bucket + cnt[e];
-    for (int r = 0; r < n; r++) memcpy(f->xg + (size_t)r * D, f->xn + (size_t)rows[r] * D, (size_t)D * sizeof(float));
+    f->be->gather_rows(f->xg, f->xn, rows, n, D);
     const di_tensor *gu[] = {&L->exp_gate[e], &L->exp_up[e]};
     float *gy[] = {f->gate, f->up};
     di_fwd_matmul_n(f, gu, gy, 2, f->xg, n);
@@ -128,20 +61,15 @@ void di_fwd_ffn_moe(stage_ctx *sc) {
   }
   f->tp_local = false;
   di_fwd_ep_gather(f, f->ey, cnt, E, D);
-  /* experts in ascending order: each token's sum runs in its experts' id order */
-  for (int e = 0; e < E; e++)
-    for (int r = cnt[e]; r < cnt[e + 1]; r++) {
-      const float wr = f->bucket_w[r], *y = f->ey + (size_t)r * D;
-      float *a = f->acc + (size_t)f->bucket[r] * D;
-      for (int i = 0; i < D; i++) a[i] += wr * y[i];
-    }
+  /* rows in expert order, experts ascending: each token's sum runs in its experts' id order */
+  f->be->scatter_add(f->acc, f->ey, f->bucket, f->bucket_w, cnt[E], D);
   if (hp->n_expert_shared > 0) {
     const di_tensor *gu[] = {&L->sh_gate, &L->sh_up};
     float *gy[] = {f->gate, f->up};
     di_fwd_matmul_n(f, gu, gy, 2, f->xn, T);
     glu_rows(f, T, hp->n_ff_shexp);
     di_fwd_matmul(f, &L->sh_down, f->gate, T, f->tmp);
-    for (size_t i = 0; i < (size_t)T * D; i++) f->tmp[i] += f->acc[i];
+    for (int t = 0; t < T; t++) f->be->add(f->tmp + (size_t)t * D, f->acc + (size_t)t * D, D);
   } else {
     memcpy(f->tmp, f->acc, (size_t)T * D * sizeof(float));
   }

@@ -9,13 +9,12 @@
 #include <string.h>
 
 #include "graph/forward_internal.h"
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/ops.h"
 #include "model/tensors.h"
 #include "util/mem.h"
 #include "util/threadpool.h"
 
 typedef struct wscan {
+  const di_backend *be;
   int T;
   size_t act_bytes;
   const di_tensor *bad; /* a weight without a CPU kernel */
@@ -24,15 +23,15 @@ typedef struct wscan {
 static void wscan_one(di_tensor *t, void *u) {
   wscan *w = u;
   if (!t->data) return;
-  if (!di_cpu_dtype_supported(t->type) && !w->bad) w->bad = t;
-  size_t b = di_cpu_act_bytes(t->type, w->T, t->ne[0]);
+  if (!w->be->dtype_supported(t->type) && !w->bad) w->bad = t;
+  size_t b = w->be->act_bytes(t->type, w->T, t->ne[0]);
   if (b > w->act_bytes) w->act_bytes = b;
 }
 
 /* Largest prepared-activation buffer any matmul of a T-token batch needs, and
  * the first weight without a kernel. */
 static wscan scan_weights(const di_model *m, int T) {
-  wscan w = {.T = T};
+  wscan w = {.be = m->backend, .T = T};
   wscan_one((di_tensor *)&m->tok_embd, &w);
   wscan_one((di_tensor *)&m->output, &w);
   for (int il = 0; il < m->hp.n_layer; il++) di_layer_each_matrix(&m->hp, &m->layers[il], wscan_one, &w);
@@ -51,14 +50,18 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
   *out = NULL;
   const di_hparams *hp = &m->hp;
   if (max_tokens <= 0) return di_errorf(st, DI_ERR_INVALID, "forward: max_tokens must be positive");
+  if (!m->backend)
+    return di_errorf(st, DI_ERR_INVALID, "%s: weights not prepared for a backend (load with di_backend_load_model)",
+                     m->path);
   /* Every weight type must have a kernel before we promise to run. */
   wscan ws = scan_weights(m, max_tokens);
   if (ws.bad)
-    return di_errorf(st, DI_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s has no CPU kernel", m->path, ws.bad->name,
-                     di_dtype_name(ws.bad->type));
+    return di_errorf(st, DI_ERR_UNSUPPORTED, "%s: tensor %s: dtype %s has no %s kernel", m->path, ws.bad->name,
+                     di_dtype_name(ws.bad->type), m->backend->name);
   di_forward_ctx *f = calloc(1, sizeof *f);
   if (!f) return di_errorf(st, DI_ERR_NOMEM, "forward: out of memory");
   f->m = m;
+  f->be = m->backend;
   f->max_tokens = max_tokens;
   f->freq_factors = m->rope_freqs.data;
   f->tp = di_threadpool_create(threads);
@@ -106,7 +109,7 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
   if (hp->attn_kind == DI_ATTN_DSV4 && di_fwd_v4_alloc(f)) extra_ok = false;
   f->xq_bytes = ws.act_bytes;
   f->xq = di_alloc_aligned(f->xq_bytes, false);
-  f->attn = di_attn_sched_create(max_tokens);
+  f->attn = f->be->attn_create(max_tokens);
   bool split_ok = true;
   const char *env = getenv("DI_FORWARD_SPLIT");
   f->split_mode = env && *env ? (atoi(env) > 0 ? 1 : -1) : 0;
@@ -131,7 +134,7 @@ void di_forward_ctx_free(di_forward_ctx *f) {
   if (!f) return;
   for (int i = 0; i < f->n_parts; i++) di_forward_ctx_free(f->part[i]);
   free(f->split_want);
-  di_attn_sched_free(f->attn);
+  if (f->attn) f->be->attn_free(f->attn);
   di_threadpool_free(f->tp);
   free(f->x), free(f->xn), free(f->q), free(f->k), free(f->v), free(f->att);
   free(f->gate), free(f->up), free(f->tmp), free(f->rope_g), free(f->rope_l);
@@ -156,35 +159,31 @@ void di_fwd_mm_run(void *p, int ith, int nth) {
     int64_t n0 = c0 - base, n1 = c1 - base;
     if (n0 < 0) n0 = 0;
     if (n1 > w->ne[1]) n1 = w->ne[1];
-    if (n0 >= n1) {
-    } else if (w->packed) {
-      di_cpu_matmul_packed(w->type, w->data, w->ne[1], t->xq, t->M, w->ne[0], t->y[j], w->ne[1], n0, n1);
-    } else {
-      di_cpu_matmul(w->type, w->data, w->row_bytes, t->xq, t->M, w->ne[0], t->y[j], w->ne[1], n0, n1);
-    }
+    if (n0 < n1) t->be->matmul(w, t->xq, t->M, t->y[j], w->ne[1], n0, n1);
     base += w->ne[1];
   }
 }
 
 /* Rows [m0, m1) of X prepared into xq for matmuls of w's type (per-row:
  * the same bytes whichever thread prepares which rows). */
-static void prepare_rows(const di_tensor *w, const float *X, void *xq, int64_t m0, int64_t m1) {
+static void prepare_rows(const di_backend *be, const di_tensor *w, const float *X, void *xq, int64_t m0,
+                         int64_t m1) {
   if (m0 >= m1) return;
-  size_t rb = di_cpu_act_bytes(w->type, 1, w->ne[0]);
-  di_cpu_act_prepare(w->type, X + m0 * w->ne[0], m1 - m0, w->ne[0], (uint8_t *)xq + (size_t)m0 * rb);
+  size_t rb = be->act_bytes(w->type, 1, w->ne[0]);
+  be->act_prepare(w->type, X + m0 * w->ne[0], m1 - m0, w->ne[0], (uint8_t *)xq + (size_t)m0 * rb);
 }
 
 static void prep_run(void *p, int ith, int nth) {
   mm_task *t = p;
   int64_t per = (t->M + nth - 1) / nth, m0 = per * ith, m1 = m0 + per < t->M ? m0 + per : t->M;
-  prepare_rows(t->w[0], t->x, (void *)t->xq, m0, m1); /* xq is f->xq, writable */
+  prepare_rows(t->be, t->w[0], t->x, (void *)t->xq, m0, m1); /* xq is f->xq, writable */
 }
 
 /* y_j[M][w_j.rows] = x[M][cols] * w_j^T for each j; matrices of one dtype
  * share one prepared activation. */
 void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n, const float *x, int64_t M) {
   for (int j = 0; j < n;) {
-    mm_task t = {.x = x, .xq = f->xq, .M = M};
+    mm_task t = {.be = f->be, .x = x, .xq = f->xq, .M = M};
     /* group consecutive matrices of the same type */
     do {
       t.w[t.n] = ws[j];
@@ -193,9 +192,9 @@ void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n,
       t.n++;
       j++;
     } while (j < n && ws[j]->type == t.w[0]->type);
-    bool ready = f->xq_src == x && di_cpu_act_format(t.w[0]->type) == f->xq_fmt; /* a row stage did it */
+    bool ready = f->xq_src == x && f->be->act_format(t.w[0]->type) == f->xq_fmt; /* a row stage did it */
     if (!ready && M >= 8) di_threadpool_run(f->tp, prep_run, &t);
-    else if (!ready) prepare_rows(t.w[0], x, f->xq, 0, M);
+    else if (!ready) prepare_rows(f->be, t.w[0], x, f->xq, 0, M);
     f->xq_src = NULL;
     if (f->tpar && !f->tp_local) di_fwd_tp_matmul(f, &t);
     else di_threadpool_run(f->tp, di_fwd_mm_run, &t);
@@ -207,7 +206,7 @@ void di_fwd_matmul(di_forward_ctx *f, const di_tensor *w, const float *x, int64_
 }
 
 
-/* ---- attention: K/V locations (the work itself: graph/attention.c) ---- */
+/* ---- attention: K/V locations (the work itself: the backend's attn op) ---- */
 
 /* Where layer il's K/V live: a table of the sequence and a layer slot of its
  * blocks (kv_loc). Without per-group tables every layer is in `blocks` at its own index. */
@@ -288,13 +287,13 @@ void di_fwd_par_tokens(stage_ctx *c, void (*fn)(stage_ctx *, int)) {
 static void norm_rows(stage_ctx *c, const di_tensor *w, int t0, int t1) {
   const di_hparams *hp = &c->f->m->hp;
   const size_t D = (size_t)hp->n_embd, o = (size_t)t0 * D;
-  di_cpu_rms_norm_rows(c->f->x + o, D, w->data, c->f->xn + o, D, t1 - t0, hp->n_embd, hp->rms_eps);
+  c->f->be->rms_norm_rows(c->f->x + o, D, w->data, c->f->xn + o, D, t1 - t0, hp->n_embd, hp->rms_eps);
 }
 
 /* Rows [t0, t1) of the next matmul's input prepared by the thread that just
  * wrote them, so matmul_n skips its own preparation pass and the sync after it. */
 static void prep_rows(stage_ctx *c, int t0, int t1) {
-  if (c->prep_w) prepare_rows(c->prep_w, c->prep_x, c->f->xq, t0, t1);
+  if (c->prep_w) prepare_rows(c->f->be, c->prep_w, c->prep_x, c->f->xq, t0, t1);
 }
 
 /* A row stage whose last step is prep_rows for w on X (w NULL: none); after
@@ -305,7 +304,7 @@ static void par_rows_prep(stage_ctx *c, void (*rows)(stage_ctx *, int, int), con
   c->prep_w = NULL;
   if (!w) return;
   c->f->xq_src = X;
-  c->f->xq_fmt = di_cpu_act_format(w->type);
+  c->f->xq_fmt = c->f->be->act_format(w->type);
 }
 
 static void st_attn_norm(stage_ctx *c, int t0, int t1) {
@@ -318,19 +317,20 @@ static void st_qk(stage_ctx *c, int t) {
   di_forward_ctx *f = c->f;
   const di_hparams *hp = &f->m->hp;
   const di_layer_weights *L = c->L;
+  const di_backend *be = f->be;
   const int H = hp->n_head, HKV = hp->n_head_kv, hd = hp->head_dim, kvd = HKV * hd, rd = hp->rope_dim;
   float *q = f->q + (size_t)t * H * hd, *k = f->k + (size_t)t * kvd, *v = f->v + (size_t)t * kvd;
-  if (L->bq.data) di_cpu_add(q, L->bq.data, H * hd);
-  if (L->bk.data) di_cpu_add(k, L->bk.data, kvd);
-  if (L->bv.data) di_cpu_add(v, L->bv.data, kvd);
+  if (L->bq.data) be->add(q, L->bq.data, H * hd);
+  if (L->bk.data) be->add(k, L->bk.data, kvd);
+  if (L->bv.data) be->add(v, L->bv.data, kvd);
   const float *cs = c->rope + (size_t)t * rd;
   for (int h = 0; h < H; h++) {
-    if (hp->qk_norm) di_cpu_rms_norm(q + h * hd, L->q_norm.data, q + h * hd, hd, hp->rms_eps);
-    di_cpu_rope(q + h * hd, cs, rd, hp->rope_type);
+    if (hp->qk_norm) be->rms_norm(q + h * hd, L->q_norm.data, q + h * hd, hd, hp->rms_eps);
+    be->rope(q + h * hd, cs, rd, hp->rope_type);
   }
   for (int h = 0; h < HKV; h++) {
-    if (hp->qk_norm) di_cpu_rms_norm(k + h * hd, L->k_norm.data, k + h * hd, hd, hp->rms_eps);
-    di_cpu_rope(k + h * hd, cs, rd, hp->rope_type);
+    if (hp->qk_norm) be->rms_norm(k + h * hd, L->k_norm.data, k + h * hd, hd, hp->rms_eps);
+    be->rope(k + h * hd, cs, rd, hp->rope_type);
   }
   di_kv_pool *kv = c->kv;
   const di_batch *b = c->b;
@@ -340,8 +340,8 @@ static void st_qk(stage_ctx *c, int t) {
   int slot = b->pos[t] % kv->block_size;
   for (int h = 0; h < HKV; h++) {
     size_t o = di_kv_head_offset(kv, h, slot, hd);
-    di_cpu_kv_store((uint8_t *)di_kv_k(kv, blk, c->loc.layer) + o, k + h * hd, hd, kv->type);
-    di_cpu_kv_store((uint8_t *)di_kv_v(kv, blk, c->loc.layer) + o, v + h * hd, hd, kv->type);
+    be->kv_store((uint8_t *)di_kv_k(kv, blk, c->loc.layer) + o, k + h * hd, hd, kv->type);
+    be->kv_store((uint8_t *)di_kv_v(kv, blk, c->loc.layer) + o, v + h * hd, hd, kv->type);
   }
 }
 
@@ -350,8 +350,8 @@ static void residual(stage_ctx *c, int t, const di_tensor *post) {
   const di_hparams *hp = &c->f->m->hp;
   size_t o = (size_t)t * hp->n_embd;
   float *y = c->f->tmp + o;
-  if (post->data) di_cpu_rms_norm(y, post->data, y, hp->n_embd, hp->rms_eps);
-  di_cpu_add(c->f->x + o, y, hp->n_embd);
+  if (post->data) c->f->be->rms_norm(y, post->data, y, hp->n_embd, hp->rms_eps);
+  c->f->be->add(c->f->x + o, y, hp->n_embd);
 }
 
 static void st_attn_out(stage_ctx *c, int t0, int t1) {
@@ -362,7 +362,7 @@ static void st_attn_out(stage_ctx *c, int t0, int t1) {
 
 static void st_glu(stage_ctx *c, int t0, int t1) {
   const size_t F = (size_t)c->f->m->hp.n_ff;
-  for (int t = t0; t < t1; t++) di_cpu_glu(c->f->gate + t * F, c->f->up + t * F, (int)F, c->f->m->hp.act);
+  for (int t = t0; t < t1; t++) c->f->be->glu(c->f->gate + t * F, c->f->up + t * F, (int)F, c->f->m->hp.act);
   prep_rows(c, t0, t1);
 }
 
@@ -405,7 +405,7 @@ static void split_run(void *p, int ith, int nth) {
  * where the packed GEMMs run on AMX: there each thread's share of the rows
  * (8 of 16 streams) falls below or near one 16-row tile, and splitting the
  * columns instead measured 15-25% faster at 8, 16 and 32 SmolLM2 streams. */
-static bool split_by_size(const di_model *m) { return m->hp.n_embd <= 1024 && !di_cpu_amx_active(); }
+static bool split_by_size(const di_model *m) { return m->hp.n_embd <= 1024 && !m->backend->wide_gemm(); }
 
 /* Cuts b into n_parts runs of about equal tokens at sequence boundaries; false
  * when the batch cannot be cut that way (a sequence in two runs, a run empty,
@@ -447,13 +447,7 @@ void di_fwd_embed(di_forward_ctx *f, const di_batch *b, float *x) {
   const di_hparams *hp = &m->hp;
   const int D = hp->n_embd;
   for (int t = 0; t < b->n_tokens; t++) {
-    const di_tensor *e = &m->tok_embd;
-    if (e->packed) {
-      di_cpu_packed_dequant_row(e->type, e->data, e->ne[1], D, b->tokens[t], x + (size_t)t * D);
-    } else {
-      const uint8_t *row = (const uint8_t *)e->data + (size_t)b->tokens[t] * e->row_bytes;
-      di_cpu_dequant_row(e->type, row, x + (size_t)t * D, D);
-    }
+    f->be->get_row(&m->tok_embd, b->tokens[t], x + (size_t)t * D);
     if (hp->embd_scale)
       for (int i = 0; i < D; i++) x[(size_t)t * D + i] *= sqrtf((float)D);
   }
@@ -465,8 +459,8 @@ void di_fwd_rope_tables(di_forward_ctx *f, const di_batch *b) {
   const int rd = hp->rope_dim;
   bool local_unscaled = hp->rope_local_unscaled; /* gemma3 scales only its global layers */
   for (int t = 0; t < b->n_tokens; t++) {
-    di_cpu_rope_cache(f->rope_g + (size_t)t * rd, b->pos[t], rd, hp->rope_base, hp, true, f->freq_factors);
-    di_cpu_rope_cache(f->rope_l + (size_t)t * rd, b->pos[t], rd, hp->rope_base_local, hp, !local_unscaled,
+    f->be->rope_cache(f->rope_g + (size_t)t * rd, b->pos[t], rd, hp->rope_base, hp, true, f->freq_factors);
+    f->be->rope_cache(f->rope_l + (size_t)t * rd, b->pos[t], rd, hp->rope_base_local, hp, !local_unscaled,
                       f->freq_factors);
   }
 }
@@ -494,7 +488,7 @@ di_code di_fwd_layer(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const
     float *qkv_y[] = {f->q, f->k, f->v};
     di_fwd_matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
     di_fwd_par_tokens(&sc, st_qk);
-    if ((rc = di_attn_run(f->attn, f->tp, hp, kv, b, loc.table, loc.layer, swa, f->q, f->att, st))) return rc;
+    if ((rc = f->be->attn(f->attn, f->tp, hp, kv, b, loc.table, loc.layer, swa, f->q, f->att, st))) return rc;
   }
   di_fwd_matmul(f, &L->wo, f->att, T, f->tmp);
   /* residual, then the FFN's input norm */
@@ -559,12 +553,12 @@ static di_code forward_run(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b,
   for (int t = 0; t < T; t++) {
     bool want = b->want_logits ? b->want_logits[t] : t == T - 1;
     if (!want) continue;
-    di_cpu_rms_norm(f->x + (size_t)t * D, m->output_norm.data, f->xn + (size_t)n_out * D, D, hp->rms_eps);
+    f->be->rms_norm(f->x + (size_t)t * D, m->output_norm.data, f->xn + (size_t)n_out * D, D, hp->rms_eps);
     n_out++;
   }
   if (n_out) {
     di_fwd_matmul(f, &m->output, f->xn, n_out, logits);
-    if (hp->final_softcap > 0) di_cpu_softcap(logits, n_out * hp->n_vocab, hp->final_softcap);
+    if (hp->final_softcap > 0) f->be->softcap(logits, n_out * hp->n_vocab, hp->final_softcap);
   }
   return DI_OK;
 }

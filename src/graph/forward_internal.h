@@ -4,7 +4,7 @@
 #ifndef DI_GRAPH_FORWARD_INTERNAL_H
 #define DI_GRAPH_FORWARD_INTERNAL_H
 
-#include "graph/attention.h"
+#include "backend/backend.h"
 #include "graph/forward.h"
 
 /* Largest thread count, and tokens per thread, for which a batch is split. */
@@ -13,6 +13,7 @@
 
 struct di_forward_ctx {
   const di_model *m;
+  const di_backend *be; /* m->backend: every op goes through it */
   int max_tokens;
   di_threadpool *tp;
   float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
@@ -52,6 +53,7 @@ struct di_forward_ctx {
  * three, and no thread idles on a small matrix. [lo, hi): the columns of the
  * concatenation this rank computes (all of them without tensor parallel). */
 typedef struct mm_task {
+  const di_backend *be;
   const di_tensor *w[MM_MAX_JOBS];
   float *y[MM_MAX_JOBS];
   int n;

@@ -4,7 +4,6 @@
  * forward, its K/V in the pool's extra layer) and the module's own head. */
 #include <string.h>
 
-#include "backend/cpu/ops.h"
 #include "graph/forward_internal.h"
 
 di_code di_forward_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
@@ -23,8 +22,8 @@ di_code di_forward_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, con
   di_fwd_embed(f, b, f->x);
   for (int t = 0; t < T; t++) { /* [enorm(embedding); hnorm(hidden)], DeepSeek's order */
     float *c = f->cat + (size_t)t * 2 * D;
-    di_cpu_rms_norm(f->x + (size_t)t * D, w->enorm.data, c, D, hp->rms_eps);
-    di_cpu_rms_norm(hidden + (size_t)t * D, w->hnorm.data, c + D, D, hp->rms_eps);
+    f->be->rms_norm(f->x + (size_t)t * D, w->enorm.data, c, D, hp->rms_eps);
+    f->be->rms_norm(hidden + (size_t)t * D, w->hnorm.data, c + D, D, hp->rms_eps);
   }
   di_fwd_matmul(f, &w->eh_proj, f->cat, T, f->x);
   di_fwd_rope_tables(f, b);
@@ -33,7 +32,7 @@ di_code di_forward_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, con
   int n_out = 0;
   for (int t = 0; t < T; t++) {
     bool want = b->want_logits ? b->want_logits[t] : t == T - 1;
-    if (want) di_cpu_rms_norm(f->x + (size_t)t * D, w->head_norm.data, f->xn + (size_t)n_out++ * D, D, hp->rms_eps);
+    if (want) f->be->rms_norm(f->x + (size_t)t * D, w->head_norm.data, f->xn + (size_t)n_out++ * D, D, hp->rms_eps);
   }
   if (n_out) di_fwd_matmul(f, w->head.data ? &w->head : &m->output, f->xn, n_out, logits);
   return DI_OK;

@@ -115,7 +115,7 @@ typedef struct di_tensor {
   size_t row_bytes;
   const void *data;
   const char *name;
-  bool packed;         /* data in the CPU backend's packed layout (di_cpu_pack), not GGUF rows */
+  bool packed;         /* data in its backend's own layout (CPU: di_cpu_pack), not GGUF rows */
 } di_tensor;
 
 typedef struct di_layer_weights {
@@ -169,13 +169,18 @@ typedef struct di_model {
   void *owned;              /* converted tensors (safetensors BF16 etc.) */
   size_t weight_bytes;
   uint64_t n_params;
+  /* the backend whose prepare_weights readied the weights (backend/backend.h);
+   * NULL: as loaded, not yet runnable */
+  const struct di_backend *backend;
 } di_model;
 
 typedef struct di_model_opts {
   bool use_mmap; /* default false: read into (huge-page) memory, steadier here */
 } di_model_opts;
 
-/* path: a .gguf file (or first split part) or a Hugging Face directory. */
+/* path: a .gguf file (or first split part) or a Hugging Face directory. The
+ * weights stay in file layout: di_backend_load_model (backend/backend.h) also
+ * readies them for a backend. */
 di_code di_model_load(const char *path, const di_model_opts *o, di_model **out, di_status *st);
 void di_model_free(di_model *m);
 

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "check.h"
 #include "graph/forward.h"
 
@@ -88,7 +89,7 @@ typedef struct runner {
 static bool runner_open(runner *r, const char *path, int max_tokens) {
   di_status st = {0};
   memset(r, 0, sizeof *r);
-  CHECKF(di_model_load(path, NULL, &r->m, &st) == DI_OK, "%s", st.msg);
+  CHECKF(di_backend_load_model(di_backend_cpu(), path, NULL, &r->m, &st) == DI_OK, "%s", st.msg);
   if (!r->m) return false;
   di_kv_spec spec;
   di_forward_kv_spec(r->m, &spec);

@@ -3,6 +3,7 @@
 #include <jansson.h>
 #include <math.h>
 
+#include "backend/backend.h"
 #include "check.h"
 #include "graph/forward.h"
 
@@ -28,7 +29,7 @@ typedef struct runner {
 static void runner_open(runner *r, const char *path, int chunk, di_kv_type kvt) {
   di_status st = {0};
   memset(r, 0, sizeof *r);
-  CHECKF(di_model_load(path, NULL, &r->m, &st) == DI_OK, "%s", st.msg);
+  CHECKF(di_backend_load_model(di_backend_cpu(), path, NULL, &r->m, &st) == DI_OK, "%s", st.msg);
   if (!r->m) return;
   const di_hparams *hp = &r->m->hp;
   CHECK(di_kv_pool_create(&r->kv, 64 * di_kv_block_bytes(16, hp->n_layer, hp->n_head_kv * hp->head_dim, kvt), 16,

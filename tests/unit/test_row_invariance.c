@@ -11,6 +11,7 @@
  * thread; then the scalar path is compared with the SIMD one. */
 #include <math.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/quant.h"
@@ -20,7 +21,7 @@
 
 /* Ten sequences, eight past one 64-position attention tile: a decode-like batch
  * (one token of each) has enough tokens for attention to share them between
- * threads by whole tokens (graph/attention.c). */
+ * threads by whole tokens (backend/cpu/attention.c). */
 #define NSEQ 10
 static const int seq_len[NSEQ] = {41, 23, 100, 81, 90, 96, 120, 85, 88, 110};
 static int32_t seq_ids[NSEQ][128];
@@ -178,7 +179,7 @@ static void run(ctx *c, int threads, int chunk, int mode, bool split, float *out
 static void check_type(const char *path, di_dtype t, int mode) {
   ctx c = {0};
   di_status st = {0};
-  CHECKF(di_model_load(path, NULL, &c.m, &st) == DI_OK, "%s", st.msg);
+  CHECKF(di_backend_load_model(di_backend_cpu(), path, NULL, &c.m, &st) == DI_OK, "%s", st.msg);
   if (!c.m) return;
   if (mode == 1) requantize(c.m, t);
   if (mode == 2) synth_model(c.m, t);

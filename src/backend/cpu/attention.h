@@ -1,21 +1,20 @@
-/* Attention of one layer over the paged KV cache for a whole batch: the
- * scheduling side of backend/cpu/attn.h. Each (token, head, tile) yields a
- * partial softmax state, merged per (token, head) in tile order, so a token's
- * result does not depend on the batch around it (row invariance). Work is
+/* The CPU backend's attention op (di_backend.attn): one layer over the paged
+ * KV cache for a whole batch, the scheduling side of backend/cpu/attn.h. Each
+ * (token, head, tile) yields a partial softmax state, merged per (token, head)
+ * in tile order, so a token's result does not depend on the batch around it (row invariance). Work is
  * handed out in units of one tile and one KV head for a run of tokens of one
  * sequence that all see that whole tile: their query heads read its K/V once. */
-#ifndef DI_GRAPH_ATTENTION_H
-#define DI_GRAPH_ATTENTION_H
+#ifndef DI_BACKEND_CPU_ATTENTION_H
+#define DI_BACKEND_CPU_ATTENTION_H
 
 #include <stdbool.h>
 
+#include "backend/backend.h"
 #include "graph/batch.h"
 #include "kv/pool.h"
 #include "model/model.h"
 #include "util/status.h"
 #include "util/threadpool.h"
-
-typedef struct di_attn_sched di_attn_sched;
 
 di_attn_sched *di_attn_sched_create(int max_tokens);
 void di_attn_sched_free(di_attn_sched *s);

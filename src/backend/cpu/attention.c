@@ -11,7 +11,7 @@
  * one group call over the rows up to the unit's last position, each query
  * stopping at its own. Every query still gets the bits of its own single
  * tile, so grouping is invisible in the results. */
-#include "graph/attention.h"
+#include "backend/cpu/attention.h"
 
 #include <math.h>
 #include <stdbool.h>

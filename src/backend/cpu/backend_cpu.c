@@ -1,0 +1,87 @@
+/* The CPU backend as a di_backend (backend/backend.h): the kernels of
+ * matmul.h, ops.h, attention.h and route.h behind one table. The few ops
+ * that were loops in graph/ (MoE gather and scatter, MLA's absorbed
+ * products) live here with the same loops, so the bits do not move. */
+#include "backend/cpu/backend_cpu.h"
+
+#include <string.h>
+
+#include "backend/cpu/attention.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/route.h"
+
+static void cpu_matmul(const di_tensor *w, const void *xq, int64_t M, float *Y, int64_t ldy, int64_t n0,
+                       int64_t n1) {
+  if (w->packed) di_cpu_matmul_packed(w->type, w->data, w->ne[1], xq, M, w->ne[0], Y, ldy, n0, n1);
+  else di_cpu_matmul(w->type, w->data, w->row_bytes, xq, M, w->ne[0], Y, ldy, n0, n1);
+}
+
+static void cpu_free_weights(di_model *m) { (void)m; /* packing is in place, absorption in the model's own buffers */ }
+
+static void cpu_get_row(const di_tensor *w, int64_t row, float *dst) {
+  if (w->packed) di_cpu_packed_dequant_row(w->type, w->data, w->ne[1], w->ne[0], row, dst);
+  else di_cpu_dequant_row(w->type, (const uint8_t *)w->data + (size_t)row * w->row_bytes, dst, w->ne[0]);
+}
+
+static void cpu_gather_rows(float *dst, const float *src, const int32_t *rows, int n, int D) {
+  for (int r = 0; r < n; r++) memcpy(dst + (size_t)r * D, src + (size_t)rows[r] * D, (size_t)D * sizeof(float));
+}
+
+static void cpu_scatter_add(float *acc, const float *y, const int32_t *rows, const float *w, int n, int D) {
+  for (int r = 0; r < n; r++) {
+    const float wr = w[r], *yr = y + (size_t)r * D;
+    float *a = acc + (size_t)rows[r] * D;
+    for (int i = 0; i < D; i++) a[i] += wr * yr[i];
+  }
+}
+
+/* rows of W_k scaled and summed in row order */
+static void cpu_mla_absorb_q(const float *q_nope, const float *wk, int nope, int kvl, float *qm) {
+  for (int i = 0; i < kvl; i++) qm[i] = 0;
+  for (int d = 0; d < nope; d++) {
+    const float qd = q_nope[d], *w = wk + (size_t)d * kvl;
+    for (int i = 0; i < kvl; i++) qm[i] += qd * w[i];
+  }
+}
+
+static void cpu_mla_out(const float *a, const float *wv, int vd, int kvl, float *o) {
+  for (int e = 0; e < vd; e++) {
+    const float *w = wv + (size_t)e * kvl;
+    float s = 0;
+    for (int i = 0; i < kvl; i++) s += w[i] * a[i];
+    o[e] = s;
+  }
+}
+
+static const di_backend cpu_backend = {
+    .name = "cpu",
+    .dtype_supported = di_cpu_dtype_supported,
+    .prepare_weights = di_cpu_prepare_weights,
+    .free_weights = cpu_free_weights,
+    .act_bytes = di_cpu_act_bytes,
+    .act_format = di_cpu_act_format,
+    .act_prepare = di_cpu_act_prepare,
+    .matmul = cpu_matmul,
+    .wide_gemm = di_cpu_amx_active,
+    .get_row = cpu_get_row,
+    .dequant_row = di_cpu_dequant_row,
+    .gather_rows = cpu_gather_rows,
+    .scatter_add = cpu_scatter_add,
+    .rms_norm = di_cpu_rms_norm,
+    .rms_norm_rows = di_cpu_rms_norm_rows,
+    .rope = di_cpu_rope,
+    .rope_cache = di_cpu_rope_cache,
+    .glu = di_cpu_glu,
+    .add = di_cpu_add,
+    .softcap = di_cpu_softcap,
+    .kv_store = di_cpu_kv_store,
+    .attn_create = di_attn_sched_create,
+    .attn_free = di_attn_sched_free,
+    .attn = di_attn_run,
+    .mla_absorb_q = cpu_mla_absorb_q,
+    .mla_out = cpu_mla_out,
+    .moe_route = di_cpu_moe_route,
+};
+
+const di_backend *di_backend_cpu(void) { return &cpu_backend; }
