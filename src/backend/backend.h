@@ -76,6 +76,8 @@ typedef struct di_backend {
                      const float *freq_factors);
   /* g[i] = act(g[i]) * u[i] */
   void (*glu)(float *g, const float *u, int n, di_act act);
+  /* DeepSeek-V4's clipped SwiGLU: g[i] = SiLU(min(g[i], limit)) * clamp(u[i], ±limit). */
+  void (*glu_clip)(float *g, const float *u, size_t n, float limit);
   void (*add)(float *x, const float *y, int n);
   void (*softcap)(float *x, int n, float cap);
   /* n floats into the KV cache's element type at dst. */

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/ops.h"
 #include "graph/dsv4.h"
 
 static float *row_at(const stage_ctx *c, int t, int pos) {
@@ -35,13 +34,13 @@ static int layer_rate(const di_hparams *hp, const di_layer_weights *L) {
 }
 
 /* RoPE on the trailing rd dims of x; inverse: the conjugate rotation */
-static void rope_tail(float *x, int dim, const float *cs, int rd, bool inverse) {
+static void rope_tail(const di_backend *be, float *x, int dim, const float *cs, int rd, bool inverse) {
   float ncs[2 * 1024];
   if (inverse) {
     for (int i = 0; i < rd / 2; i++) ncs[2 * i] = cs[2 * i], ncs[2 * i + 1] = -cs[2 * i + 1];
     cs = ncs;
   }
-  di_cpu_rope(x + dim - rd, cs, rd, DI_ROPE_NORM);
+  be->rope(x + dim - rd, cs, rd, DI_ROPE_NORM);
 }
 
 static void rms_unweighted(float *x, int n, float eps) {
@@ -54,7 +53,7 @@ static void rms_unweighted(float *x, int n, float eps) {
 static void st_qa_norm(stage_ctx *c, int t) {
   const di_hparams *hp = &c->f->m->hp;
   float *qa = c->f->v4->qa + (size_t)t * hp->q_lora_rank;
-  di_cpu_rms_norm(qa, c->L->q_a_norm.data, qa, hp->q_lora_rank, hp->rms_eps);
+  c->f->be->rms_norm(qa, c->L->q_a_norm.data, qa, hp->q_lora_rank, hp->rms_eps);
 }
 
 /* queries normed and roped; this position's row into the pool */
@@ -68,11 +67,11 @@ static void st_store(stage_ctx *c, int t) {
   for (int h = 0; h < H; h++) {
     float *q = f->q + ((size_t)t * H + h) * hd;
     rms_unweighted(q, hd, hp->rms_eps);
-    rope_tail(q, hd, cs, rd, false);
+    rope_tail(c->f->be, q, hd, cs, rd, false);
   }
   float *row = row_at(c, t, p);
-  di_cpu_rms_norm(f->v4->kvp + (size_t)t * hd, L->kv_norm.data, row + lay.kv, hd, hp->rms_eps);
-  rope_tail(row + lay.kv, hd, cs, rd, false);
+  f->be->rms_norm(f->v4->kvp + (size_t)t * hd, L->kv_norm.data, row + lay.kv, hd, hp->rms_eps);
+  rope_tail(c->f->be, row + lay.kv, hd, cs, rd, false);
   if (L->v4_attn == DI_V4_SWA) return;
   const int cw = lay.c * hd, slot = p % layer_rate(hp, L);
   const float *ape = (const float *)L->cmp_ape.data + (size_t)slot * cw;
@@ -87,7 +86,8 @@ static void st_store(stage_ctx *c, int t) {
     row[lay.ikv + i] = f->v4->ikv[(size_t)t * iw + i];
     row[lay.ig + i] = f->v4->ig[(size_t)t * iw + i] + iape[i];
   }
-  for (int h = 0; h < hp->v4.idx_heads; h++) rope_tail(f->v4->iq + ((size_t)t * hp->v4.idx_heads + h) * id, id, cs, rd, false);
+  for (int h = 0; h < hp->v4.idx_heads; h++)
+    rope_tail(c->f->be, f->v4->iq + ((size_t)t * hp->v4.idx_heads + h) * id, id, cs, rd, false);
 }
 
 /* Window w's compressed row of width dim: per channel, softmax over the
@@ -115,10 +115,10 @@ static void compress_window(const stage_ctx *c, int t, int w, int rate, int dim,
       }
     }
   for (int ch = 0; ch < dim; ch++) acc[ch] /= den[ch];
-  di_cpu_rms_norm(acc, norm_w, out, dim, hp->rms_eps);
+  c->f->be->rms_norm(acc, norm_w, out, dim, hp->rms_eps);
   float cs[2 * 1024];
-  di_cpu_rope_cache(cs, w * rate, rd, hp->rope_base, hp, true, NULL);
-  rope_tail(out, dim, cs, rd, false);
+  c->f->be->rope_cache(cs, w * rate, rd, hp->rope_base, hp, true, NULL);
+  rope_tail(c->f->be, out, dim, cs, rd, false);
   free(mx);
 }
 
@@ -213,7 +213,7 @@ static void st_attend(stage_ctx *c, int t) {
       for (int i = 0; i < hd; i++) o[i] += e * keys[j][i];
     }
     for (int i = 0; i < hd; i++) o[i] /= den;
-    rope_tail(o, hd, cs, rd, true); /* V carries the keys' rope: rotate it back at the query's position */
+    rope_tail(c->f->be, o, hd, cs, rd, true); /* V carries the keys' rope: rotate it back at the query's position */
   }
   free(sel), free(scr), free(keys), free(s);
 }

@@ -9,7 +9,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend/cpu/ops.h"
 #include "graph/dsv4.h"
 
 static float score(di_moe_score f, float x) {
@@ -45,15 +44,6 @@ static void st_route(stage_ctx *c, int t) {
   memset(f->acc + (size_t)t * hp->n_embd, 0, (size_t)hp->n_embd * sizeof(float));
 }
 
-/* clipped SwiGLU of n rows of width F in f->gate / f->up */
-static void glu_clip(const di_hparams *hp, float *g, const float *u, size_t n) {
-  const float lim = hp->v4.swiglu_limit;
-  for (size_t i = 0; i < n; i++) {
-    float a = g[i] > lim ? lim : g[i], b = u[i] > lim ? lim : u[i] < -lim ? -lim : u[i];
-    g[i] = di_cpu_silu_mul1(a, b);
-  }
-}
-
 void di_fwd_v4_ffn(stage_ctx *sc) {
   di_forward_ctx *f = sc->f;
   const di_hparams *hp = &f->m->hp;
@@ -75,7 +65,7 @@ void di_fwd_v4_ffn(stage_ctx *sc) {
     const di_tensor *gu[] = {&L->exp_gate[e], &L->exp_up[e]};
     float *gy[] = {f->gate, f->up};
     di_fwd_matmul_n(f, gu, gy, 2, f->xg, M);
-    glu_clip(hp, f->gate, f->up, (size_t)M * F);
+    f->be->glu_clip(f->gate, f->up, (size_t)M * F, hp->v4.swiglu_limit);
     di_fwd_matmul(f, &L->exp_down[e], f->gate, M, f->eo);
     for (int i = 0; i < M; i++) {
       float *acc = f->acc + (size_t)f->bucket[i] * D;
@@ -86,7 +76,7 @@ void di_fwd_v4_ffn(stage_ctx *sc) {
   const di_tensor *gu[] = {&L->sh_gate, &L->sh_up};
   float *gy[] = {f->gate, f->up};
   di_fwd_matmul_n(f, gu, gy, 2, f->xn, T);
-  glu_clip(hp, f->gate, f->up, (size_t)T * F);
+  f->be->glu_clip(f->gate, f->up, (size_t)T * F, hp->v4.swiglu_limit);
   di_fwd_matmul(f, &L->sh_down, f->gate, T, f->tmp);
   for (size_t i = 0; i < (size_t)T * D; i++) f->tmp[i] += f->acc[i];
 }

@@ -9,8 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/matmul.h"
-#include "backend/cpu/ops.h"
 #include "graph/dsv4.h"
 
 v4_layout di_v4_layout(const di_hparams *hp, di_v4_attn kind) {
@@ -141,7 +139,7 @@ static void st_hc_pre(stage_ctx *c, int t) {
     for (int j = 0; j < N; j++) a += pre[j] * X[(size_t)j * D + d];
     x[d] = a;
   }
-  di_cpu_rms_norm(x, s->norm->data, f->xn + (size_t)t * D, D, hp->rms_eps);
+  f->be->rms_norm(x, s->norm->data, f->xn + (size_t)t * D, D, hp->rms_eps);
 }
 
 /* streams <- post * out + comb^T streams */
@@ -190,8 +188,8 @@ static void st_ropes(stage_ctx *c, int t) {
   di_forward_ctx *f = c->f;
   const di_hparams *hp = &f->m->hp;
   const int rd = hp->rope_dim;
-  di_cpu_rope_cache(f->v4->rope_m + (size_t)t * rd, c->b->pos[t], rd, hp->v4.rope_theta_main, hp, false, NULL);
-  di_cpu_rope_cache(f->v4->rope_c + (size_t)t * rd, c->b->pos[t], rd, hp->rope_base, hp, true, NULL);
+  f->be->rope_cache(f->v4->rope_m + (size_t)t * rd, c->b->pos[t], rd, hp->v4.rope_theta_main, hp, false, NULL);
+  f->be->rope_cache(f->v4->rope_c + (size_t)t * rd, c->b->pos[t], rd, hp->rope_base, hp, true, NULL);
 }
 
 di_code di_fwd_v4(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
@@ -204,8 +202,7 @@ di_code di_fwd_v4(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *l
   di_code rc;
   for (int t = 0; t < T; t++) {
     float *x = f->v4->X + (size_t)t * N * D;
-    di_cpu_dequant_row(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)b->tokens[t] * m->tok_embd.row_bytes,
-                       x, D);
+    f->be->get_row(&m->tok_embd, b->tokens[t], x);
     for (int j = 1; j < N; j++) memcpy(x + (size_t)j * D, x, (size_t)D * sizeof(float));
   }
   stage_ctx sc = {.f = f, .kv = kv, .b = b};
@@ -231,7 +228,7 @@ di_code di_fwd_v4(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *l
   for (int t = 0; t < T; t++) {
     bool want = b->want_logits ? b->want_logits[t] : t == T - 1;
     if (!want) continue;
-    di_cpu_rms_norm(f->x + (size_t)t * D, m->output_norm.data, f->xn + (size_t)n_out * D, D, hp->rms_eps);
+    f->be->rms_norm(f->x + (size_t)t * D, m->output_norm.data, f->xn + (size_t)n_out * D, D, hp->rms_eps);
     n_out++;
   }
   if (n_out) di_fwd_matmul(f, &m->output, f->xn, n_out, logits);

@@ -1,7 +1,7 @@
 /* The CPU backend as a di_backend (backend/backend.h): the kernels of
  * matmul.h, ops.h, attention.h and route.h behind one table. The few ops
  * that were loops in graph/ (MoE gather and scatter, MLA's absorbed
- * products) live here with the same loops, so the bits do not move. */
+ * products, V4's clipped SwiGLU) live here with the same loops, so the bits do not move. */
 #include "backend/cpu/backend_cpu.h"
 
 #include <string.h>
@@ -33,6 +33,13 @@ static void cpu_scatter_add(float *acc, const float *y, const int32_t *rows, con
     const float wr = w[r], *yr = y + (size_t)r * D;
     float *a = acc + (size_t)rows[r] * D;
     for (int i = 0; i < D; i++) a[i] += wr * yr[i];
+  }
+}
+
+static void cpu_glu_clip(float *g, const float *u, size_t n, float lim) {
+  for (size_t i = 0; i < n; i++) {
+    float a = g[i] > lim ? lim : g[i], b = u[i] > lim ? lim : u[i] < -lim ? -lim : u[i];
+    g[i] = di_cpu_silu_mul1(a, b);
   }
 }
 
@@ -73,6 +80,7 @@ static const di_backend cpu_backend = {
     .rope = di_cpu_rope,
     .rope_cache = di_cpu_rope_cache,
     .glu = di_cpu_glu,
+    .glu_clip = cpu_glu_clip,
     .add = di_cpu_add,
     .softcap = di_cpu_softcap,
     .kv_store = di_cpu_kv_store,
