@@ -66,7 +66,7 @@ def main():
     ap.add_argument("--bin", default=str(ROOT / "build" / "deepinfer"))
     ap.add_argument("--contexts", default="1024,2048,4096,8192,16384,32000",
                     help="prompt lengths in tokens (the model's context must hold each plus 2)")
-    ap.add_argument("--checkpoints", default="1024,2048,4096,8192", help="values of --swa-checkpoint to measure")
+    ap.add_argument("--checkpoints", default="1024,2048,4096,8192", help="values of --swa-checkpoint to measure ('' for none)")
     ap.add_argument("--kv-mem", default="1200M")
     ap.add_argument("--threads", default="2")
     ap.add_argument("--llama-server", help="llama-server binary to compare")
@@ -74,7 +74,7 @@ def main():
     ns = [int(x) for x in a.contexts.split(",")]
     rng = random.Random(36)
     doc = [rng.randrange(100, 200000) for _ in range(max(ns))]
-    configs = {f"ours C={c}": ["--swa-checkpoint", c] for c in a.checkpoints.split(",")}
+    configs = {f"ours C={c}": ["--swa-checkpoint", c] for c in a.checkpoints.split(",") if c}
     configs["ours --no-replay"] = ["--no-replay"]  # window + chunk only: what checkpoints add on top
     configs["ours --swa-full"] = ["--swa-full"]
     rows = {}

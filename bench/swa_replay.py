@@ -135,13 +135,14 @@ def report(name, work, ttfts, cached, replayed=None):
     """cached: per request, the prompt tokens served from cache (replayed ones included for ours)."""
     first = [t for (d, q, _), t in zip(work, ttfts) if q == 0]
     later = [t for (d, q, _), t in zip(work, ttfts) if q > 0]
-    n_doc = len(work[0][2]) - 20
-    reused = sum(1 for (d, q, _), c in zip(work, cached) if q > 0 and c >= 0.9 * n_doc)
+    n_prompt = len(work[0][2])
+    later_cached = [c for (d, q, _), c in zip(work, cached) if q > 0]
+    reused = sum(1 for c in later_cached if c >= n_prompt / 2)
     tail = f", replayed {replayed} in all" if replayed is not None else ""
     print(f"{name:>24}: cold first questions TTFT {statistics.mean(first):.2f} s, later questions "
           f"{statistics.mean(later):.2f} s ({statistics.mean(later) / statistics.mean(first):.0%} of cold); "
-          f"{reused} of {len(later)} later questions reused >= 90% of their document; "
-          f"later questions cached {sum(c for (d, q, _), c in zip(work, cached) if q > 0)} tokens{tail}", flush=True)
+          f"later questions took {statistics.mean(later_cached) / n_prompt:.0%} of their prompt from cache, "
+          f"{reused} of {len(later)} at least half{tail}", flush=True)
 
 
 def main():
