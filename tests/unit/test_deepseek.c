@@ -13,6 +13,7 @@
  * (bf16_weights_prefill). GGUF (tests/golden/deepseek/make_gguf.py writes the
  * layout llama.cpp's converter does: attn_k_b/attn_v_b, 3-D expert tensors):
  * F32 within 1e-4, Q8_0 matrices by mean difference and argmax agreement. */
+#define _GNU_SOURCE /* memmem */
 #include <jansson.h>
 #include <math.h>
 #include <sys/stat.h>
@@ -322,11 +323,66 @@ static void check_gguf(void) {
   json_decref(idx);
 }
 
+/* A copy of `src` (under dir, as `name`) whose header spells tensor `tensor`
+ * with its last byte changed (same length, so every offset holds) must fail
+ * to load (load_dir: the directory, else the file) with an error naming the tensor: a missing expert is not skipped. */
+static void check_missing(const char *src, const char *dir, const char *name, bool load_dir, const char *tensor) {
+  FILE *f = fopen(src, "rb");
+  CHECKF(f != NULL, "%s: cannot open", src);
+  if (!f) return;
+  fseek(f, 0, SEEK_END);
+  size_t n = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *d = malloc(n);
+  CHECK(d && fread(d, 1, n, f) == n);
+  fclose(f);
+  size_t tl = strlen(tensor);
+  char *at = d ? memmem(d, n < (1u << 20) ? n : (1u << 20), tensor, tl) : NULL; /* in the header */
+  CHECKF(at != NULL, "%s: tensor %s not found", src, tensor);
+  if (at) {
+    at[tl - 1] = 'X';
+    char p[800];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *o = fopen(p, "wb");
+    CHECK(o && fwrite(d, 1, n, o) == n);
+    if (o) fclose(o);
+    di_model *m = NULL;
+    di_status st = {0};
+    di_code rc = di_model_load(load_dir ? dir : p, NULL, &m, &st);
+    CHECKF(rc != DI_OK && strstr(st.msg, tensor), "%s without %s: rc %d, '%s'", src, tensor, rc, st.msg);
+    di_model_free(m);
+    unlink(p);
+  }
+  free(d);
+}
+
+/* One routed expert's matrix missing from the HF directory (one tensor per
+ * expert) and one 3-D expert tensor from the GGUF file. */
+static void check_missing_experts(bool gguf) {
+  char dir[600], p[700], q[700];
+  snprintf(dir, sizeof dir, "%s.miss%d", cache_dir, (int)getpid());
+  mkdir(dir, 0755);
+  snprintf(p, sizeof p, "%s/v3/config.json", cache_dir);
+  snprintf(q, sizeof q, "%s/config.json", dir);
+  unlink(q);
+  CHECK(symlink(p, q) == 0);
+  snprintf(p, sizeof p, "%s/v3/model.safetensors", cache_dir);
+  check_missing(p, dir, "model.safetensors", true, "model.layers.1.mlp.experts.1.down_proj.weight");
+  if (gguf) {
+    snprintf(p, sizeof p, "%s/gguf/v3-q8_0.gguf", cache_dir);
+    check_missing(p, dir, "v3.gguf", false, "blk.1.ffn_down_exps.weight");
+  }
+  unlink(q);
+  rmdir(dir);
+}
+
 int main(void) {
   if (!make_models()) return 1;
   check_config("v3");
   check_config("v2lite");
-  if (make_gguf()) check_gguf();
+  bool gguf = make_gguf();
+  if (gguf) check_gguf();
+  check_missing_experts(gguf);
   check_bad("topk_method", "\"fancy\"", "topk_method");
   check_bad("scoring_func", "\"tanh\"", "scoring_func");
   check_bad("rope_scaling", "{\"type\": \"ntk\", \"factor\": 2}", "rope_scaling");
