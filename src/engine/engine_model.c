@@ -148,6 +148,18 @@ static di_code backend_open(const char *path, const di_engine_opts *o, bool lead
     be->n_layers = n_full;
     be->n_swa_tables = (n_swa + n_full - 1) / n_full;
   }
+  /* DeepSeek-V4: compressed rows in the main table, raw rows and compressor
+   * projections in window tables (graph/dsv4.h); --swa-full keeps one row of
+   * everything per position (the reference layout). */
+  if (hp->attn_kind == DI_ATTN_DSV4 && !o->swa_full && !getenv("DI_KV_NO_GROUPS")) {
+    di_v4_geometry g;
+    di_forward_v4_geometry(hp, o->block_size > 0 ? o->block_size : 16, &g);
+    be->n_layers = 1;
+    be->kv_dim = g.unit;
+    be->policy = DI_KV_POLICY_FULL;
+    be->window = g.window;
+    be->n_swa_tables = g.n_tables;
+  }
   const int32_t *eos = NULL;
   size_t n_eos = m->tok ? di_tokenizer_eos(m->tok, &eos) : 0;
   int k = 0;

@@ -22,11 +22,30 @@
 
 #include "graph/dsv4.h"
 
-static float *row_at(const stage_ctx *c, int t, int pos) {
+/* Part `part` (V4P_*) of the current layer's values at position pos: in the
+ * window table holding its chunk (grouped), or in the position's pool row. */
+static float *part_at(const stage_ctx *c, int t, int pos, int part) {
   const di_kv_pool *kv = c->kv;
   const di_batch_seq *s = &c->b->seqs[c->b->seq[t]];
-  int32_t blk = s->blocks[pos / kv->block_size];
-  return (float *)di_kv_k(kv, blk, 0) + (size_t)(pos % kv->block_size) * (size_t)kv->kv_dim + c->f->v4->row_off;
+  const int off = c->f->v4->cur.part[part], bs = kv->block_size;
+  const size_t u = (size_t)kv->kv_dim;
+  if (c->b->n_swa_tables == 0) return (float *)di_kv_k(kv, s->blocks[pos / bs], 0) + (size_t)(pos % bs) * u + off;
+  const int32_t blk = s->swa[off / u][pos / bs];
+  return (float *)di_kv_k(kv, blk, 0) + (size_t)(pos % bs) * u + off % u;
+}
+
+/* The current layer's compressed row of window e (rate positions each); its
+ * indexer key (CSA) is at + cur.icmp. Grouped: slot e - (first window closing
+ * in the block) of the block holding the window's last position. */
+static float *cmp_at(const stage_ctx *c, int t, int e, int rate) {
+  const di_kv_pool *kv = c->kv;
+  const di_batch_seq *s = &c->b->seqs[c->b->seq[t]];
+  const v4_map *m = &c->f->v4->cur;
+  const int q = e * rate + rate - 1, bs = kv->block_size;
+  float *b = di_kv_k(kv, s->blocks[q / bs], 0);
+  if (c->b->n_swa_tables == 0) return b + (size_t)(q % bs) * (size_t)kv->kv_dim + m->main_off;
+  const int slot = e - q / bs * bs / rate;
+  return b + m->main_off + (size_t)slot * m->entry;
 }
 
 static int layer_rate(const di_hparams *hp, const di_layer_weights *L) {
@@ -69,22 +88,28 @@ static void st_store(stage_ctx *c, int t) {
     rms_unweighted(q, hd, hp->rms_eps);
     rope_tail(c->f->be, q, hd, cs, rd, false);
   }
-  float *row = row_at(c, t, p);
-  f->be->rms_norm(f->v4->kvp + (size_t)t * hd, L->kv_norm.data, row + lay.kv, hd, hp->rms_eps);
-  rope_tail(c->f->be, row + lay.kv, hd, cs, rd, false);
+  float *kvr = part_at(c, t, p, V4P_KV);
+  f->be->rms_norm(f->v4->kvp + (size_t)t * hd, L->kv_norm.data, kvr, hd, hp->rms_eps);
+  rope_tail(c->f->be, kvr, hd, cs, rd, false);
   if (L->v4_attn == DI_V4_SWA) return;
   const int cw = lay.c * hd, slot = p % layer_rate(hp, L);
   const float *ape = (const float *)L->cmp_ape.data + (size_t)slot * cw;
-  for (int i = 0; i < cw; i++) {
-    row[lay.ckv + i] = f->v4->ckv[(size_t)t * cw + i];
-    row[lay.cg + i] = f->v4->cg[(size_t)t * cw + i] + ape[i];
+  for (int sr = 0; sr < lay.c; sr++) { /* each series its own part */
+    float *ckv = part_at(c, t, p, V4P_CKV + sr), *cg = part_at(c, t, p, V4P_CG + sr);
+    for (int i = 0; i < hd; i++) {
+      ckv[i] = f->v4->ckv[(size_t)t * cw + sr * hd + i];
+      cg[i] = f->v4->cg[(size_t)t * cw + sr * hd + i] + ape[sr * hd + i];
+    }
   }
   if (L->v4_attn != DI_V4_CSA) return;
   const int id = hp->v4.idx_dim, iw = 2 * id;
   const float *iape = (const float *)L->idx_ape.data + (size_t)slot * iw;
-  for (int i = 0; i < iw; i++) {
-    row[lay.ikv + i] = f->v4->ikv[(size_t)t * iw + i];
-    row[lay.ig + i] = f->v4->ig[(size_t)t * iw + i] + iape[i];
+  for (int sr = 0; sr < 2; sr++) {
+    float *ikv = part_at(c, t, p, V4P_IKV + sr), *ig = part_at(c, t, p, V4P_IG + sr);
+    for (int i = 0; i < id; i++) {
+      ikv[i] = f->v4->ikv[(size_t)t * iw + sr * id + i];
+      ig[i] = f->v4->ig[(size_t)t * iw + sr * id + i] + iape[sr * id + i];
+    }
   }
   for (int h = 0; h < hp->v4.idx_heads; h++)
     rope_tail(c->f->be, f->v4->iq + ((size_t)t * hp->v4.idx_heads + h) * id, id, cs, rd, false);
@@ -93,24 +118,24 @@ static void st_store(stage_ctx *c, int t) {
 /* Window w's compressed row of width dim: per channel, softmax over the
  * window's gates (and, overlapping, the previous window's first series) of
  * the projected values; then the weighted RMSNorm and RoPE at w * rate. */
-static void compress_window(const stage_ctx *c, int t, int w, int rate, int dim, bool overlap, int okv, int og,
+static void compress_window(const stage_ctx *c, int t, int w, int rate, int dim, bool overlap, int pkv, int pg,
                             const float *norm_w, float *out) {
   const di_hparams *hp = &c->f->m->hp;
-  const int rd = hp->rope_dim, second = overlap ? dim : 0;
+  const int rd = hp->rope_dim, second = overlap ? 1 : 0;
   float *mx = malloc(3 * (size_t)dim * sizeof(float)), *den = mx + dim, *acc = den + dim;
   for (int ch = 0; ch < dim; ch++) mx[ch] = -INFINITY, den[ch] = 0, acc[ch] = 0;
   for (int pass = 0; pass < 2; pass++)
     for (int s = overlap && w > 0 ? -rate : 0; s < rate; s++) {
-      const float *r = row_at(c, t, w * rate + s);
-      const int o = s < 0 ? 0 : second; /* previous window: its first series; this one: its last */
+      const int sr = s < 0 ? 0 : second; /* previous window: its first series; this one: its last */
+      const float *kv = part_at(c, t, w * rate + s, pkv + sr), *gate = part_at(c, t, w * rate + s, pg + sr);
       for (int ch = 0; ch < dim; ch++) {
-        const float g = r[og + o + ch];
+        const float g = gate[ch];
         if (pass == 0) {
           if (g > mx[ch]) mx[ch] = g;
         } else {
           const float e = expf(g - mx[ch]);
           den[ch] += e;
-          acc[ch] += e * r[okv + o + ch];
+          acc[ch] += e * kv[ch];
         }
       }
     }
@@ -127,11 +152,13 @@ static void st_compress(stage_ctx *c, int t) {
   const di_layer_weights *L = c->L;
   const int p = c->b->pos[t], rate = layer_rate(hp, L);
   if ((p + 1) % rate) return;
-  const v4_layout lay = di_v4_layout(hp, L->v4_attn);
+  if (p < c->b->seqs[c->b->seq[t]].full_cached) return; /* a replay: the cached row is this one */
   const bool csa = L->v4_attn == DI_V4_CSA;
-  float *row = row_at(c, t, p);
-  compress_window(c, t, p / rate, rate, hp->head_dim, csa, lay.ckv, lay.cg, L->cmp_norm.data, row + lay.cmp);
-  if (csa) compress_window(c, t, p / rate, rate, hp->v4.idx_dim, true, lay.ikv, lay.ig, L->idx_norm.data, row + lay.icmp);
+  float *row = cmp_at(c, t, p / rate, rate);
+  compress_window(c, t, p / rate, rate, hp->head_dim, csa, V4P_CKV, V4P_CG, L->cmp_norm.data, row);
+  if (csa)
+    compress_window(c, t, p / rate, rate, hp->v4.idx_dim, true, V4P_IKV, V4P_IG, L->idx_norm.data,
+                    row + c->f->v4->cur.icmp);
 }
 
 typedef struct scored {
@@ -149,7 +176,7 @@ static int by_index(const void *a, const void *b) { return *(const int *)a - *(c
 
 /* The Lightning Indexer: of the n closed rows, the index_topk best scored
  * ones, into sel (ascending); returns how many. */
-static int indexer_select(const stage_ctx *c, int t, int n, const v4_layout *lay, int *sel, scored *sc) {
+static int indexer_select(const stage_ctx *c, int t, int n, int *sel, scored *sc) {
   const di_hparams *hp = &c->f->m->hp;
   const int IH = hp->v4.idx_heads, id = hp->v4.idx_dim, rate = hp->v4.csa_rate, k = hp->v4.idx_topk;
   if (n <= k) {
@@ -159,7 +186,7 @@ static int indexer_select(const stage_ctx *c, int t, int n, const v4_layout *lay
   const float *q = c->f->v4->iq + (size_t)t * IH * id, *wt = c->f->v4->iw + (size_t)t * IH;
   const float qs = 1.0f / sqrtf((float)id), ws = 1.0f / sqrtf((float)IH);
   for (int e = 0; e < n; e++) {
-    const float *key = row_at(c, t, e * rate + rate - 1) + lay->icmp;
+    const float *key = cmp_at(c, t, e, rate) + c->f->v4->cur.icmp;
     float s = 0;
     for (int h = 0; h < IH; h++) {
       float d = 0;
@@ -179,7 +206,6 @@ static void st_attend(stage_ctx *c, int t) {
   const di_hparams *hp = &f->m->hp;
   const di_layer_weights *L = c->L;
   const int H = hp->n_head, hd = hp->head_dim, rd = hp->rope_dim, p = c->b->pos[t], W = hp->v4.window;
-  const v4_layout lay = di_v4_layout(hp, L->v4_attn);
   const int lo = p - W + 1 > 0 ? p - W + 1 : 0, nw = p - lo + 1;
   int rate = 1, n = 0;
   if (L->v4_attn != DI_V4_SWA) rate = layer_rate(hp, L), n = (p + 1) / rate;
@@ -188,12 +214,12 @@ static void st_attend(stage_ctx *c, int t) {
   const float **keys = malloc(((size_t)nw + n) * sizeof *keys);
   float *s = malloc(((size_t)nw + n) * sizeof *s);
   int ns = 0;
-  if (L->v4_attn == DI_V4_CSA) ns = indexer_select(c, t, n, &lay, sel, scr);
+  if (L->v4_attn == DI_V4_CSA) ns = indexer_select(c, t, n, sel, scr);
   else
     for (int i = 0; i < n; i++) sel[ns++] = i;
   int nk = 0;
-  for (int j = lo; j <= p; j++) keys[nk++] = row_at(c, t, j) + lay.kv;
-  for (int i = 0; i < ns; i++) keys[nk++] = row_at(c, t, sel[i] * rate + rate - 1) + lay.cmp;
+  for (int j = lo; j <= p; j++) keys[nk++] = part_at(c, t, j, V4P_KV);
+  for (int i = 0; i < ns; i++) keys[nk++] = cmp_at(c, t, sel[i], rate);
   const float *cs = (L->v4_attn == DI_V4_SWA ? f->v4->rope_m : f->v4->rope_c) + (size_t)t * rd;
   const float scale = hp->attn_scale, *sinks = L->sinks.data;
   for (int h = 0; h < H; h++) {

@@ -10,8 +10,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Most sliding-window tables one sequence may have (see kv/table.h). */
-#define DI_KV_MAX_SWA_TABLES 8
+/* Most sliding-window tables one sequence may have (see kv/table.h;
+ * DeepSeek-V4's window rows are wide, split over up to this many). */
+#define DI_KV_MAX_SWA_TABLES 32
 
 typedef struct di_batch_seq {
   const int32_t *blocks; /* block table: blocks[i] holds positions [i*bs, (i+1)*bs) */

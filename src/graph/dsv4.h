@@ -3,6 +3,7 @@
 #ifndef DI_GRAPH_DSV4_H
 #define DI_GRAPH_DSV4_H
 
+#include "graph/forward.h"
 #include "graph/forward_internal.h"
 
 /* One pool row per position holding every layer's values side by side (f32,
@@ -21,6 +22,33 @@ typedef struct v4_layout {
 
 v4_layout di_v4_layout(const di_hparams *hp, di_v4_attn kind);
 
+/* The same values split by lifetime (the grouped cache, di_batch.n_swa_tables
+ * > 0; forward.h di_v4_geometry). Window rows: what is read only within
+ * `window` positions of where it was written (the latent row; the compressor's
+ * and indexer's projections, one part per series, which a window's row reads
+ * at most 2 * rate back), per position packed into n_tables chunks of `unit`
+ * floats, a part never across two (window table k holds chunk k). Compressed
+ * rows: in the main table's block holding the position that closes the
+ * window, at slot (entry - first entry closing in that block), each the row
+ * [hd] and for CSA the indexer key [id] after it: a block holds only the rows
+ * of the windows that close in it, so the group grows by 1/rate. */
+enum { V4P_KV = 0, V4P_CKV = 1, V4P_CG = 3, V4P_IKV = 5, V4P_IG = 7, V4P_N = 9 };
+
+typedef struct v4_map {
+  int part[V4P_N]; /* float offset of each part: in a window row (grouped), or in the pool row */
+  int main_off;    /* grouped: offset of the layer's compressed rows in a main block */
+  int entry;       /* grouped: floats per compressed row (hd, + id for CSA) */
+  int icmp;        /* the indexer key's offset from its compressed row */
+} v4_map;
+
+typedef struct v4_groups {
+  int block_size;
+  di_v4_geometry g;
+  v4_map layer[DI_V4_MAX_LAYERS];
+} v4_groups;
+
+void di_v4_groups_plan(const di_hparams *hp, int block_size, v4_groups *out);
+
 typedef struct di_v4_scratch {
   float *X;     /* [T][N*D] the hyper-connection streams (the residual) */
   float *hcn;   /* [T][N*D] streams, normalized, flattened */
@@ -29,7 +57,8 @@ typedef struct di_v4_scratch {
   float *comb;  /* [T][N*N] */
   float *qa, *kvp, *ckv, *cg, *ikv, *ig, *iw, *iq, *og, *oa, *ot;
   float *rope_m, *rope_c; /* [T][rd] main and compress (cos, sin) */
-  int row_off;            /* the current layer's offset in a position's pool row */
+  v4_map cur;             /* the current layer's value locations (ungrouped: offsets in the pool row) */
+  v4_groups *groups;      /* the grouped cache's plan for groups->block_size (NULL until needed) */
 } di_v4_scratch;
 
 /* attn_dsv4.c: the attention block of layer sc->L on f->xn: f->tmp ([T][D]). */

@@ -236,10 +236,13 @@ di_code di_fwd_check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const 
   di_forward_kv_spec(f->m, &spec);
   /* an MTP module's cache is one more layer after the main ones (--spec mtp) */
   bool mtp_layer = f->m->mtp && !grouped && kv->n_layers == hp->n_layer + 1;
-  if (kv->kv_dim != spec.kv_dim || kv->v_in_k != spec.v_in_k ||
-      (!grouped && kv->n_layers != spec.n_layers && !mtp_layer) ||
-      (grouped && (kv->n_layers != hp->n_layer - n_swa || b->n_swa_tables > DI_KV_MAX_SWA_TABLES ||
-                   b->n_swa_tables * kv->n_layers < n_swa)))
+  /* (DeepSeek-V4's grouped cache has its own geometry: checked by its forward) */
+  bool v4_grouped = grouped && hp->attn_kind == DI_ATTN_DSV4 && b->n_swa_tables <= DI_KV_MAX_SWA_TABLES;
+  if (!v4_grouped &&
+      (kv->kv_dim != spec.kv_dim || kv->v_in_k != spec.v_in_k ||
+       (!grouped && kv->n_layers != spec.n_layers && !mtp_layer) ||
+       (grouped && (kv->n_layers != hp->n_layer - n_swa || b->n_swa_tables > DI_KV_MAX_SWA_TABLES ||
+                    b->n_swa_tables * kv->n_layers < n_swa))))
     return di_errorf(st, DI_ERR_INVALID, "forward: KV pool geometry does not match the model");
   for (int t = 0; t < b->n_tokens; t++) {
     if (b->tokens[t] < 0 || b->tokens[t] >= hp->n_vocab)

@@ -20,6 +20,18 @@ void di_forward_kv_spec(const di_model *m, di_kv_spec *s);
 /* DeepSeek-V4: the values a layer of this kind keeps per position (graph/dsv4.h). */
 int di_forward_v4_row_values(const di_hparams *hp, di_v4_attn kind);
 
+/* DeepSeek-V4's grouped cache (graph/dsv4.h) for pool blocks of block_size
+ * positions: a pool of one layer of `unit` floats per position
+ * (di_kv_spec kv_dim, v_in_k, f32), whose sequences have a main FULL table of
+ * compressed rows (`main_floats` of each block used) and `n_tables` WINDOW
+ * tables keeping `window` positions of raw rows and compressor projections
+ * (`window_floats` per position, of n_tables * unit). */
+typedef struct di_v4_geometry {
+  int unit, n_tables, window;
+  int main_floats, window_floats;
+} di_v4_geometry;
+void di_forward_v4_geometry(const di_hparams *hp, int block_size, di_v4_geometry *g);
+
 /* Runs one batch: writes K/V of every token into kv, and the logits of the
  * tokens with want_logits (in batch order) into logits[n_out][n_vocab].
  * Row invariant: a token's logits do not depend on the rest of the batch. */

@@ -30,6 +30,117 @@ static int row_offset(const di_hparams *hp, int il) {
   return o;
 }
 
+static int rate_of(const di_hparams *hp, int il) {
+  return hp->v4.attn[il] == DI_V4_CSA ? hp->v4.csa_rate : hp->v4.hca_rate;
+}
+
+/* Packs every layer's window parts into chunks of `unit` floats (a part
+ * never across two); returns the floats the packing spans. */
+static int pack_window(const di_hparams *hp, int unit, v4_groups *out) {
+  const int hd = hp->head_dim, id = hp->v4.idx_dim;
+  int o = 0;
+  for (int il = 0; il < hp->n_layer; il++) {
+    v4_map *m = &out->layer[il];
+    const int kind = hp->v4.attn[il], c = kind == DI_V4_CSA ? 2 : 1;
+    int size[V4P_N];
+    for (int p = 0; p < V4P_N; p++) size[p] = 0;
+    size[V4P_KV] = hd;
+    if (kind != DI_V4_SWA)
+      for (int sr = 0; sr < c; sr++) size[V4P_CKV + sr] = size[V4P_CG + sr] = hd;
+    if (kind == DI_V4_CSA)
+      for (int sr = 0; sr < 2; sr++) size[V4P_IKV + sr] = size[V4P_IG + sr] = id;
+    for (int p = 0; p < V4P_N; p++) {
+      m->part[p] = -1;
+      if (!size[p]) continue;
+      if (o % unit + size[p] > unit) o = (o / unit + 1) * unit;
+      m->part[p] = o;
+      o += size[p];
+    }
+  }
+  return o;
+}
+
+void di_v4_groups_plan(const di_hparams *hp, int bs, v4_groups *out) {
+  const int hd = hp->head_dim, id = hp->v4.idx_dim;
+  memset(out, 0, sizeof *out);
+  out->block_size = bs;
+  di_v4_geometry *g = &out->g;
+  int main = 0, window = hp->v4.window;
+  for (int il = 0; il < hp->n_layer; il++) {
+    v4_map *m = &out->layer[il];
+    const int kind = hp->v4.attn[il], rate = rate_of(hp, il);
+    m->main_off = -1;
+    if (kind == DI_V4_SWA) continue;
+    m->entry = hd + (kind == DI_V4_CSA ? id : 0);
+    m->icmp = hd;
+    m->main_off = main;
+    main += (bs + rate - 1) / rate * m->entry; /* the most windows that close in one block */
+    const int reach = kind == DI_V4_CSA ? 2 * rate : rate; /* the positions a window's row reads */
+    if (reach > window) window = reach;
+  }
+  g->main_floats = main;
+  g->window = window;
+  /* A block is `unit` floats per position: the main table's rows need
+   * main/bs of them, a window part a whole chunk; wider when the window rows
+   * would need more tables than a sequence may have. */
+  const int part = hd > id ? hd : id;
+  int unit = (main + bs - 1) / bs;
+  if (unit < part) unit = part;
+  unit = (unit + part - 1) / part * part;
+  for (;; unit += part) {
+    g->window_floats = pack_window(hp, unit, out);
+    g->n_tables = (g->window_floats + unit - 1) / unit;
+    if (g->n_tables <= DI_KV_MAX_SWA_TABLES) break;
+  }
+  g->unit = unit;
+}
+
+void di_forward_v4_geometry(const di_hparams *hp, int block_size, di_v4_geometry *g) {
+  v4_groups *p = malloc(sizeof *p);
+  memset(g, 0, sizeof *g);
+  if (!p) return;
+  di_v4_groups_plan(hp, block_size, p);
+  *g = p->g;
+  free(p);
+}
+
+/* Where layer il's values are: the grouped plan's map, or (one pool row per
+ * position) offsets in the row. */
+static void layer_map(di_forward_ctx *f, const di_batch *b, int il) {
+  const di_hparams *hp = &f->m->hp;
+  di_v4_scratch *v = f->v4;
+  if (b->n_swa_tables > 0) {
+    v->cur = v->groups->layer[il];
+    return;
+  }
+  const int hd = hp->head_dim, id = hp->v4.idx_dim, o = row_offset(hp, il);
+  const v4_layout lay = di_v4_layout(hp, (di_v4_attn)hp->v4.attn[il]);
+  v4_map *m = &v->cur;
+  for (int p = 0; p < V4P_N; p++) m->part[p] = -1;
+  m->part[V4P_KV] = o + lay.kv;
+  m->main_off = -1;
+  if (lay.ckv < 0) return;
+  for (int sr = 0; sr < lay.c; sr++) m->part[V4P_CKV + sr] = o + lay.ckv + sr * hd, m->part[V4P_CG + sr] = o + lay.cg + sr * hd;
+  m->main_off = o + lay.cmp;
+  if (lay.ikv < 0) return;
+  for (int sr = 0; sr < 2; sr++) m->part[V4P_IKV + sr] = o + lay.ikv + sr * id, m->part[V4P_IG + sr] = o + lay.ig + sr * id;
+  m->icmp = lay.icmp - lay.cmp;
+}
+
+/* The grouped cache's plan for the pool's block size; its geometry must be the pool's and the batch's. */
+static di_code groups_check(di_forward_ctx *f, const di_kv_pool *kv, const di_batch *b, di_status *st) {
+  di_v4_scratch *v = f->v4;
+  if (!v->groups && !(v->groups = calloc(1, sizeof *v->groups))) return di_errorf(st, DI_ERR_NOMEM, "forward: out of memory");
+  if (v->groups->block_size != kv->block_size) di_v4_groups_plan(&f->m->hp, kv->block_size, v->groups);
+  const di_v4_geometry *g = &v->groups->g;
+  if (kv->n_layers != 1 || kv->kv_dim != g->unit || !kv->v_in_k || b->n_swa_tables != g->n_tables)
+    return di_errorf(st, DI_ERR_INVALID,
+                     "forward: DeepSeek-V4's grouped KV needs a pool of 1 layer x %d values and %d window tables "
+                     "(got %d x %d, %d tables)",
+                     g->unit, g->n_tables, kv->n_layers, kv->kv_dim, b->n_swa_tables);
+  return DI_OK;
+}
+
 /* One pool "layer" whose row is every layer's values side by side: each
  * kind takes only its own width (a sliding layer's row is 1/6 of a CSA one's). */
 void di_fwd_v4_kv_spec(const di_model *m, di_kv_spec *s) {
@@ -72,7 +183,7 @@ void di_fwd_v4_free(di_forward_ctx *f) {
   if (!v) return;
   free(v->X), free(v->hcn), free(v->mix), free(v->post), free(v->comb), free(v->qa), free(v->kvp), free(v->ckv);
   free(v->cg), free(v->ikv), free(v->ig), free(v->iw), free(v->iq), free(v->og), free(v->oa), free(v->rope_m);
-  free(v->rope_c), free(v->ot);
+  free(v->rope_c), free(v->ot), free(v->groups);
   free(v);
   f->v4 = NULL;
 }
@@ -196,10 +307,10 @@ di_code di_fwd_v4(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *l
   const di_model *m = f->m;
   const di_hparams *hp = &m->hp;
   const int T = b->n_tokens, D = hp->n_embd, N = hp->v4.hc_mult;
-  if (kv->type != DI_KV_F32 || b->n_swa_tables)
-    return di_errorf(st, DI_ERR_INVALID, "forward: DeepSeek-V4 needs an f32 KV pool without window tables");
+  if (kv->type != DI_KV_F32) return di_errorf(st, DI_ERR_INVALID, "forward: DeepSeek-V4 needs an f32 KV pool");
   if (N > 16) return di_errorf(st, DI_ERR_UNSUPPORTED, "forward: hc_mult %d over 16", N);
   di_code rc;
+  if (b->n_swa_tables > 0 && (rc = groups_check(f, kv, b, st))) return rc;
   for (int t = 0; t < T; t++) {
     float *x = f->v4->X + (size_t)t * N * D;
     f->be->get_row(&m->tok_embd, b->tokens[t], x);
@@ -211,7 +322,7 @@ di_code di_fwd_v4(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *l
     const di_layer_weights *L = &m->layers[il];
     sc.L = L;
     sc.loc = (kv_loc){-1, 0};
-    f->v4->row_off = row_offset(hp, il);
+    layer_map(f, b, il);
     hc_site as = {&L->hc_attn_fn, &L->hc_attn_base, &L->hc_attn_scale, &L->attn_norm};
     hc_pre(&sc, &as);
     if ((rc = di_fwd_v4_attn(&sc, il, st))) return rc;

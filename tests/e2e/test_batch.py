@@ -68,7 +68,7 @@ def greedy_lines(ps, max_tokens, **extra):
                            **extra}) for i, p in enumerate(ps)]
 
 
-def check_determinism(tmp_path, model, n, max_tokens):
+def check_determinism(tmp_path, model, n, max_tokens, probe_pool=False):
     lines = greedy_lines(prompts(n), max_tokens)
     ref_res, _ = run_batch(tmp_path, model, lines, "--concurrency", 1, tag="one")
     ref = ids_by_id(ref_res)
@@ -82,6 +82,9 @@ def check_determinism(tmp_path, model, n, max_tokens):
     # with n running at once, preemption must happen.
     longest = max(r["response"]["body"]["usage"]["total_tokens"] for r in ref_res)
     tiny = str(st["kv_block_bytes"] // st["kv_block_size"] * 4 * (2 * (longest + 3) // 4 + 2))
+    if probe_pool:  # window tables (DeepSeek-V4's grouped cache): two sequences' measured peak in 4-token blocks
+        _, one = run_batch(tmp_path, model, lines, "--concurrency", 1, "--block-size", 4, tag="probe")
+        tiny = str(one["kv_block_bytes"] * (2 * one["kv_blocks_high_water"] + 2))
     got, st = run_batch(tmp_path, model, lines, "--concurrency", n, "--block-size", 4, "--kv-mem", tiny, tag="tiny")
     assert ids_by_id(got) == ref
     assert st["preemptions"] > 0

@@ -44,7 +44,7 @@ def v4():
 
 def test_determinism_deepseek_v4(tmp_path, v4):
     need(v4)
-    check_determinism(tmp_path, v4, 8, 12)
+    check_determinism(tmp_path, v4, 8, 12, probe_pool=True)
 
 
 def test_prefix_cache_deepseek_v4(tmp_path, v4):
