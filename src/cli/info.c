@@ -24,10 +24,10 @@ static void count_dtype(int counts[DI_DTYPE_COUNT], const di_tensor *t) {
 
 static void count_each(di_tensor *t, void *u) { count_dtype(u, t); }
 
-/* DeepSeek-V4: what each layer kind keeps per position in the one f32 pool
- * row (graph/dsv4.h), the pool's bytes at 8K / 128K / 1M tokens, and what the
- * grouped cache of the issue (window ring + compressed rows + indexer keys)
- * would hold instead. */
+/* DeepSeek-V4: what each layer kind keeps per position, and the KV at 8K /
+ * 128K / 1M tokens of one sequence in the engine's grouped cache (graph/dsv4.h:
+ * compressed rows in the main table, the window tables' ring; 16-position
+ * blocks, no checkpoints) beside the one-row-per-position layout (--swa-full). */
 static void info_v4(const di_model *m, const di_kv_spec *spec) {
   const di_hparams *hp = &m->hp;
   int n[3] = {0, 0, 0};
@@ -38,15 +38,24 @@ static void info_v4(const di_model *m, const di_kv_spec *spec) {
          hp->v4.hc_mult);
   for (int k = 0; k < 3; k++)
     if (n[k]) printf("KV row %-7s  %d layers x %d values\n", names[k], n[k], di_forward_v4_row_values(hp, (di_v4_attn)k));
+  const int bs = 16;
+  di_v4_geometry g;
+  di_forward_v4_geometry(hp, bs, &g);
+  const double block = 4.0 * bs * g.unit, main_tok = block / bs;
+  /* the compressed rows alone, without the block's slots for windows that close elsewhere */
+  const double rows_tok = 4.0 * (n[1] * (double)(hp->head_dim + hp->v4.idx_dim) / hp->v4.csa_rate +
+                                 n[2] * (double)hp->head_dim / hp->v4.hca_rate);
+  const int win_blocks = (g.window - 1 + bs - 1) / bs + 1;
+  const double win = (double)g.n_tables * win_blocks * block;
+  printf("KV groups:      compressed %.0f B/token (rows %.1f B/token); window %d tables x %d floats = %.0f B/position, "
+         "%d positions kept: %.1f KiB per sequence\n",
+         main_tok, rows_tok, g.n_tables, g.unit, 4.0 * g.n_tables * g.unit, g.window, win / 1024.0);
   const long ctxs[3] = {8192, 131072, 1048576};
   for (int i = 0; i < 3; i++) {
     double pool = (double)di_kv_spec_block_bytes(spec, 1) * ctxs[i];
-    /* grouped: window rows per layer, plus per CSA layer (hd + id) per 4 positions, per HCA layer hd per 128 */
-    double grouped = 4.0 * ((double)hp->n_layer * hp->v4.window * hp->head_dim +
-                            n[1] * (double)(ctxs[i] / hp->v4.csa_rate) * (hp->head_dim + hp->v4.idx_dim) +
-                            n[2] * (double)(ctxs[i] / hp->v4.hca_rate) * hp->head_dim);
-    printf("KV at %-8ld  %.1f MiB in the pool (f32 rows); a grouped cache would hold %.1f MiB\n", ctxs[i],
-           pool / 1048576.0, grouped / 1048576.0);
+    double cmp = block * (double)((ctxs[i] + bs - 1) / bs);
+    printf("KV at %-8ld  grouped %.1f MiB (compressed %.1f + window %.2f); one row per position %.1f MiB\n", ctxs[i],
+           (cmp + win) / 1048576.0, cmp / 1048576.0, win / 1048576.0, pool / 1048576.0);
   }
 }
 

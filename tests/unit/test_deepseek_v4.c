@@ -13,6 +13,7 @@
  * rejected naming the key or tensor. */
 #include <jansson.h>
 #include <math.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -218,6 +219,86 @@ static void check_config(const char *name) {
 
 /* config.json with key set to value (NULL: removed) over the tiny model's
  * tensors; the load must fail naming `expect` */
+/* The grouped cache (graph/dsv4.h: compressed rows in the main table, window
+ * rows in n_tables window tables; every block kept, so this checks where the
+ * values go, not what the engine gives back) gives the one-row layout's
+ * logits bit for bit, for full prefill and chunks that cut the windows. */
+static void check_grouped(const char *name) {
+  char p[1024], gdir[600];
+  const char *src = getenv("DI_SOURCE_DIR");
+  snprintf(gdir, sizeof gdir, "%s/tests/golden/deepseek_v4", src ? src : "..");
+  snprintf(p, sizeof p, "%s/%s.json", gdir, name);
+  json_t *g = json_load_file(p, 0, NULL);
+  CHECKF(g != NULL, "cannot read %s", p);
+  if (!g) return;
+  json_t *tj = json_object_get(g, "tokens");
+  const int n = (int)json_array_size(tj);
+  int32_t ids[MAXN];
+  for (int i = 0; i < n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(tj, i));
+  json_decref(g);
+  snprintf(p, sizeof p, "%s/%s", cache_dir, name);
+  runner r;
+  if (!runner_open(&r, p, n, 2)) return;
+  const int V = r.m->hp.n_vocab;
+  di_v4_geometry geo;
+  di_forward_v4_geometry(&r.m->hp, 16, &geo);
+  CHECK(geo.n_tables > 0 && geo.n_tables <= DI_KV_MAX_SWA_TABLES && geo.unit >= r.m->hp.head_dim);
+  di_kv_spec gs = {.n_layers = 1, .kv_dim = geo.unit, .v_in_k = true, .type = DI_KV_F32};
+  di_kv_pool *gp = NULL;
+  di_status st = {0};
+  CHECK(di_kv_pool_create_spec(&gp, (size_t)(1 + geo.n_tables) * NBLK * di_kv_spec_block_bytes(&gs, 16), 16, &gs, &st) ==
+        DI_OK);
+  if (!gp) return;
+  static int32_t tab[1 + DI_KV_MAX_SWA_TABLES][NBLK];
+  for (int k = 0; k <= geo.n_tables; k++)
+    for (int i = 0; i < NBLK; i++) tab[k][i] = di_kv_alloc(gp);
+  di_batch_seq bs = {.blocks = tab[0], .n_blocks = NBLK, .n_swa_blocks = NBLK};
+  for (int k = 0; k < geo.n_tables; k++) bs.swa[k] = tab[1 + k];
+  float *ref = malloc((size_t)n * V * sizeof(float)), *got = malloc((size_t)n * V * sizeof(float));
+  run(&r, ids, n, &n, 1, ref);
+  static int32_t pos[MAXN], seq[MAXN];
+  static bool want[MAXN];
+  const int sizes[][2] = {{MAXN, 1}, {3, 1}, {5, 1}, {100, 1}};
+  for (int v = 0; v < 4; v++) {
+    for (int i = 0, c; i < n; i += c) {
+      c = sizes[v][0] < n - i ? sizes[v][0] : n - i;
+      for (int j = 0; j < c; j++) pos[j] = i + j, seq[j] = 0, want[j] = true;
+      di_batch b = {.n_tokens = c, .tokens = ids + i, .pos = pos, .seq = seq, .want_logits = want, .n_seqs = 1,
+                    .seqs = &bs, .n_swa_tables = geo.n_tables};
+      CHECKF(di_forward(r.f, gp, &b, got + (size_t)i * V, &st) == DI_OK, "%s", st.msg);
+    }
+    CHECKF(!memcmp(ref, got, (size_t)n * V * sizeof(float)), "%s: grouped cache, chunks of %d: logits differ", name,
+           sizes[v][0]);
+  }
+  /* a batch with the wrong number of window tables is refused, naming the geometry */
+  pos[0] = 0, seq[0] = 0;
+  di_batch b = {.n_tokens = 1, .tokens = ids, .pos = pos, .seq = seq, .n_seqs = 1, .seqs = &bs,
+                .n_swa_tables = geo.n_tables - 1};
+  CHECK(di_forward(r.f, gp, &b, got, &st) != DI_OK && strstr(st.msg, "window tables"));
+  printf("%-10s grouped cache: %d window tables x %d floats, window %d: logits identical\n", name, geo.n_tables,
+         geo.unit, geo.window);
+  free(ref), free(got);
+  di_kv_pool_destroy(gp);
+  runner_close(&r);
+}
+
+/* V4-Flash's shape (transformers' DeepseekV4Config defaults: 43 layers, 20
+ * CSA at rate 4, 23 HCA at rate 128, head_dim 512, index_head_dim 128, window
+ * 128): the grouped cache's geometry (docs/ARCHITECTURE.md quotes it). */
+static void check_flash_geometry(void) {
+  static di_hparams hp;
+  static const char csa[] = "0001010101010101010101010101010101010101010";
+  hp.n_layer = 43, hp.head_dim = 512, hp.v4.idx_dim = 128, hp.v4.window = 128, hp.v4.csa_rate = 4, hp.v4.hca_rate = 128;
+  for (int il = 0; il < 43; il++) hp.v4.attn[il] = csa[il] == '1' ? DI_V4_CSA : DI_V4_HCA;
+  di_v4_geometry g;
+  di_forward_v4_geometry(&hp, 16, &g);
+  /* main block: 20 x 4 x (512 + 128) + 23 x 512 floats per 16 positions -> 3936, rounded to 4096 per position;
+   * window rows: 20 x 3072 + 23 x 1536 floats in 24 tables */
+  CHECKF(g.unit == 4096 && g.n_tables == 24 && g.window == 128 && g.main_floats == 62976 && g.window_floats == 96768,
+         "V4-Flash geometry: unit %d, tables %d, window %d, main %d, window floats %d", g.unit, g.n_tables, g.window,
+         g.main_floats, g.window_floats);
+}
+
 static void check_bad(const char *key, const char *value, const char *expect) {
   char dir[600], p[700], q[700];
   snprintf(dir, sizeof dir, "%s.bad%d", cache_dir, (int)getpid());
@@ -273,6 +354,9 @@ int main(void) {
   if (!make_models()) return 1;
   check_config("tiny");
   check_config("flashratio");
+  check_grouped("tiny");
+  check_grouped("flashratio");
+  check_flash_geometry();
   check_config("tiny-bf16"); /* BF16 weights, f32 activations: transformers upcasts them the same way */
   check_bad("layer_types",
             "[\"sliding_attention\", \"full_attention\", \"heavily_compressed_attention\", \"compressed_sparse_attention\"]",

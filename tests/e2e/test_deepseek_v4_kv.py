@@ -1,0 +1,61 @@
+"""DeepSeek-V4's grouped KV cache (graph/dsv4.h): compressed rows in the main
+table at 1/rate, raw rows and the compressors' projections (their unfinished
+windows included) in window tables that keep the last max(sliding_window,
+2 x CSA rate, HCA rate) positions and checkpoints. Exact: greedy tokens and
+every logprob bit-identical to cold runs of the one-row-per-position layout
+(--swa-full, no prefix cache) on documents of many windows and compression
+blocks, across prefix hits whose windows were evicted (bounded replay),
+--no-replay, chunked prefill, concurrency and preemption; and memory: the
+window group stays at the window plus checkpoints while the main group grows
+by the compressed rows only (block counts from --stats-json and `info`).
+
+The model is test_deepseek_v4_engine's tiny "engine" config (window 16, CSA
+rate 4, HCA rate 16; 18 window tables of 32 floats per position)."""
+import re
+import subprocess
+
+from test_deepseek_v4_engine import v4  # noqa: F401 (fixture)
+from test_swa_replay import BIN, GEN, batch, need, same, workload
+
+DOC, BRANCH = 300, 200
+BRANCH_P, RETURN_P = (BRANCH + 3 - 1) // 16 * 16, (DOC + 2 - 1) // 16 * 16  # 192, 288
+BASE = ["--max-batch-tokens", "32"]
+
+
+def test_grouped_exact(tmp_path, v4):  # noqa: F811
+    need(v4)
+    prompts = workload(129000, DOC, BRANCH)
+    ref, full = batch(tmp_path, v4, prompts, *BASE, "--swa-full", "--no-prefix-cache")
+    assert full["kv_blocks_high_window"] == 0
+    got, st = batch(tmp_path, v4, prompts, *BASE, "--kv-mem", "8M")  # roomy pool: hits at P exactly
+    print("roomy", [(q["cached_tokens"], q["replayed_tokens"]) for q in got], st)
+    assert same(ref, got)
+    assert got[2]["cached_tokens"] == BRANCH_P and got[3]["cached_tokens"] == RETURN_P
+    for c in (64, 128):
+        got, st = batch(tmp_path, v4, prompts, *BASE, "--kv-mem", "600K", "--swa-checkpoint", str(c))
+        print(c, [(q["cached_tokens"], q["replayed_tokens"]) for q in got], st)
+        assert same(ref, got), c
+    # the window group: per table the window, a 32-token chunk and partial
+    # blocks (4), and one block per checkpoint passed; the main group one
+    # block of compressed rows per 16 positions of the longest sequence
+    assert st["kv_blocks_high_window"] <= 18 * (4 + (DOC + GEN) // 128), st
+    assert st["kv_blocks_high_full"] <= (DOC + 3 + GEN + 15) // 16, st
+    assert st["swa_replays"] >= 1 and st["swa_replay_max"] <= 128, st
+    # 128 bytes per position in the main group instead of 2816 for every layer's row
+    assert st["kv_block_bytes"] // 16 == 128 and full["kv_block_bytes"] // 16 == 2816, (st, full)
+    got, st = batch(tmp_path, v4, prompts, *BASE, "--kv-mem", "600K", "--no-replay")
+    assert same(ref, got) and st["swa_replays"] == 0
+    # preemption: four at once, chunks of 7 that cut the compression windows, in a pool for about one
+    got, st = batch(tmp_path, v4, prompts, "--max-batch-tokens", "7", "--kv-mem", "360K", concurrency=4)
+    print("tight", [(q["cached_tokens"], q["replayed_tokens"]) for q in got], st)
+    assert same(ref, got) and st["preemptions"] > 0, st
+
+
+def test_info_groups(v4):  # noqa: F811
+    """`deepinfer info`: per-group bytes and the KV of one 1M-token sequence."""
+    need(v4)
+    out = subprocess.run([str(BIN), "info", "-m", str(v4)], capture_output=True, text=True, check=True).stdout
+    assert "compressed 128 B/token (rows 104.0 B/token); window 18 tables x 32 floats" in out, out
+    m = re.search(r"KV at 1048576\s+grouped ([\d.]+) MiB \(compressed ([\d.]+) \+ window ([\d.]+)\); "
+                  r"one row per position ([\d.]+) MiB", out)
+    assert m and float(m[2]) == 128.0 and float(m[3]) < 0.1 and float(m[4]) == 2816.0, out
