@@ -89,8 +89,9 @@ typedef struct di_hparams {
   /* DeepSeek-V4 (attn_kind DI_ATTN_DSV4): per layer its attention (di_v4_attn)
    * and whether its MoE is hash-routed (tid2eid); hyper-connections;
    * compression rates; the Lightning Indexer; grouped output projection. The
-   * window is v4_window, not sliding_window: every position stays in the pool
-   * (the compressors read them), so the engine must not drop any. */
+   * window is v4.window, not sliding_window (which stays 0): the compressors
+   * read further back, so the engine takes its window tables from
+   * di_forward_v4_geometry (graph/dsv4.h), not from the generic SWA path. */
   struct {
     uint8_t attn[DI_V4_MAX_LAYERS];
     bool hash[DI_V4_MAX_LAYERS];
