@@ -109,7 +109,7 @@ int di_cmd_info(int argc, char **argv) {
     printf("attention:      MLA, q_lora_rank %d, kv_lora_rank %d, qk nope %d + rope %d, v %d\n", hp->q_lora_rank,
            hp->kv_lora_rank, hp->qk_nope_dim, hp->rope_dim, hp->v_head_dim);
   if (hp->n_expert > 0) {
-    static const char *score[] = {"softmax", "sigmoid"}, *topk[] = {"greedy", "group_limited_greedy", "noaux_tc"};
+    static const char *score[] = {"softmax", "sigmoid", "sqrtsoftplus"}, *topk[] = {"greedy", "group_limited_greedy", "noaux_tc"};
     printf("experts:        %d routed (%d per token, width %d), %d shared; first %d layers dense; %s, %s, "
            "groups %d/%d%s, scale %g\n",
            hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->n_expert_shared, hp->first_k_dense,
