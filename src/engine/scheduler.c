@@ -208,7 +208,8 @@ static bool schedule_running(di_engine *e, di_batch *b, int *budget, int *n_out,
     window_release(e, s);
     if (!decode && s->req->p.logits_cb) {
       if (need > DI_LOGITS_CB_CHUNK) need = DI_LOGITS_CB_CHUNK;
-      if (!di_engine_logit_rows(e, *n_out + need + (e->running.n - b->n_seqs))) continue;
+      if (need > *budget) need = *budget; /* else a chunk wider than the step could never get its rows */
+      if (!di_engine_logit_rows(e, *n_out + need + (e->running.n - b->n_seqs - 1))) continue; /* rows for the others still to come */
     }
     int end = s->n_computed + (need < *budget ? need : *budget);
     if (!decode && !fits(e, s, end)) {

@@ -250,3 +250,18 @@ def test_prompt_longer_than_context():
     assert p.returncode == 2
     err = p.stderr.decode()
     assert "40" in err and "32" in err, err
+
+
+def test_dump_logits_with_a_step_narrower_than_the_prompt(tmp_path):
+    """Every position's logits in chunks of at most --max-batch-tokens: the same bytes as one
+    wide step (a chunk wider than the step once waited for its rows for ever)."""
+    model = STORIES / "stories260K.gguf"
+    if not model.exists():
+        pytest.skip(f"{model} absent")
+    dumps = []
+    for mbt in ("512", "7"):
+        out = tmp_path / f"logits{mbt}.f32"
+        run("run", "-m", str(model), "--ids", IDS, "-n", "3", "--temp", "0", "--max-batch-tokens", mbt,
+            "--dump-logits", str(out))
+        dumps.append(out.read_bytes())
+    assert len(dumps[0]) == (len(IDS.split(",")) + 3) * 512 * 4 and dumps[0] == dumps[1]
