@@ -38,7 +38,7 @@ static const char *usage =
     "      --dump-logits F   write logits of every prompt position and generated token to F\n"
     "                        (little-endian float32 rows [positions, vocab])\n"
     "      --stats           timing summary on stderr; its last line is one JSON object\n"
-    "                        {\"prompt_tokens\",\"gen_tokens\",\"prefill_s\",\"decode_s\",\"decode_tok_s\",\"spec\"}\n"
+    "                        {\"prompt_tokens\",\"gen_tokens\",\"prefill_s\",\"decode_s\",\"decode_tok_s\",\"spec\",\"tp\"}\n"
     "  -h, --help            this help\n"
     "Engine options:\n" DI_CLI_ENGINE_OPTS_HELP;
 

@@ -126,8 +126,9 @@ def test_logit_dumps_and_stats(tmp_path, model):
     assert (tmp_path / "off.bin").read_bytes() == (tmp_path / "on.bin").read_bytes()
     for r, kind in ((a, "off"), (b, "ngram")):
         st = json.loads(r.stderr.strip().splitlines()[-1])
-        assert list(st) == ["prompt_tokens", "gen_tokens", "prefill_s", "decode_s", "decode_tok_s", "spec"]
+        assert list(st) == ["prompt_tokens", "gen_tokens", "prefill_s", "decode_s", "decode_tok_s", "spec", "tp"]
         assert list(st["spec"]) == ["kind", "drafted", "accepted", "verify_steps"]
+        assert st["tp"] == {"ranks": 1, "exchanges": 0, "exchange_bytes": 0, "exchange_s": 0}
         assert st["spec"]["kind"] == kind and st["gen_tokens"] == len(json.loads(r.stdout.splitlines()[-1]))
         assert st["prompt_tokens"] > 0 and st["decode_s"] >= 0
     st = json.loads(b.stderr.strip().splitlines()[-1])["spec"]
