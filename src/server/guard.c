@@ -217,25 +217,13 @@ void di_srv_guard_drain(di_server *s) {
   pthread_mutex_unlock(&g->mu);
 }
 
-void di_srv_guard_cancel_later(di_server *s, di_srv_gen *g) {
+/* Hands g (and its reference) to the watchdog's list `pauses` or `cancels`.
+ * If it cannot, the stream stays bounded (its events are dropped) until its
+ * client reads or leaves. */
+static void defer(di_server *s, di_srv_gen *g, bool pause) {
   struct di_srv_guard *gd = s->guard;
   guard_cancel *k = gd ? malloc(sizeof *k) : NULL;
-  if (!k) { /* cannot defer: the stream stays bounded (events are dropped) until its client reads or leaves */
-    di_srv_gen_unref(g);
-    return;
-  }
-  k->g = g;
-  pthread_mutex_lock(&gd->mu);
-  k->next = gd->cancels;
-  gd->cancels = k;
-  pthread_cond_signal(&gd->cv);
-  pthread_mutex_unlock(&gd->mu);
-}
-
-void di_srv_guard_pause_later(di_server *s, di_srv_gen *g) {
-  struct di_srv_guard *gd = s->guard;
-  guard_cancel *k = gd ? malloc(sizeof *k) : NULL;
-  if (!k) { /* cannot watch it: as for a cancel, the stream stays bounded (events are dropped) */
+  if (!k) {
     pthread_mutex_lock(&g->mu);
     g->paused = 0;
     g->overflow = 1;
@@ -245,8 +233,12 @@ void di_srv_guard_pause_later(di_server *s, di_srv_gen *g) {
   }
   k->g = g;
   pthread_mutex_lock(&gd->mu);
-  k->next = gd->pauses;
-  gd->pauses = k;
+  guard_cancel **list = pause ? &gd->pauses : &gd->cancels;
+  k->next = *list;
+  *list = k;
   pthread_cond_signal(&gd->cv);
   pthread_mutex_unlock(&gd->mu);
 }
+
+void di_srv_guard_cancel_later(di_server *s, di_srv_gen *g) { defer(s, g, false); }
+void di_srv_guard_pause_later(di_server *s, di_srv_gen *g) { defer(s, g, true); }

@@ -116,13 +116,21 @@ static int argmax(const float *l, int V) {
   return b;
 }
 
+/* The golden file tests/golden/deepseek_v4/NAME.json (NULL, reported, if unreadable). */
+static json_t *load_golden(const char *name) {
+  char p[1024];
+  const char *src = getenv("DI_SOURCE_DIR");
+  snprintf(p, sizeof p, "%s/tests/golden/deepseek_v4/%s.json", src ? src : "..", name);
+  json_t *g = json_load_file(p, 0, NULL);
+  CHECKF(g != NULL, "cannot read %s", p);
+  return g;
+}
+
 static void check_config(const char *name) {
   char p[1024], gdir[600];
   const char *src = getenv("DI_SOURCE_DIR");
   snprintf(gdir, sizeof gdir, "%s/tests/golden/deepseek_v4", src ? src : "..");
-  snprintf(p, sizeof p, "%s/%s.json", gdir, name);
-  json_t *g = json_load_file(p, 0, NULL);
-  CHECKF(g != NULL, "cannot read %s", p);
+  json_t *g = load_golden(name);
   if (!g) return;
   json_t *tj = json_object_get(g, "tokens"), *kept = json_object_get(g, "positions");
   const int n = (int)json_array_size(tj), V = (int)json_integer_value(json_object_get(g, "vocab"));
@@ -227,9 +235,7 @@ static void check_grouped(const char *name) {
   char p[1024], gdir[600];
   const char *src = getenv("DI_SOURCE_DIR");
   snprintf(gdir, sizeof gdir, "%s/tests/golden/deepseek_v4", src ? src : "..");
-  snprintf(p, sizeof p, "%s/%s.json", gdir, name);
-  json_t *g = json_load_file(p, 0, NULL);
-  CHECKF(g != NULL, "cannot read %s", p);
+  json_t *g = load_golden(name);
   if (!g) return;
   json_t *tj = json_object_get(g, "tokens");
   const int n = (int)json_array_size(tj);
