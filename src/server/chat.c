@@ -220,12 +220,15 @@ static bool prepare_tools(di_srv_gen *g, const di_srv_chat_req *q, const di_srv_
       return di_srv_bad(e, "tool_choice", "this model's chat template writes tool calls in a format this server "
                                           "cannot force or parse yet; use tool_choice auto");
   } else {
-    json_t *own = di_srv_tools_in_system(q->messages, q->tools);
+    /* DeepSeek's templates write calls but never show tools: its own prompt */
+    const di_srv_toolfmt *own_fmt = di_srv_toolfmt_named(s->be.tool_format ? s->be.tool_format(s->be.ctx) : NULL);
+    if (!own_fmt || !own_fmt->name_sep) own_fmt = &DI_TOOLFMT_HERMES;
+    json_t *own = di_srv_tools_in_system(q->messages, q->tools, own_fmt);
     if (!own) return di_srv_fail(e, 500, "server_error", NULL, "out of memory");
     bool ok = render(g, own, NULL, q->prefix, e);
     json_decref(own);
     if (!ok) return false;
-    *fmt = &DI_TOOLFMT_HERMES;
+    *fmt = own_fmt;
   }
   return !*fmt || di_srv_tools_constraint(q->tools, &q->tool_choice, *fmt, tcon, e);
 }
@@ -330,24 +333,52 @@ static void content_out(void *user, const char *s, size_t n) {
   di_srv_buf_put(k->delta ? &k->content : &k->ch->text, s, n);
 }
 
-static void call_out(void *user, int index, json_t *call) {
+/* The call's entry in the tool_calls being built: this event's delta when
+ * streaming (OpenAI's fragments: the first carries id, type and name, later
+ * ones only argument text), else the whole answer's list. */
+static json_t *call_entry(sink *k, int index) {
+  json_t *a;
+  if (k->delta) {
+    if (!(a = json_object_get(k->delta, "tool_calls"))) json_object_set_new(k->delta, "tool_calls", a = json_array());
+    json_t *last = json_array_get(a, json_array_size(a) - 1);
+    if (last && json_integer_value(json_object_get(last, "index")) == index) return last;
+    json_t *tc = json_pack("{s:i,s:{}}", "index", index, "function");
+    json_array_append_new(a, tc);
+    return tc;
+  }
+  if (!k->ch->tool_calls) k->ch->tool_calls = json_array();
+  return json_array_get(k->ch->tool_calls, (size_t)index);
+}
+
+static void call_out(void *user, int index, const char *name) {
   sink *k = user;
   char id[40];
   /* unique within the server's answers: the completion id, choice and call */
   snprintf(id, sizeof id, "call_%.20s_%d_%d", k->g->id + strlen(k->g->id) - 16, k->idx, index);
-  json_t *tc = json_pack("{s:i,s:s,s:s,s:{s:O,s:O}}", "index", index, "id", id, "type", "function", "function", "name",
-                         json_object_get(call, "name"), "arguments", json_object_get(call, "arguments"));
   k->ch->n_tool_calls++;
-  json_t **arr = k->delta ? &k->delta : &k->ch->tool_calls;
+  json_t *tc = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function", "name", name, "arguments", "");
   if (k->delta) {
-    json_t *a = json_object_get(k->delta, "tool_calls");
-    if (!a) json_object_set_new(k->delta, "tool_calls", a = json_array());
-    json_array_append_new(a, tc);
+    json_object_update(call_entry(k, index), tc);
+    json_decref(tc);
   } else {
-    if (!*arr) *arr = json_array();
-    json_object_del(tc, "index");
-    json_array_append_new(*arr, tc);
+    if (!k->ch->tool_calls) k->ch->tool_calls = json_array();
+    json_array_append_new(k->ch->tool_calls, tc);
   }
+}
+
+static void args_out(void *user, int index, const char *s, size_t n) {
+  sink *k = user;
+  json_t *fn = json_object_get(call_entry(k, index), "function");
+  if (!fn) return;
+  const char *was = json_string_value(json_object_get(fn, "arguments"));
+  size_t wl = was ? strlen(was) : 0;
+  char *joined = malloc(wl + n + 1);
+  if (!joined) return;
+  if (wl) memcpy(joined, was, wl);
+  memcpy(joined + wl, s, n);
+  joined[wl + n] = 0;
+  json_object_set_new(fn, "arguments", json_stringn(joined, wl + n));
+  free(joined);
 }
 
 static void on_piece(void *user, int reasoning, const char *s, size_t n) {
@@ -358,7 +389,7 @@ static void on_piece(void *user, int reasoning, const char *s, size_t n) {
     return;
   }
   if (k->ch->tp) {
-    di_srv_toolsink ts = {k, content_out, call_out};
+    di_srv_toolsink ts = {k, content_out, call_out, args_out};
     di_srv_toolparse_feed(k->ch->tp, s, n, 0, &ts);
   } else {
     content_out(k, s, n);
@@ -385,7 +416,7 @@ void di_srv_chat_apply(di_srv_gen *g, di_srv_choice *ch, int idx, const di_srv_e
   int final = v->finish != DI_FINISH_NONE;
   di_srv_think_feed(&ch->think, v->text ? v->text : "", v->text_len, final, on_piece, &k);
   if (final && ch->tp) {
-    di_srv_toolsink ts = {&k, content_out, call_out};
+    di_srv_toolsink ts = {&k, content_out, call_out, args_out};
     di_srv_toolparse_feed(ch->tp, "", 0, 1, &ts);
   }
   if (k.delta && k.content.len) json_object_set_new(k.delta, "content", json_stringn(k.content.p, k.content.len));

@@ -259,6 +259,20 @@ def test_forced_tool_calls_validate_streamed_and_not(client, choice, names):
         [(t.function.name, t.function.arguments) for t in c.message.tool_calls]
 
 
+def test_streamed_tool_call_fragments_have_openai_shape(client):
+    """The first fragment of a call carries index, id, type and the name; the arguments follow as
+    pieces while they are generated (more than one chunk), which join into JSON that validates."""
+    kw = dict(model=MODEL_NAME, messages=WEATHER, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+              max_tokens=60, temperature=0, stream=True)
+    frags = [tc for ch in client.chat.completions.create(**kw) if ch.choices for tc in ch.choices[0].delta.tool_calls or []]
+    first, rest = frags[0], frags[1:]
+    assert first.index == 0 and first.id.startswith("call_") and first.type == "function"
+    assert first.function.name == "get_weather"
+    assert len(rest) >= 3 and all(f.index == 0 and f.id is None and f.function.name is None for f in rest)
+    args = "".join(f.function.arguments or "" for f in frags)
+    jsonschema.validate(json.loads(args), PARAMS["get_weather"])
+
+
 def test_required_sampled_n(client):
     r = client.chat.completions.create(model=MODEL_NAME, messages=WEATHER, tools=TOOLS, tool_choice="required",
                                        max_tokens=120, temperature=0.9, seed=5, n=3)
