@@ -231,11 +231,31 @@ static int32_t sample_dist(di_sampler *s, const di_sample_in *in) {
   return s->pairs[m - 1].id;
 }
 
+/* The one token a mask allows, or -1 when it allows none or several. */
+static int32_t forced_token(const uint32_t *mask, int n) {
+  int32_t tok = -1;
+  for (int w = 0; w < (n + 31) / 32; w++) {
+    uint32_t b = mask[w];
+    if (w == (n - 1) / 32 && n % 32) b &= (1u << (n % 32)) - 1;
+    if (!b) continue;
+    if (tok >= 0 || (b & (b - 1))) return -1;
+    tok = w * 32 + __builtin_ctz(b);
+  }
+  return tok;
+}
+
 void di_sampler_sample(di_sampler *s, const float *logits, const di_sample_in *in, di_sample_out *out) {
   const di_sampling *p = in->p;
   int n = s->n_vocab;
   bool greedy = p->temperature == 0 || p->top_k == 1;
-  if (greedy && !in->mask && p->n_logit_bias == 0 && p->repetition_penalty == 1.0f && p->frequency_penalty == 0 &&
+  int32_t forced = in->mask ? forced_token(in->mask, n) : -1;
+  if (forced >= 0) {
+    /* a grammar leaves one choice (a tag token, a fixed stretch of a
+     * schema): no logits to process; the draw a sample would take is still
+     * taken, so the seeded stream is the same as sampling's */
+    out->token = forced;
+    if (!greedy) (void)rng_uniform(in->rng);
+  } else if (greedy && !in->mask && p->n_logit_bias == 0 && p->repetition_penalty == 1.0f && p->frequency_penalty == 0 &&
       p->presence_penalty == 0) {
     out->token = argmax(logits, n); /* nothing modifies the logits: no copy */
   } else {

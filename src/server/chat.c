@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "server/internal.h"
+#include "server/toolcon.h"
 #include "server/tools.h"
 
 #define MAX_MESSAGES 4096
@@ -230,7 +231,15 @@ static bool prepare_tools(di_srv_gen *g, const di_srv_chat_req *q, const di_srv_
     if (!ok) return false;
     *fmt = own_fmt;
   }
+  if (di_srv_toolcon_wanted(q->tools, &q->tool_choice, *fmt)) return true; /* token-level: see di_srv_handle_chat */
   return !*fmt || di_srv_tools_constraint(q->tools, &q->tool_choice, *fmt, tcon, e);
+}
+
+static bool any_strict(json_t *tools) {
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) if (json_is_true(json_object_get(fn_of(t), "strict"))) return true;
+  return false;
 }
 
 bool di_srv_chat_parse(json_t *body, di_srv_chat_req *q, di_srv_err *e) {
@@ -271,8 +280,9 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
     di_srv_constraint_free(&con);
     return di_srv_reply_err(r, &e);
   }
-  /* constrained: one submission per completion, each with its own matcher */
-  int one_each = con.on || forced;
+  /* constrained: one submission per completion, each with its own matcher
+   * (strict tools in auto mode may constrain a call, whatever the format) */
+  int one_each = con.on || forced || (q.tool_choice.mode == DI_TOOLS_AUTO && any_strict(q.tools));
   di_srv_gen *g = one_each ? di_srv_gen_new(r, DI_SRV_CHAT, (int)n, 1) : di_srv_gen_new(r, DI_SRV_CHAT, 1, (int)n);
   if (!g) {
     di_srv_constraint_free(&con);
@@ -294,6 +304,9 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
   for (int k = 1; ok && k < g->n_subs; k++) ok = di_srv_sub_copy_prompt(g, k, 0, &e);
   if (ok) ok = di_srv_gen_constrain(g, &con, &e);
   di_srv_constraint_free(&con);
+  if (ok && di_srv_toolcon_wanted(q.tools, &q.tool_choice, fmt))
+    for (int k = 0; ok && k < g->n_subs; k++)
+      ok = di_srv_toolcon_new(&s->be, q.tools, &q.tool_choice, fmt, &g->subs[k].toolcon, &e);
   for (int i = 0; ok && fmt && i < g->n_choices; i++) {
     if (!(g->choices[i].tp = malloc(sizeof *g->choices[i].tp))) ok = di_srv_fail(&e, 500, "server_error", NULL, "out of memory");
     else di_srv_toolparse_init(g->choices[i].tp, fmt);

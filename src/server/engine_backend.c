@@ -39,6 +39,12 @@ static di_code eb_submit_constrained(void *ctx, const di_request_params *p, di_g
   return di_srv_submit_matcher(((di_srv_engine *)ctx)->e, p, m, id, err, errlen);
 }
 
+static di_code eb_submit_tokcon(void *ctx, const di_request_params *p, const di_srv_tokcon *t, uint64_t *id, char *err,
+                                size_t errlen) {
+  di_constraint c = {t->self, t->fill_mask, t->accept, t->finished, t->rollback};
+  return di_engine_submit_constrained(((di_srv_engine *)ctx)->e, p, &c, id, err, errlen);
+}
+
 static di_code eb_grammar(void *ctx, di_grammar_kind kind, const char *src, size_t len, const di_grammar_opts *o,
                           di_grammar **out, di_status *st) {
   di_srv_engine *x = ctx;
@@ -153,6 +159,7 @@ void di_srv_engine_backend(di_srv_engine *x, di_srv_backend *be) {
   be->fim = eb_fim;
   be->grammar = eb_grammar;
   be->submit_constrained = eb_submit_constrained;
+  be->submit_tokcon = eb_submit_tokcon;
   be->tool_format = eb_tool_format;
 }
 

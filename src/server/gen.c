@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "server/internal.h"
+#include "server/toolcon.h"
 #include "server/tools.h"
 
 static uint64_t mix64(uint64_t x) {
@@ -92,6 +93,7 @@ static void gen_free(di_srv_gen *g) {
     free(g->subs[k].prompt_ids);
     free(g->subs[k].echo);
     di_gmatcher_free(g->subs[k].matcher);
+    di_srv_toolcon_free(g->subs[k].toolcon);
   }
   for (int i = 0; i < g->n_stops; i++) free(g->stops[i]);
   free(g->stops);
@@ -258,8 +260,15 @@ bool di_srv_gen_submit(di_srv_gen *g, di_srv_err *e) {
     pthread_mutex_unlock(&g->mu);
     char err[256] = "";
     uint64_t id = 0;
-    di_code rc = sub->matcher ? s->be.submit_constrained(s->be.ctx, &p, sub->matcher, &id, err, sizeof err)
-                              : s->be.submit(s->be.ctx, &p, &id, err, sizeof err);
+    di_code rc;
+    if (sub->toolcon) {
+      di_srv_tokcon tc;
+      di_srv_toolcon_bind(sub->toolcon, &tc);
+      rc = s->be.submit_tokcon(s->be.ctx, &p, &tc, &id, err, sizeof err);
+    } else {
+      rc = sub->matcher ? s->be.submit_constrained(s->be.ctx, &p, sub->matcher, &id, err, sizeof err)
+                        : s->be.submit(s->be.ctx, &p, &id, err, sizeof err);
+    }
     pthread_mutex_lock(&g->mu);
     if (rc == DI_OK) {
       sub->id = id;

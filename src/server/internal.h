@@ -166,6 +166,7 @@ typedef struct di_srv_sub {
   int max_tokens;
   char *echo; /* completions with echo: the prompt text */
   di_gmatcher *matcher; /* structured output: constrains this sub's one completion */
+  struct di_srv_toolcon *toolcon; /* or tool calls do (server/toolcon.h) */
   int fork;             /* with a matcher: which of the request's n completions this is */
 } di_srv_sub;
 

@@ -19,6 +19,18 @@
 #include "grammar/grammar.h"
 #include "util/status.h"
 
+/* A request's token constraint as the server hands it to the backend (the
+ * engine's di_constraint): allowed next tokens as a bitmask, accept one
+ * token (false: refused, state unchanged), no token may follow, undo the
+ * last n accepts. */
+typedef struct di_srv_tokcon {
+  void *self;
+  void (*fill_mask)(void *self, uint32_t *mask);
+  bool (*accept)(void *self, int32_t token);
+  bool (*finished)(void *self);
+  void (*rollback)(void *self, size_t n);
+} di_srv_tokcon;
+
 typedef struct di_srv_backend {
   void *ctx;
   /* 0 while the model loads (/health answers 503), 1 once requests may flow. */
@@ -58,8 +70,11 @@ typedef struct di_srv_backend {
                      di_grammar **out, di_status *st);
   di_code (*submit_constrained)(void *ctx, const di_request_params *p, di_gmatcher *m, uint64_t *id, char *err,
                                 size_t errlen);
-  /* Optional: how the chat template writes tool calls ("hermes",
-   * "llama3"), NULL when unknown. */
+  /* Optional: submits a request under any token constraint (tool calls). */
+  di_code (*submit_tokcon)(void *ctx, const di_request_params *p, const di_srv_tokcon *c, uint64_t *id, char *err,
+                           size_t errlen);
+  /* Optional: how the chat template writes tool calls (server/tools.h:
+   * "hermes", "llama3", "deepseek_v3", "deepseek_v31"), NULL when unknown. */
   const char *(*tool_format)(void *ctx);
   int n_ctx;   /* positions per sequence (or set later by di_server_set_model) */
   int n_vocab;

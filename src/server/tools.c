@@ -33,6 +33,8 @@ const di_srv_toolfmt DI_TOOLFMT_DEEPSEEK_V3 = {.name = "deepseek_v3",
                                                .name_pre = "function" DS_SEP,
                                                .name_sep = "\n```json\n",
                                                .args_end = "\n```",
+                                               .lead = "function",
+                                               .tok_sep = DS_SEP,
                                                .args_key = "arguments",
                                                .multi = 1};
 /* DeepSeek V3.1: <calls_begin><call_begin>NAME<sep>ARGS<call_end>...<calls_end> */
@@ -81,8 +83,8 @@ bool di_srv_tools_constraint(json_t *tools, const di_srv_tool_choice *c, const d
                              di_srv_constraint *out, di_srv_err *e) {
   memset(out, 0, sizeof *out);
   if (c->mode != DI_TOOLS_REQUIRED && c->mode != DI_TOOLS_NAMED) return true;
-  if (f->name_sep)
-    return di_srv_bad(e, "tool_choice", "forcing calls in %s's format is not supported yet; use tool_choice auto", f->name);
+  if (f->name_sep) /* its tags are tokens: server/toolcon.c forces those calls */
+    return di_srv_bad(e, "tool_choice", "%s's calls are not a single grammar", f->name);
   json_t *alts = json_array();
   size_t i;
   json_t *t;

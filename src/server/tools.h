@@ -18,6 +18,7 @@ typedef struct di_srv_toolfmt {
   const char *open, *close;
   const char *block_open, *block_close;
   const char *name_pre, *name_sep, *args_end;
+  const char *lead, *tok_sep; /* name_pre as its text and its tag (V3: "function", <｜tool▁sep｜>) */
   const char *before, *after, *sep;
   const char *args_key; /* "arguments" (Hermes) or "parameters" (Llama 3) */
   int multi;            /* several calls in one reply */

@@ -301,6 +301,21 @@ def test_auto_parses_calls_and_text(client):
     assert r.choices[0].message.content == "<tool_call>x" and not r.choices[0].message.tool_calls
 
 
+def test_auto_strict_constrains_a_call_the_model_opens(client):
+    """tool_choice auto with strict tools: text stays free, and once the model writes <tool_call>
+    (nudged here by a small logit_bias on "<") the call follows the schemas; speculative decoding
+    on (the server's default here) and off give the same reply."""
+    strict = [dict(t, function=dict(t["function"], strict=True)) for t in TOOLS]
+    kw = dict(model=MODEL_NAME, messages=WEATHER, tools=strict, max_tokens=60, temperature=0, logit_bias={"44": 5},
+              parallel_tool_calls=False)
+    r = client.chat.completions.create(**kw)
+    c = r.choices[0]
+    check_calls(c.message.tool_calls)
+    off = client.chat.completions.create(**kw, extra_body={"speculative": False}).choices[0]
+    assert (off.message.content, [(t.function.name, t.function.arguments) for t in off.message.tool_calls]) == \
+        (c.message.content, [(t.function.name, t.function.arguments) for t in c.message.tool_calls])
+
+
 @pytest.mark.parametrize("kw,param", [
     (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}), "tool_choice"),
     (dict(tool_choice="required"), "tool_choice"),

@@ -177,6 +177,24 @@ int main(void) {
   di_status_clear(&st);
   p = params();
   CHECK(di_sampling_validate(&p, V, &st) == DI_OK);
+  { /* a mask allowing one token: that token, greedy or sampled, and a sampled
+     * run's seeded stream advances as a sampled draw would */
+    uint32_t mask[(V + 31) / 32] = {0};
+    int32_t only = best == 3 ? 4 : 3;
+    mask[only >> 5] |= 1u << (only & 31);
+    di_sampling ps = params();
+    ps.temperature = 0.8f;
+    uint64_t r1 = di_sampler_seed(9, 0), r2 = r1;
+    di_sample_in in = {.p = &ps, .rng = &r1, .mask = mask};
+    di_sampler_sample(&sm, logits, &in, &o);
+    CHECK(o.token == only);
+    di_sample_in free_in = {.p = &ps, .rng = &r2};
+    di_sampler_sample(&sm, logits, &free_in, &o);
+    CHECK(r1 == r2 && r1 != di_sampler_seed(9, 0));
+    ps.temperature = 0;
+    di_sampler_sample(&sm, logits, &in, &o);
+    CHECK(o.token == only && r1 == r2);
+  }
   di_sampler_free(&sm);
   return di_test_finish("test_sampler");
 }
