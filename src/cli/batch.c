@@ -19,6 +19,8 @@
 #include "recipe/chat.h"
 #include "server/engine_backend.h"
 #include "server/oai.h"
+#include "server/toolcon.h"
+#include "server/tools.h"
 #include "tokenizer/tokenizer.h"
 
 static const char *usage =
@@ -63,7 +65,9 @@ typedef struct job {
   int prompt_tokens, cached_tokens, replayed_tokens;
   const di_tokenizer *tok;
   char *result;              /* output line when finished */
-  di_gmatcher *matcher;      /* response_format / grammar / regex (n = 1) */
+  di_gmatcher *matcher;      /* response_format / grammar / regex / forced tool calls (n = 1) */
+  di_srv_toolcon *toolcon;   /* or tool calls constrained token by token (n = 1) */
+  const di_srv_toolfmt *fmt; /* chat with tools: the format replies' calls are parsed in */
   struct batch *b;
 } job;
 
@@ -115,6 +119,55 @@ static json_t *json_text(const char *s, size_t n) {
   return j ? j : json_string("");
 }
 
+/* A chat reply with tools, parsed as the server parses it (server/tool_parse.c):
+ * c's text becomes its content, *calls OpenAI's tool_calls (NULL: none). */
+typedef struct tool_sink {
+  di_srv_buf text;
+  json_t *calls;
+  char id[48];
+} tool_sink;
+
+static void ts_text(void *u, const char *s, size_t n) { di_srv_buf_put(&((tool_sink *)u)->text, s, n); }
+
+static void ts_call(void *u, int index, const char *name) {
+  tool_sink *k = u;
+  char id[64];
+  snprintf(id, sizeof id, "%s_%d", k->id, index);
+  if (!k->calls) k->calls = json_array();
+  json_array_append_new(k->calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function", "name",
+                                            name, "arguments", ""));
+}
+
+static void ts_args(void *u, int index, const char *s, size_t n) {
+  json_t *fn = json_object_get(json_array_get(((tool_sink *)u)->calls, (size_t)index), "function");
+  const char *was = json_string_value(json_object_get(fn, "arguments"));
+  if (!was) return;
+  di_srv_buf joined = {0};
+  di_srv_buf_puts(&joined, was);
+  di_srv_buf_put(&joined, s, n);
+  if (!joined.oom) json_object_set_new(fn, "arguments", json_stringn(joined.p, joined.len));
+  di_srv_buf_free(&joined);
+}
+
+static void tool_calls(const job *j, int i, choice *c, json_t **calls) {
+  tool_sink k = {0};
+  snprintf(k.id, sizeof k.id, "call_batch_%d_%d", j->line + 1, i);
+  di_srv_toolparse p;
+  di_srv_toolparse_init(&p, j->fmt);
+  di_srv_toolsink sink = {&k, ts_text, ts_call, ts_args};
+  di_srv_toolparse_feed(&p, c->text ? c->text : "", c->len, 1, &sink);
+  di_srv_toolparse_free(&p);
+  if (k.text.oom) {
+    di_srv_buf_free(&k.text);
+    json_decref(k.calls);
+    return; /* the reply stays as it was */
+  }
+  free(c->text);
+  c->text = k.text.p;
+  c->len = c->cap = k.text.len;
+  *calls = k.calls;
+}
+
 static const char *finish_name(di_finish f) {
   switch (f) {
   case DI_FINISH_STOP: return "stop";
@@ -148,11 +201,15 @@ static void job_finish(job *j) {
     if (j->logprobs >= 0)
       lp = json_pack("{s:O, s:O, s:O}", "tokens", c->lp_tokens, "token_logprobs", c->lp_values, "top_logprobs",
                      j->logprobs > 0 ? c->lp_top : json_null());
-    json_t *text = json_text(c->text ? c->text : "", c->len);
+    json_t *calls = NULL;
+    if (j->fmt) tool_calls(j, i, c, &calls);
+    json_t *text = calls && !c->len ? json_null() : json_text(c->text ? c->text : "", c->len);
     json_t *ch = j->chat ? json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", i, "message", "role", "assistant",
-                                     "content", text, "logprobs", lp, "finish_reason", finish_name(c->finish))
+                                     "content", text, "logprobs", lp, "finish_reason",
+                                     calls && c->finish == DI_FINISH_STOP ? "tool_calls" : finish_name(c->finish))
                          : json_pack("{s:i, s:o, s:o, s:s}", "index", i, "text", text, "logprobs", lp,
                                      "finish_reason", finish_name(c->finish));
+    if (calls) json_object_set_new(json_object_get(ch, "message"), "tool_calls", calls);
     if (j->want_ids) json_object_set(ch, "token_ids", c->ids);
     json_array_append_new(choices, ch);
   }
@@ -192,6 +249,7 @@ static void job_free(job *j) {
   }
   free(j->ch);
   di_gmatcher_free(j->matcher);
+  di_srv_toolcon_free(j->toolcon);
   json_decref(j->custom_id);
   free(j);
 }
@@ -266,6 +324,25 @@ static bool line_prompt(batch *b, json_t *body, int32_t **ids, size_t *n, di_srv
   return di_srv_bad(e, "prompt", "'prompt' must be a string or an array of token ids");
 }
 
+/* Forced calls (a grammar, or server/toolcon.c) and strict tools in auto
+ * mode, one completion per line. */
+static bool batch_tools(batch *b, job *j, json_t *body, const di_srv_chat_req *cq, di_srv_err *e) {
+  bool forced = cq->tool_choice.mode == DI_TOOLS_REQUIRED || cq->tool_choice.mode == DI_TOOLS_NAMED;
+  bool tc = di_srv_toolcon_wanted(cq->tools, &cq->tool_choice, j->fmt);
+  if ((forced || tc) && cq->n > 1)
+    return di_srv_bad(e, "n", "'n' > 1 with constrained tool calls is not supported in batch mode (send one line per "
+                              "completion)");
+  if (forced && (json_object_get(body, "response_format") || json_object_get(body, "grammar") ||
+                 json_object_get(body, "regex")))
+    return di_srv_bad(e, "tool_choice", "a forced tool call cannot be combined with response_format, grammar or regex");
+  if (tc) return di_srv_toolcon_new(&b->be, cq->tools, &cq->tool_choice, j->fmt, &j->toolcon, e);
+  di_srv_constraint con;
+  bool ok = di_srv_tools_constraint(cq->tools, &cq->tool_choice, j->fmt, &con, e);
+  if (ok && con.on) ok = di_srv_constraint_matcher(&b->be, &con, &j->matcher, e);
+  di_srv_constraint_free(&con);
+  return ok;
+}
+
 /* A body into a submitted request: the server's checks, then the engine. */
 static bool submit_body(di_engine *eng, batch *b, job *j, json_t *body, di_srv_err *e) {
   di_srv_sampling q = {0};
@@ -281,12 +358,12 @@ static bool submit_body(di_engine *eng, batch *b, job *j, json_t *body, di_srv_e
     di_status st = {0};
     ok = di_srv_chat_parse(body, &cq, e);
     if (ok && cq.logprobs) ok = di_srv_bad(e, "logprobs", "logprobs on chat lines are not supported in batch mode yet");
-    if (ok && (cq.tool_choice.mode == DI_TOOLS_REQUIRED || cq.tool_choice.mode == DI_TOOLS_NAMED))
-      ok = di_srv_bad(e, "tool_choice", "forced tool calls are not supported in batch mode yet (use deepinfer serve)");
     if (ok && !b->attached) ok = di_srv_bad(e, "messages", "this model has no tokenizer");
-    if (ok && b->be.render_chat(b->be.ctx, cq.messages, cq.tools, cq.prefix, &ids, &n_ids, &think_open, &st))
-      ok = di_srv_bad(e, "messages", "%s", st.msg);
+    (void)st;
+    if (ok) ok = di_srv_tools_render(&b->be, &cq, &ids, &n_ids, &think_open, &j->fmt, e);
     n = cq.n;
+    /* tool calls constrained as the server constrains them */
+    if (ok && j->fmt) ok = batch_tools(b, j, body, &cq, e);
   } else if (ok) {
     ok = di_srv_get_int(body, "n", 1, 128, &n, e) && di_srv_get_int(body, "logprobs", 0, 20, &logprobs, e) &&
          di_srv_get_bool(body, "echo", &flag, e);
@@ -298,6 +375,8 @@ static bool submit_body(di_engine *eng, batch *b, job *j, json_t *body, di_srv_e
   }
   di_srv_constraint con = {0};
   if (ok) ok = di_srv_constraint_parse(body, &con, e);
+  if (ok && con.on && j->toolcon)
+    ok = di_srv_bad(e, "tools", "strict tools under tool_choice auto cannot be combined with '%s'", con.param);
   if (ok && con.on && n > 1)
     ok = di_srv_bad(e, "n", "'n' > 1 with '%s' is not supported in batch mode (send one line per completion)", con.param);
   if (ok && con.on) ok = di_srv_constraint_matcher(&b->be, &con, &j->matcher, e);
@@ -336,7 +415,15 @@ static bool submit_body(di_engine *eng, batch *b, job *j, json_t *body, di_srv_e
     p.cb = on_event;
     p.user = j;
     char eerr[512];
-    if (di_srv_submit_matcher(eng, &p, j->matcher, NULL, eerr, sizeof eerr) != DI_OK) ok = di_srv_bad(e, NULL, "%s", eerr);
+    di_code rc;
+    if (j->toolcon) {
+      di_srv_tokcon tc;
+      di_srv_toolcon_bind(j->toolcon, &tc);
+      rc = b->be.submit_tokcon(b->be.ctx, &p, &tc, NULL, eerr, sizeof eerr);
+    } else {
+      rc = di_srv_submit_matcher(eng, &p, j->matcher, NULL, eerr, sizeof eerr);
+    }
+    if (rc != DI_OK) ok = di_srv_bad(e, NULL, "%s", eerr);
   }
   free(ids);
   di_srv_sampling_free(&q);
@@ -503,6 +590,7 @@ int di_cmd_batch(int argc, char **argv) {
   di_status ast = {0};
   b.attached = di_srv_engine_attach(&b.x, e, &ast) == DI_OK;
   di_srv_engine_backend(&b.x, &b.be);
+  b.be.n_vocab = di_engine_n_vocab(e); /* the masks tool-call constraints write */
   b.n_ctx = di_engine_ctx(e);
   b.n_vocab = di_engine_n_vocab(e);
   b.results = calloc(n_lines ? n_lines : 1, sizeof *b.results);

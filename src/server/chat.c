@@ -177,61 +177,15 @@ static bool parse_tools(json_t *body, di_srv_err *e) {
   return true;
 }
 
-/* Whether the template reads `tools`: a template that renders the same
- * prompt without them would never show the model the functions. */
-static bool template_reads_tools(di_server *s, json_t *messages, int prefix, const di_srv_sub *sub) {
-  int32_t *ids = NULL;
-  size_t n = 0;
-  int think = 0;
-  di_status st = {0};
-  if (s->be.render_chat(s->be.ctx, messages, NULL, prefix, &ids, &n, &think, &st) != DI_OK)
-    return true; /* the render with tools succeeded; this one is only a comparison */
-  bool same = n == sub->n_prompt && (n == 0 || !memcmp(ids, sub->prompt_ids, n * sizeof *ids));
-  free(ids);
-  return !same;
-}
-
-static bool render(di_srv_gen *g, json_t *messages, json_t *tools, int prefix, di_srv_err *e) {
-  di_server *s = g->s;
-  di_srv_sub *sub = &g->subs[0];
-  di_status st = {0};
-  free(sub->prompt_ids);
-  sub->prompt_ids = NULL;
-  if (s->be.render_chat(s->be.ctx, messages, tools, prefix, &sub->prompt_ids, &sub->n_prompt, &g->think_open, &st) ==
-      DI_OK)
-    return true;
-  di_srv_bad(e, "messages", "%s", st.msg);
-  if (st.code == DI_ERR_INTERNAL || st.code == DI_ERR_NOMEM) e->status = 500, e->type = "server_error";
-  return false;
-}
-
-/* Renders the prompt and decides the tool-call format: the template's own
- * when it reads tools, else Hermes' described in a system message. A forced
- * call (required / named) becomes the grammar in tcon. */
+/* Renders the prompt and decides the tool-call format (di_srv_tools_render).
+ * A forced call in a format that is one grammar becomes that grammar in
+ * tcon; calls server/toolcon.c constrains are built per completion later. */
 static bool prepare_tools(di_srv_gen *g, const di_srv_chat_req *q, const di_srv_toolfmt **fmt, di_srv_constraint *tcon,
                           di_srv_err *e) {
-  di_server *s = g->s;
-  *fmt = NULL;
+  di_srv_sub *sub = &g->subs[0];
   memset(tcon, 0, sizeof *tcon);
-  if (!render(g, q->messages, q->tools, q->prefix, e)) return false;
-  if (q->tool_choice.mode == DI_TOOLS_NONE) return true;
-  if (template_reads_tools(s, q->messages, q->prefix, &g->subs[0])) {
-    *fmt = di_srv_toolfmt_named(s->be.tool_format ? s->be.tool_format(s->be.ctx) : NULL);
-    if (!*fmt && q->tool_choice.mode != DI_TOOLS_AUTO)
-      return di_srv_bad(e, "tool_choice", "this model's chat template writes tool calls in a format this server "
-                                          "cannot force or parse yet; use tool_choice auto");
-  } else {
-    /* DeepSeek's templates write calls but never show tools: its own prompt */
-    const di_srv_toolfmt *own_fmt = di_srv_toolfmt_named(s->be.tool_format ? s->be.tool_format(s->be.ctx) : NULL);
-    if (!own_fmt || !own_fmt->name_sep) own_fmt = &DI_TOOLFMT_HERMES;
-    json_t *own = di_srv_tools_in_system(q->messages, q->tools, own_fmt);
-    if (!own) return di_srv_fail(e, 500, "server_error", NULL, "out of memory");
-    bool ok = render(g, own, NULL, q->prefix, e);
-    json_decref(own);
-    if (!ok) return false;
-    *fmt = own_fmt;
-  }
-  if (di_srv_toolcon_wanted(q->tools, &q->tool_choice, *fmt)) return true; /* token-level: see di_srv_handle_chat */
+  if (!di_srv_tools_render(&g->s->be, q, &sub->prompt_ids, &sub->n_prompt, &g->think_open, fmt, e)) return false;
+  if (di_srv_toolcon_wanted(q->tools, &q->tool_choice, *fmt)) return true;
   return !*fmt || di_srv_tools_constraint(q->tools, &q->tool_choice, *fmt, tcon, e);
 }
 
@@ -302,9 +256,12 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
   }
   if (ok) ok = di_srv_check_context(g, &g->subs[0], &e);
   for (int k = 1; ok && k < g->n_subs; k++) ok = di_srv_sub_copy_prompt(g, k, 0, &e);
+  int tc = ok && di_srv_toolcon_wanted(q.tools, &q.tool_choice, fmt);
+  if (tc && con.on) /* one constraint per completion: neither may be dropped silently */
+    ok = di_srv_bad(&e, "tools", "strict tools under tool_choice auto cannot be combined with '%s'", con.param);
   if (ok) ok = di_srv_gen_constrain(g, &con, &e);
   di_srv_constraint_free(&con);
-  if (ok && di_srv_toolcon_wanted(q.tools, &q.tool_choice, fmt))
+  if (tc)
     for (int k = 0; ok && k < g->n_subs; k++)
       ok = di_srv_toolcon_new(&s->be, q.tools, &q.tool_choice, fmt, &g->subs[k].toolcon, &e);
   for (int i = 0; ok && fmt && i < g->n_choices; i++) {

@@ -184,3 +184,53 @@ json_t *di_srv_tools_in_system(json_t *messages, json_t *tools, const di_srv_too
   free(list);
   return out;
 }
+
+/* ---- the prompt ---- */
+
+static bool render(const di_srv_backend *be, json_t *messages, json_t *tools, int prefix, int32_t **ids, size_t *n,
+                   int *think_open, di_srv_err *e) {
+  di_status st = {0};
+  free(*ids);
+  *ids = NULL;
+  if (be->render_chat(be->ctx, messages, tools, prefix, ids, n, think_open, &st) == DI_OK) return true;
+  di_srv_bad(e, "messages", "%s", st.msg);
+  if (st.code == DI_ERR_INTERNAL || st.code == DI_ERR_NOMEM) e->status = 500, e->type = "server_error";
+  return false;
+}
+
+/* Whether the template reads `tools`: a template that renders the same
+ * prompt without them would never show the model the functions. */
+static bool template_reads_tools(const di_srv_backend *be, json_t *messages, int prefix, const int32_t *with,
+                                 size_t n_with) {
+  int32_t *ids = NULL;
+  size_t n = 0;
+  int think = 0;
+  di_status st = {0};
+  if (be->render_chat(be->ctx, messages, NULL, prefix, &ids, &n, &think, &st) != DI_OK)
+    return true; /* the render with tools succeeded; this one is only a comparison */
+  bool same = n == n_with && (n == 0 || !memcmp(ids, with, n * sizeof *ids));
+  free(ids);
+  return !same;
+}
+
+bool di_srv_tools_render(const di_srv_backend *be, const di_srv_chat_req *q, int32_t **ids, size_t *n, int *think_open,
+                         const di_srv_toolfmt **fmt, di_srv_err *e) {
+  *fmt = NULL;
+  if (!render(be, q->messages, q->tools, q->prefix, ids, n, think_open, e)) return false;
+  if (q->tool_choice.mode == DI_TOOLS_NONE) return true;
+  const di_srv_toolfmt *own = di_srv_toolfmt_named(be->tool_format ? be->tool_format(be->ctx) : NULL);
+  if (template_reads_tools(be, q->messages, q->prefix, *ids, *n)) {
+    if (!(*fmt = own) && q->tool_choice.mode != DI_TOOLS_AUTO)
+      return di_srv_bad(e, "tool_choice", "this model's chat template writes tool calls in a format this server "
+                                          "cannot force or parse yet; use tool_choice auto");
+    return true;
+  }
+  /* DeepSeek's templates write calls but never show tools: its own prompt */
+  if (!own || !own->name_sep) own = &DI_TOOLFMT_HERMES;
+  json_t *msgs = di_srv_tools_in_system(q->messages, q->tools, own);
+  if (!msgs) return di_srv_fail(e, 500, "server_error", NULL, "out of memory");
+  bool ok = render(be, msgs, NULL, q->prefix, ids, n, think_open, e);
+  json_decref(msgs);
+  if (ok) *fmt = own;
+  return ok;
+}

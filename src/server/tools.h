@@ -30,6 +30,14 @@ extern const di_srv_toolfmt DI_TOOLFMT_HERMES, DI_TOOLFMT_LLAMA3, DI_TOOLFMT_DEE
 const char *di_srv_toolfmt_detect(const char *tmpl);
 const di_srv_toolfmt *di_srv_toolfmt_named(const char *name);
 
+/* Renders q's messages into *ids (freed first) and picks the format calls
+ * come back in (*fmt; NULL for tool_choice none): the template's own when it
+ * reads tools, else the tools described in a system message (DeepSeek's
+ * prompt for DeepSeek templates, which write calls but never show tools;
+ * Hermes' otherwise). Errors name messages or tool_choice. */
+bool di_srv_tools_render(const di_srv_backend *be, const di_srv_chat_req *q, int32_t **ids, size_t *n, int *think_open,
+                         const di_srv_toolfmt **fmt, di_srv_err *e);
+
 /* required / named: a grammar of calls in format f whose name is a declared
  * function and whose arguments follow its parameters schema; c->mode auto or
  * none: out->on = 0. */

@@ -316,6 +316,39 @@ def test_auto_strict_constrains_a_call_the_model_opens(client):
         (c.message.content, [(t.function.name, t.function.arguments) for t in c.message.tool_calls])
 
 
+def test_batch_tool_calls_match_the_server(client, tmp_path):
+    """`deepinfer batch` renders, forces and parses tool calls as the server does: the same calls
+    for the same greedy lines (named, required, auto with a strict tool), and the same 400s."""
+    strict = [dict(t, function=dict(t["function"], strict=True)) for t in TOOLS]
+    bodies = {
+        "named": dict(messages=WEATHER, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}},
+                      max_tokens=60, temperature=0),
+        "required": dict(messages=WEATHER, tools=TOOLS, tool_choice="required", max_tokens=60, temperature=0,
+                         parallel_tool_calls=False),
+        "auto": dict(messages=WEATHER, tools=strict, max_tokens=60, temperature=0, logit_bias={"44": 5},
+                     parallel_tool_calls=False),
+        "bad": dict(messages=WEATHER, tools=TOOLS, tool_choice="required", n=2, max_tokens=8),
+    }
+    inp, outp = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(json.dumps({"custom_id": k, "method": "POST", "url": "/v1/chat/completions",
+                                       "body": dict(b, model=MODEL_NAME)}) + "\n" for k, b in bodies.items()))
+    r = subprocess.run([str(deepinfer_bin()), "batch", "-m", str(MODEL), "-i", str(inp), "-o", str(outp), "-q",
+                        "--ctx", "1024", "--served-model-name", MODEL_NAME], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = {x["custom_id"]: x for x in map(json.loads, outp.read_text().splitlines())}
+    assert res["bad"]["error"]["param"] == "n"
+    for k in ("named", "required", "auto"):
+        got = res[k]["response"]["body"]["choices"][0]
+        want = client.chat.completions.create(model=MODEL_NAME, extra_body={"speculative": False},
+                                              **bodies[k]).choices[0]
+        calls = [(t["function"]["name"], t["function"]["arguments"]) for t in got["message"]["tool_calls"]]
+        assert calls == [(t.function.name, t.function.arguments) for t in want.message.tool_calls], k
+        assert (got["message"]["content"], got["finish_reason"]) == (want.message.content, want.finish_reason), k
+        for name, args in calls:
+            jsonschema.validate(json.loads(args), PARAMS[name])
+
+
 @pytest.mark.parametrize("kw,param", [
     (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}), "tool_choice"),
     (dict(tool_choice="required"), "tool_choice"),
