@@ -326,7 +326,7 @@ static bool line_prompt(batch *b, json_t *body, int32_t **ids, size_t *n, di_srv
 
 /* Forced calls (a grammar, or server/toolcon.c) and strict tools in auto
  * mode, one completion per line. */
-static bool batch_tools(batch *b, job *j, json_t *body, const di_srv_chat_req *cq, di_srv_err *e) {
+static bool batch_tools(batch *b, job *j, json_t *body, const di_srv_chat_req *cq, int think_open, di_srv_err *e) {
   bool forced = cq->tool_choice.mode == DI_TOOLS_REQUIRED || cq->tool_choice.mode == DI_TOOLS_NAMED;
   bool tc = di_srv_toolcon_wanted(cq->tools, &cq->tool_choice, j->fmt);
   if ((forced || tc) && cq->n > 1)
@@ -335,7 +335,7 @@ static bool batch_tools(batch *b, job *j, json_t *body, const di_srv_chat_req *c
   if (forced && (json_object_get(body, "response_format") || json_object_get(body, "grammar") ||
                  json_object_get(body, "regex")))
     return di_srv_bad(e, "tool_choice", "a forced tool call cannot be combined with response_format, grammar or regex");
-  if (tc) return di_srv_toolcon_new(&b->be, cq->tools, &cq->tool_choice, j->fmt, &j->toolcon, e);
+  if (tc) return di_srv_toolcon_new(&b->be, cq->tools, &cq->tool_choice, j->fmt, think_open, &j->toolcon, e);
   di_srv_constraint con;
   bool ok = di_srv_tools_constraint(cq->tools, &cq->tool_choice, j->fmt, &con, e);
   if (ok && con.on) ok = di_srv_constraint_matcher(&b->be, &con, &j->matcher, e);
@@ -363,7 +363,7 @@ static bool submit_body(di_engine *eng, batch *b, job *j, json_t *body, di_srv_e
     if (ok) ok = di_srv_tools_render(&b->be, &cq, &ids, &n_ids, &think_open, &j->fmt, e);
     n = cq.n;
     /* tool calls constrained as the server constrains them */
-    if (ok && j->fmt) ok = batch_tools(b, j, body, &cq, e);
+    if (ok && j->fmt) ok = batch_tools(b, j, body, &cq, think_open, e);
   } else if (ok) {
     ok = di_srv_get_int(body, "n", 1, 128, &n, e) && di_srv_get_int(body, "logprobs", 0, 20, &logprobs, e) &&
          di_srv_get_bool(body, "echo", &flag, e);

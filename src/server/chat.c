@@ -263,7 +263,7 @@ enum MHD_Result di_srv_handle_chat(di_srv_req *r, json_t *body) {
   di_srv_constraint_free(&con);
   if (tc)
     for (int k = 0; ok && k < g->n_subs; k++)
-      ok = di_srv_toolcon_new(&s->be, q.tools, &q.tool_choice, fmt, &g->subs[k].toolcon, &e);
+      ok = di_srv_toolcon_new(&s->be, q.tools, &q.tool_choice, fmt, g->think_open, &g->subs[k].toolcon, &e);
   for (int i = 0; ok && fmt && i < g->n_choices; i++) {
     if (!(g->choices[i].tp = malloc(sizeof *g->choices[i].tp))) ok = di_srv_fail(&e, 500, "server_error", NULL, "out of memory");
     else di_srv_toolparse_init(g->choices[i].tp, fmt);

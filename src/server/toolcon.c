@@ -9,7 +9,8 @@
  *   forced (required / named, DeepSeek):  <calls_begin> call (call)* <calls_end>, then the end;
  *   auto with strict tools:  free text; the format's opening tag (a token, or
  *   text matched across tokens) starts a constrained call; after it, free
- *   text again.
+ *   text again;
+ *   a prompt that opened <think>: free reasoning up to </think> first.
  * One record per accepted token (the state before it and which matchers it
  * advanced) makes rollback(n) exact for speculative decoding. */
 #include <stdlib.h>
@@ -17,7 +18,7 @@
 
 #include "server/toolcon.h"
 
-enum { M_FREE, M_START, M_CALL, M_AFTER, M_END };
+enum { M_THINK, M_FREE, M_START, M_CALL, M_AFTER, M_END };
 enum { MAX_FNS = 64, MAX_CALLS = 16, MAX_STEPS = 5 };
 
 typedef struct tstep {
@@ -28,22 +29,29 @@ typedef struct tstep {
 typedef struct rec {
   uint64_t alive, adv; /* adv: the matchers of (call, step) this token advanced */
   int16_t mode, step, n_calls, call;
-  int32_t kmp;
+  int16_t kmp, tkmp;
 } rec;
+
+/* A tag watched for in free text: one token, or its text across tokens
+ * (KMP over the tokens' bytes). */
+typedef struct watch {
+  int32_t tok;
+  char s[32];
+  int len, fail[32];
+} watch;
 
 struct di_srv_toolcon {
   int n_fn, n_steps, auto_mode, max_calls;
   tstep st[MAX_FNS][MAX_STEPS];
   int32_t block_open, block_close; /* -1: none (Hermes) */
-  int32_t trig_tok;                /* auto: the opening tag as one token, else -1 and trig text */
-  char trig[32];
-  int trig_len, fail[32];
-  void *ctx; /* token bytes for a text trigger */
+  watch trig;                      /* auto: the opening tag */
+  watch think;                     /* the prompt opened <think>: free until its close */
+  void *ctx; /* token bytes for a text tag */
   int (*token_bytes)(void *ctx, int32_t id, char *buf, size_t cap);
   size_t words;
   uint32_t *tmp, *eos;
   di_gmatcher **m; /* [MAX_CALLS][n_steps][n_fn] */
-  int mode, step, n_calls, kmp;
+  int mode, step, n_calls, kmp, tkmp;
   uint64_t alive;
   rec *h;
   size_t n_h, cap_h;
@@ -126,7 +134,7 @@ static bool build_named(di_srv_toolcon *t, const di_srv_backend *be, json_t *too
       !need_token(be, f->block_open, &t->block_open, f, e) || !need_token(be, f->block_close, &t->block_close, f, e) ||
       !need_token(be, f->lead ? f->tok_sep : f->name_sep, &sep, f, e))
     return false;
-  t->trig_tok = t->block_open;
+  t->trig.tok = t->block_open;
   t->n_steps = 5;
   size_t i;
   json_t *x;
@@ -158,6 +166,38 @@ static bool build_named(di_srv_toolcon *t, const di_srv_backend *be, json_t *too
   return true;
 }
 
+static bool watch_init(const di_srv_backend *be, watch *w, const char *tag) {
+  memset(w, 0, sizeof *w);
+  if ((w->tok = one_token(be, tag)) >= 0) return true;
+  size_t n = strlen(tag);
+  if (!be->token_bytes || n >= sizeof w->s) return false;
+  memcpy(w->s, tag, n);
+  w->len = (int)n;
+  for (int q = 1, k = 0; q < w->len; q++) { /* KMP failure links */
+    while (k && w->s[q] != w->s[k]) k = w->fail[k - 1];
+    if (w->s[q] == w->s[k]) k++;
+    w->fail[q] = k;
+  }
+  return true;
+}
+
+/* Feeds token tok to w from state *st: the offset in the token's bytes just
+ * past the tag when it completes there, else -1. */
+static int watch_feed(const di_srv_toolcon *t, const watch *w, int *st, int32_t tok, char *b, int *n) {
+  *n = 0;
+  if (w->tok >= 0) return tok == w->tok ? 0 : -1;
+  *n = t->token_bytes(t->ctx, tok, b, 256);
+  for (int j = 0; j < *n; j++) {
+    while (*st && b[j] != w->s[*st]) *st = w->fail[*st - 1];
+    if (b[j] == w->s[*st]) ++*st;
+    if (*st == w->len) {
+      *st = 0;
+      return j + 1;
+    }
+  }
+  return -1;
+}
+
 /* Hermes-style (a JSON call between text tags), auto mode only: after the
  * opening tag, one grammar of every function's call and the closing tag. */
 static bool build_json(di_srv_toolcon *t, const di_srv_backend *be, json_t *tools, const di_srv_tool_choice *c,
@@ -186,25 +226,12 @@ static bool build_json(di_srv_toolcon *t, const di_srv_backend *be, json_t *tool
   di_srv_constraint_free(&con);
   if (!ok) return false;
   t->block_open = t->block_close = -1;
-  t->trig_tok = one_token(be, f->open);
-  size_t n = strlen(f->open);
-  if (t->trig_tok < 0) {
-    if (!be->token_bytes || n >= sizeof t->trig) return di_srv_bad(e, "tools", "cannot watch for '%s' in this model's output", f->open);
-    memcpy(t->trig, f->open, n);
-    t->trig_len = (int)n;
-    /* KMP failure links of the opening tag */
-    t->fail[0] = 0;
-    for (int q = 1, k = 0; q < t->trig_len; q++) {
-      while (k && t->trig[q] != t->trig[k]) k = t->fail[k - 1];
-      if (t->trig[q] == t->trig[k]) k++;
-      t->fail[q] = k;
-    }
-  }
+  if (!watch_init(be, &t->trig, f->open)) return di_srv_bad(e, "tools", "cannot watch for '%s' in this model's output", f->open);
   return true;
 }
 
 bool di_srv_toolcon_new(const di_srv_backend *be, json_t *tools, const di_srv_tool_choice *c, const di_srv_toolfmt *f,
-                        di_srv_toolcon **out, di_srv_err *e) {
+                        int think_open, di_srv_toolcon **out, di_srv_err *e) {
   *out = NULL;
   if (!be->grammar || !be->submit_tokcon || !be->tokenize)
     return di_srv_bad(e, "tools", "this server cannot constrain tool calls");
@@ -213,7 +240,7 @@ bool di_srv_toolcon_new(const di_srv_backend *be, json_t *tools, const di_srv_to
   t->ctx = be->ctx;
   t->token_bytes = be->token_bytes;
   t->auto_mode = c->mode == DI_TOOLS_AUTO;
-  t->trig_tok = -1;
+  t->trig.tok = -1;
   bool ok = f->name_sep ? build_named(t, be, tools, c, f, e) : build_json(t, be, tools, c, f, e);
   if (ok && !t->n_fn) ok = di_srv_bad(e, "tool_choice", "no function to call");
   /* parallel calls: at most one per declared function when forced (a small
@@ -243,6 +270,13 @@ bool di_srv_toolcon_new(const di_srv_backend *be, json_t *tools, const di_srv_to
     return false;
   }
   t->mode = t->auto_mode ? M_FREE : M_START;
+  if (think_open) {
+    if (!watch_init(be, &t->think, "</think>")) {
+      di_srv_toolcon_free(t);
+      return di_srv_bad(e, "tools", "cannot watch for '</think>' in this model's output");
+    }
+    t->mode = M_THINK;
+  }
   t->alive = t->n_fn == 64 ? ~0ull : (1ull << t->n_fn) - 1;
   *out = t;
   return true;
@@ -294,7 +328,7 @@ static bool start_call(di_srv_toolcon *t) {
 
 static void tc_fill_mask(void *self, uint32_t *mask) {
   di_srv_toolcon *t = self;
-  if (t->mode == M_FREE) {
+  if (t->mode == M_FREE || t->mode == M_THINK) {
     memset(mask, 0xff, t->words * sizeof *mask);
     return;
   }
@@ -329,25 +363,18 @@ static void tc_fill_mask(void *self, uint32_t *mask) {
  * first bytes (if the call's grammar refuses them, the call stays text). */
 static bool accept_free(di_srv_toolcon *t, int32_t tok, rec *r) {
   if (t->n_calls >= t->max_calls) return true;
-  if (t->trig_tok >= 0) return tok == t->trig_tok ? start_call(t) : true;
   char b[256];
-  int n = t->token_bytes(t->ctx, tok, b, sizeof b);
-  for (int j = 0; j < n; j++) {
-    while (t->kmp && b[j] != t->trig[t->kmp]) t->kmp = t->fail[t->kmp - 1];
-    if (b[j] == t->trig[t->kmp]) t->kmp++;
-    if (t->kmp < t->trig_len) continue;
-    t->kmp = 0;
-    if (!start_call(t)) return false;
-    if (j + 1 == n) return true;
-    r->call = (int16_t)t->n_calls;
-    di_gmatcher *m = *slot(t, t->n_calls, 0, 0);
-    if (di_gmatcher_accept_bytes(m, b + j + 1, (size_t)(n - j - 1))) {
-      r->adv = 1;
-      if (di_gmatcher_is_finished(m)) call_done(t);
-    } else {
-      t->mode = M_FREE;
-    }
-    return true;
+  int n = 0, at = watch_feed(t, &t->trig, &t->kmp, tok, b, &n);
+  if (at < 0) return true;
+  if (!start_call(t)) return false;
+  if (at >= n) return true;
+  r->call = (int16_t)t->n_calls;
+  di_gmatcher *m = *slot(t, t->n_calls, 0, 0);
+  if (di_gmatcher_accept_bytes(m, b + at, (size_t)(n - at))) {
+    r->adv = 1;
+    if (di_gmatcher_is_finished(m)) call_done(t);
+  } else {
+    t->mode = M_FREE;
   }
   return true;
 }
@@ -402,9 +429,15 @@ static bool tc_accept(void *self, int32_t tok) {
     t->h = h, t->cap_h = cap;
   }
   rec r = {.alive = t->alive, .mode = (int16_t)t->mode, .step = (int16_t)t->step, .n_calls = (int16_t)t->n_calls,
-           .call = (int16_t)t->n_calls, .kmp = t->kmp};
+           .call = (int16_t)t->n_calls, .kmp = (int16_t)t->kmp, .tkmp = (int16_t)t->tkmp};
+  char b[256];
+  int nb;
   bool ok;
   switch (t->mode) {
+  case M_THINK: /* reasoning is free; the calls come after it (a text close's remaining bytes are reasoning's end) */
+    ok = true;
+    if (watch_feed(t, &t->think, &t->tkmp, tok, b, &nb) >= 0) t->mode = t->auto_mode ? M_FREE : M_START;
+    break;
   case M_FREE: ok = accept_free(t, tok, &r); break;
   case M_START: ok = tok == t->block_open && start_call(t); break;
   case M_AFTER:
@@ -416,7 +449,7 @@ static bool tc_accept(void *self, int32_t tok) {
   default: ok = false;
   }
   if (!ok) { /* refused: nothing moved (a matcher that refuses stays put) */
-    t->alive = r.alive, t->mode = r.mode, t->step = r.step, t->n_calls = r.n_calls, t->kmp = r.kmp;
+    t->alive = r.alive, t->mode = r.mode, t->step = r.step, t->n_calls = r.n_calls, t->kmp = r.kmp, t->tkmp = r.tkmp;
     return false;
   }
   t->h[t->n_h++] = r;
@@ -432,6 +465,7 @@ static void tc_rollback(void *self, size_t n) {
     for (int i = 0; i < t->n_fn; i++)
       if (r->adv >> i & 1) di_gmatcher_rollback(*slot(t, r->call, r->mode == M_FREE ? 0 : r->step, i), 1);
     t->alive = r->alive, t->mode = r->mode, t->step = r->step, t->n_calls = r->n_calls, t->kmp = r->kmp;
+    t->tkmp = r->tkmp;
   }
 }
 

@@ -13,10 +13,11 @@ typedef struct di_srv_toolcon di_srv_toolcon;
  * in a format with special-token tags, or auto with a strict tool in a
  * format with an opening tag. */
 bool di_srv_toolcon_wanted(json_t *tools, const di_srv_tool_choice *c, const di_srv_toolfmt *f);
-/* Builds one (per completion) with the backend's tokenizer and grammars.
- * Errors name tool_choice or tools. */
+/* Builds one (per completion) with the backend's tokenizer and grammars;
+ * think_open: the prompt left the model inside <think> (reasoning stays free
+ * up to </think>). Errors name tool_choice or tools. */
 bool di_srv_toolcon_new(const di_srv_backend *be, json_t *tools, const di_srv_tool_choice *c, const di_srv_toolfmt *f,
-                        di_srv_toolcon **out, di_srv_err *e);
+                        int think_open, di_srv_toolcon **out, di_srv_err *e);
 void di_srv_toolcon_free(di_srv_toolcon *t);
 /* As the engine's request constraint (di_srv_tokcon). */
 void di_srv_toolcon_bind(di_srv_toolcon *t, di_srv_tokcon *c);

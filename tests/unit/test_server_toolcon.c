@@ -91,12 +91,12 @@ static const char *TOOLS = "[{\"type\":\"function\",\"function\":{\"name\":\"get
  * token allowed and accepted; then rollback(k) and a re-walk must show the
  * same masks. Returns the constraint for further checks (free it). */
 static di_srv_toolcon *walk(const di_srv_toolfmt *f, di_srv_tool_mode mode, const char *name, const char *reply,
-                            int want_finished) {
+                            int want_finished, int think) {
   json_t *tools = json_loads(TOOLS, 0, NULL);
   di_srv_tool_choice c = {mode, name, 1};
   di_srv_toolcon *t = NULL;
   di_srv_err e = {0};
-  CHECKF(di_srv_toolcon_new(&be, tools, &c, f, &t, &e), "%s", e.msg);
+  CHECKF(di_srv_toolcon_new(&be, tools, &c, f, think, &t, &e), "%s", e.msg);
   json_decref(tools);
   if (!t) return NULL;
   di_srv_tokcon k;
@@ -145,20 +145,26 @@ int main(void) {
                            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>{\"a\": 2, \"b\": 40}<｜tool▁call▁end｜>"
                            "<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\", \"unit\": \"c\"}"
                            "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-                           1);
+                           1, 0);
   di_srv_toolcon_free(t);
   /* V3 / R1 named */
   t = walk(D3, DI_TOOLS_NAMED, "get_weather",
            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Oslo\", "
            "\"unit\": \"f\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-           1);
+           1, 0);
   di_srv_toolcon_free(t);
 
+  /* a prompt that opened <think>: free reasoning (tags included) first, then the forced calls */
+  t = walk(D31, DI_TOOLS_REQUIRED, NULL,
+           "Let me <｜tool▁sep｜> think.</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>add<｜tool▁sep｜>{\"a\": 1, "
+           "\"b\": 2}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+           1, 1);
+  di_srv_toolcon_free(t);
   /* forced: the first token is the block tag alone; wrong names and arguments are refused */
   json_t *tools = json_loads(TOOLS, 0, NULL);
   di_srv_tool_choice c = {DI_TOOLS_NAMED, "add", 0};
   di_srv_err e = {0};
-  CHECK(di_srv_toolcon_new(&be, tools, &c, D31, &t, &e));
+  CHECK(di_srv_toolcon_new(&be, tools, &c, D31, 0, &t, &e));
   di_srv_tokcon k;
   di_srv_toolcon_bind(t, &k);
   uint32_t *mask = calloc(words, sizeof *mask);
@@ -188,13 +194,13 @@ int main(void) {
   CHECK(!di_srv_toolcon_wanted(tools, &c, H) && !di_srv_toolcon_wanted(tools, &c, &DI_TOOLFMT_LLAMA3));
   json_decref(tools);
   t = walk(H, DI_TOOLS_AUTO, NULL,
-           "Sure, adding. <tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call> Done.", 0);
+           "Sure, adding. <tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call> Done.", 0, 0);
   di_srv_toolcon_bind(t, &k);
   k.fill_mask(k.self, mask);
   CHECK(popcount(mask) >= 128000); /* free text again */
   di_srv_toolcon_free(t);
   /* ... and the call in between is held to the schemas: a string where add takes an integer is refused */
-  t = walk(H, DI_TOOLS_AUTO, NULL, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": ", 0);
+  t = walk(H, DI_TOOLS_AUTO, NULL, "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": ", 0, 0);
   di_srv_toolcon_bind(t, &k);
   di_tokenizer_encode(tok, "\"", 1, false, false, &ids, &n, &st);
   CHECK(n == 1 && !k.accept(k.self, ids[0]));
