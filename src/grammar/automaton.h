@@ -50,6 +50,9 @@ typedef struct ga_limits {
  * grammar that admits no string. */
 di_code ga_compile(const gx *g, int32_t root, const ga_limits *lim, ga *a, di_status *st);
 void ga_free(ga *a);
+/* The DFA (one rule, start state 0, no calls) of expression x of g, which
+ * must not reference rules; at most max_states states. Dead states are kept. */
+di_code ga_expr_dfa(const gx *g, int32_t x, uint32_t max_states, ga *a, di_status *st);
 
 /* The target of byte b from state s, or -1. */
 static inline int32_t ga_step(const ga *a, int32_t s, uint8_t b) {

@@ -61,6 +61,19 @@ static void build(nfa *n, const gx *g, int32_t x, int32_t from, int32_t to) {
   case GXK_REF:
     edge(n, from, to, E_CALL, 0, 0, d->ref);
     return;
+  case GXK_AUT: {
+    const gx_aut *A = &g->auts[d->ref];
+    int32_t base = n->n_st;
+    for (uint32_t i = 0; i < A->n_st; i++) nst(n);
+    if (n->overflow) return;
+    edge(n, from, base, E_EPS, 0, 0, 0);
+    for (uint32_t i = 0; i < A->n_st; i++) {
+      for (uint32_t j = A->off[i]; j < A->off[i + 1]; j++)
+        edge(n, base + (int32_t)i, base + A->e[j].to, E_BYTES, A->e[j].lo, A->e[j].hi, 0);
+      if (A->final[i]) edge(n, base + (int32_t)i, to, E_EPS, 0, 0, 0);
+    }
+    return;
+  }
   case GXK_ALT:
     for (int32_t i = 0; i < d->nkids; i++) build(n, g, k[i], from, to);
     return;
@@ -428,6 +441,70 @@ out:
   return rc;
 }
 
+/* CSR adjacency of n's edges (sorted in place) and scratch for determinize. */
+static void dfa_build_init(dfa_build *b, nfa *n) {
+  if (n->n_e > 1) qsort(n->e, n->n_e, sizeof *n->e, cmp_from);
+  b->off = calloc((size_t)n->n_st + 1, sizeof *b->off);
+  for (size_t i = 0; i < n->n_e; i++) b->off[n->e[i].from + 1]++;
+  for (int32_t i = 0; i < n->n_st; i++) b->off[i + 1] += b->off[i];
+  b->e = n->e;
+  b->mark = calloc((size_t)n->n_st, sizeof *b->mark);
+  GROW(b->tmp, b->cap_tmp, 16);
+}
+
+static void dfa_build_free(dfa_build *b) {
+  free(b->off);
+  free(b->mark);
+  free(b->pool);
+  free(b->set_off);
+  free(b->set_len);
+  free(b->tab);
+  free(b->stack);
+  free(b->tmp);
+}
+
+di_code ga_expr_dfa(const gx *g, int32_t x, uint32_t max_states, ga *a, di_status *st) {
+  memset(a, 0, sizeof *a);
+  if (g->overflow) return di_errorf(st, DI_ERR_RANGE, "grammar too large (expression budget exceeded)");
+  nfa n = {.max_st = max_states * 8};
+  int32_t s0 = nst(&n), s1 = nst(&n);
+  build(&n, g, x, s0, s1);
+  di_code rc = DI_OK;
+  out_buf o = {0};
+  dfa_build b = {0};
+  if (n.overflow) {
+    rc = di_errorf(st, DI_ERR_RANGE, "pattern too large: more than %u NFA states", n.max_st);
+    goto out;
+  }
+  for (size_t i = 0; i < n.n_e; i++)
+    if (n.e[i].kind == E_CALL) {
+      rc = di_errorf(st, DI_ERR_UNSUPPORTED, "expression is not regular (it calls rule '%s')", g->rules[n.e[i].rule].name);
+      goto out;
+    }
+  dfa_build_init(&b, &n);
+  ga_limits lim = {.max_dfa_states = max_states};
+  rc = determinize(&b, 0, s0, s1, &o, &lim, st);
+  if (rc) goto out;
+  a->st = o.st;
+  a->n_st = (uint32_t)o.n_st;
+  a->ranges = o.r;
+  a->n_ranges = (uint32_t)o.n_r;
+  a->calls = o.c;
+  a->n_rules = 1;
+  a->rule_start = malloc(sizeof *a->rule_start);
+  a->rule_start[0] = 0;
+  a->rule_names = calloc(1, sizeof *a->rule_names);
+  a->rule_names[0] = strdup("expr");
+  memset(&o, 0, sizeof o);
+out:
+  free(o.st);
+  free(o.r);
+  free(o.c);
+  dfa_build_free(&b);
+  free(n.e);
+  return rc;
+}
+
 di_code ga_compile(const gx *g, int32_t root, const ga_limits *lim, ga *a, di_status *st) {
   memset(a, 0, sizeof *a);
   if (g->overflow) return di_errorf(st, DI_ERR_RANGE, "grammar too large (expression budget exceeded)");
@@ -451,13 +528,7 @@ di_code ga_compile(const gx *g, int32_t root, const ga_limits *lim, ga *a, di_st
                    lim->max_nfa_states);
     goto out;
   }
-  if (n.n_e > 1) qsort(n.e, n.n_e, sizeof *n.e, cmp_from);
-  b.off = calloc((size_t)n.n_st + 1, sizeof *b.off);
-  for (size_t i = 0; i < n.n_e; i++) b.off[n.e[i].from + 1]++;
-  for (int32_t i = 0; i < n.n_st; i++) b.off[i + 1] += b.off[i];
-  b.e = n.e;
-  b.mark = calloc((size_t)n.n_st, sizeof *b.mark);
-  GROW(b.tmp, b.cap_tmp, 16);
+  dfa_build_init(&b, &n);
   a->n_rules = (uint32_t)g->n_rules;
   a->rule_start = malloc(sizeof *a->rule_start * g->n_rules);
   a->rule_names = calloc(g->n_rules, sizeof *a->rule_names);
@@ -480,14 +551,7 @@ out:
   free(o.st);
   free(o.r);
   free(o.c);
-  free(b.off);
-  free(b.mark);
-  free(b.pool);
-  free(b.set_off);
-  free(b.set_len);
-  free(b.tab);
-  free(b.stack);
-  free(b.tmp);
+  dfa_build_free(&b);
   free(n.e);
   free(rs);
   if (rc) ga_free(a);

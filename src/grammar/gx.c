@@ -17,7 +17,7 @@ static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
 }
 
 static int32_t node_new(gx *g, gx_node n) {
-  if (g->n_nodes + g->n_kids >= g->max_nodes) {
+  if (g->n_nodes + g->n_kids + g->aut_cost >= g->max_nodes) {
     g->overflow = true;
     return GX_NOTHING;
   }
@@ -34,6 +34,12 @@ void gx_init(gx *g, size_t max_nodes) {
 }
 
 void gx_free(gx *g) {
+  for (size_t i = 0; i < g->n_auts; i++) {
+    free(g->auts[i].off);
+    free(g->auts[i].e);
+    free(g->auts[i].final);
+  }
+  free(g->auts);
   free(g->nodes);
   free(g->kids);
   free(g->rules);
@@ -59,7 +65,7 @@ int32_t gx_bytes(gx *g, uint8_t lo, uint8_t hi) {
 
 /* Appends kids; -1 past the budget. */
 static int32_t push_kids(gx *g, const int32_t *items, size_t n) {
-  if (g->n_nodes + g->n_kids + n >= g->max_nodes) {
+  if (g->n_nodes + g->n_kids + g->aut_cost + n >= g->max_nodes) {
     g->overflow = true;
     return -1;
   }
@@ -131,6 +137,23 @@ int32_t gx_rep(gx *g, int32_t e, int32_t min, int32_t max) {
 int32_t gx_star(gx *g, int32_t e) { return gx_rep(g, e, 0, -1); }
 int32_t gx_plus(gx *g, int32_t e) { return gx_rep(g, e, 1, -1); }
 int32_t gx_opt(gx *g, int32_t e) { return gx_rep(g, e, 0, 1); }
+
+int32_t gx_aut_take(gx *g, gx_aut *a) {
+  size_t ne = a->n_st ? a->off[a->n_st] : 0;
+  if (a->n_st == 0 || g->n_nodes + g->n_kids + g->aut_cost + ne + a->n_st >= g->max_nodes) {
+    if (a->n_st) g->overflow = true;
+    free(a->off);
+    free(a->e);
+    free(a->final);
+    memset(a, 0, sizeof *a);
+    return GX_NOTHING;
+  }
+  g->aut_cost += ne + a->n_st;
+  g->auts = grow(g->auts, &g->cap_auts, g->n_auts + 1, sizeof *g->auts);
+  g->auts[g->n_auts] = *a;
+  memset(a, 0, sizeof *a);
+  return node_new(g, (gx_node){.kind = GXK_AUT, .ref = (int32_t)g->n_auts++});
+}
 
 /* ---- code point sets ---- */
 

@@ -15,13 +15,28 @@
 
 enum { GX_NOTHING = 0, GX_EMPTY = 1 }; /* the two fixed expression ids */
 
-typedef enum gx_kind { GXK_NOTHING, GXK_EMPTY, GXK_BYTES, GXK_SEQ, GXK_ALT, GXK_REP, GXK_REF } gx_kind;
+typedef enum gx_kind { GXK_NOTHING, GXK_EMPTY, GXK_BYTES, GXK_SEQ, GXK_ALT, GXK_REP, GXK_REF, GXK_AUT } gx_kind;
+
+/* An explicit byte automaton embedded as one expression (GXK_AUT): what
+ * intersection and difference of regular languages produce (fsa.h), which
+ * sequences and alternations cannot say compactly. Start state 0; edges of
+ * state s are e[off[s] .. off[s + 1]). */
+typedef struct gx_aut_edge {
+  uint8_t lo, hi;
+  int32_t to;
+} gx_aut_edge;
+typedef struct gx_aut {
+  uint32_t n_st;
+  uint32_t *off;
+  gx_aut_edge *e;
+  bool *final;
+} gx_aut;
 
 typedef struct gx_node {
   uint8_t kind, lo, hi;
   int32_t min, max; /* REP: max -1 = unbounded */
   int32_t kid_off, nkids; /* SEQ/ALT: kids in gx.kids; REP: one kid */
-  int32_t ref;            /* REF: rule id */
+  int32_t ref;            /* REF: rule id; AUT: index in gx.auts */
 } gx_node;
 
 typedef struct gx_rule {
@@ -36,7 +51,9 @@ typedef struct gx {
   size_t n_kids, cap_kids;
   gx_rule *rules;
   size_t n_rules, cap_rules;
-  size_t max_nodes; /* budget (nodes + kids) */
+  gx_aut *auts;
+  size_t n_auts, cap_auts, aut_cost; /* aut_cost: states + edges, counted in the budget */
+  size_t max_nodes; /* budget (nodes + kids + automaton edges) */
   bool overflow;
   /* Regex groups become rules of their own: each rule's automaton stays
    * small where one determinised automaton would blow up (the stack sets
@@ -63,6 +80,8 @@ int32_t gx_rep(gx *g, int32_t e, int32_t min, int32_t max); /* max -1 = unbounde
 int32_t gx_star(gx *g, int32_t e);
 int32_t gx_plus(gx *g, int32_t e);
 int32_t gx_opt(gx *g, int32_t e);
+/* Takes ownership of a (its arrays are freed with g); GX_NOTHING past the budget. */
+int32_t gx_aut_take(gx *g, gx_aut *a);
 
 /* A set of Unicode code points as sorted, disjoint, inclusive ranges. */
 typedef struct gx_cpset {

@@ -16,6 +16,7 @@
 #include "grammar/internal.h"
 #include "grammar/json.h"
 #include "grammar/regex.h"
+#include "grammar/schema_lang.h"
 #include "grammar/schema_util.h"
 
 typedef struct refent {
@@ -89,6 +90,33 @@ static json_t *without(const json_t *s, const char *key) {
 
 /* ---- strings ---- */
 
+/* A string under two or more of pattern, format and a length bound: the
+ * product of their automata (each alone stays an expression). */
+static int32_t string_intersection(sc *c, const json_t *pat, const char *fre, long long mn, long long mx) {
+  ga acc = {0}, b = {0};
+  di_code rc = DI_OK;
+  bool have = false;
+  if (json_is_string(pat)) {
+    rc = sl_regex_dfa(c->g, json_string_value(pat), json_string_length(pat), c->st, &acc);
+    have = true;
+  }
+  if (!rc && fre) {
+    rc = sl_regex_dfa(c->g, fre, strlen(fre), c->st, have ? &b : &acc);
+    if (!rc && have) rc = sl_and(&acc, &b, FSA_AND, c->st);
+    ga_free(&b);
+    have = true;
+  }
+  if (!rc && (mn > 0 || mx >= 0)) {
+    rc = sl_length_dfa(c->g, &c->j, mn, mx, c->st, &b);
+    if (!rc) rc = sl_and(&acc, &b, FSA_AND, c->st);
+    ga_free(&b);
+  }
+  int32_t r = rc ? GX_NOTHING : fsa_to_gx(c->g, &acc);
+  ga_free(&acc);
+  if (rc) c->err = true;
+  return r;
+}
+
 static int32_t compile_string(sc *c, const json_t *s) {
   gx *g = c->g;
   const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
@@ -101,11 +129,11 @@ static int32_t compile_string(sc *c, const json_t *s) {
     return fail(c, DI_ERR_UNSUPPORTED, "format 'regex' is not supported (the validity of a regex is not enforced)");
   const char *fre = json_is_string(fmt) ? su_format_regex(json_string_value(fmt)) : NULL;
   int n_constraints = (json_is_string(pat) ? 1 : 0) + (fre ? 1 : 0) + (mn > 0 || mx >= 0 ? 1 : 0);
-  if (n_constraints > 1)
-    return fail(c, DI_ERR_UNSUPPORTED, "'%s' together with '%s' on one string is not supported",
-                json_is_string(pat) ? "pattern" : "format", mn > 0 || mx >= 0 ? (mx >= 0 ? "maxLength" : "minLength") : "format");
   int32_t body;
-  if (json_is_string(pat) || fre) {
+  if (n_constraints > 1) {
+    body = string_intersection(c, pat, fre, mn, mx);
+    if (c->err) return GX_NOTHING;
+  } else if (json_is_string(pat) || fre) {
     const char *re = json_is_string(pat) ? json_string_value(pat) : fre;
     size_t rl = json_is_string(pat) ? json_string_length(pat) : strlen(re);
     body = rx_compile(g, re, rl, true, gj_encode_chars, NULL, c->st);
@@ -332,6 +360,155 @@ static int32_t members(sc *c, const int32_t *kv, const bool *required, const siz
   return r;
 }
 
+/* What patternProperties and propertyNames say about keys: an automaton per
+ * pattern (key contents, search semantics) and one of the names
+ * propertyNames allows. */
+enum { MAX_KEY_PATTERNS = 6 }; /* regions: every subset of patterns a key may match */
+typedef struct keyrules {
+  size_t n;
+  const json_t *sch[MAX_KEY_PATTERNS];
+  ga k[MAX_KEY_PATTERNS];
+  ga pn;
+  bool has_pn;
+} keyrules;
+
+static void keyrules_free(keyrules *kr) {
+  for (size_t i = 0; i < kr->n; i++) ga_free(&kr->k[i]);
+  ga_free(&kr->pn);
+}
+
+/* false (c->err set) when a keyword cannot be enforced */
+static bool key_rules(sc *c, const json_t *pprops, const json_t *pnames, keyrules *kr) {
+  if (json_is_object(pprops) && json_object_size(pprops) > MAX_KEY_PATTERNS) {
+    fail(c, DI_ERR_UNSUPPORTED, "'patternProperties' with more than %d patterns is not supported", MAX_KEY_PATTERNS);
+    return false;
+  }
+  const char *pk;
+  json_t *pv;
+  if (json_is_object(pprops))
+    json_object_foreach((json_t *)pprops, pk, pv) {
+      if (sl_regex_dfa(c->g, pk, strlen(pk), c->st, &kr->k[kr->n])) {
+        c->err = true;
+        keyrules_free(kr);
+        return false;
+      }
+      kr->sch[kr->n++] = pv;
+    }
+  if (!pnames || json_is_true(pnames) || (json_is_object(pnames) && only_annotations_besides(pnames, "type", NULL)))
+    return true;
+  /* names as strings under pattern / format / length bounds */
+  const json_t *t = json_is_object(pnames) ? json_object_get(pnames, "type") : NULL;
+  const char *kw;
+  json_t *kv;
+  bool ok = json_is_object(pnames) && (!t || (json_is_string(t) && !strcmp(json_string_value(t), "string")));
+  if (ok)
+    json_object_foreach((json_t *)pnames, kw, kv) ok &= su_is_annotation(kw) || !strcmp(kw, "type") ||
+                                                       !strcmp(kw, "pattern") || !strcmp(kw, "minLength") ||
+                                                       !strcmp(kw, "maxLength") || !strcmp(kw, "format");
+  const json_t *pat = ok ? json_object_get(pnames, "pattern") : NULL, *fmt = ok ? json_object_get(pnames, "format") : NULL;
+  const char *fre = json_is_string(fmt) ? su_format_regex(json_string_value(fmt)) : NULL;
+  if (!ok || (pat && !json_is_string(pat)) || (fmt && !fre)) {
+    keyrules_free(kr);
+    fail(c, DI_ERR_UNSUPPORTED, "'propertyNames' is only supported with pattern, format, minLength and maxLength");
+    return false;
+  }
+  double d;
+  long long mn = get_num(pnames, "minLength", &d) ? (long long)d : 0, mx = get_num(pnames, "maxLength", &d) ? (long long)d : -1;
+  ga b = {0};
+  di_code rc = sl_length_dfa(c->g, &c->j, mn, mx, c->st, &kr->pn);
+  if (!rc && pat) {
+    rc = sl_regex_dfa(c->g, json_string_value(pat), json_string_length(pat), c->st, &b);
+    if (!rc) rc = sl_and(&kr->pn, &b, FSA_AND, c->st);
+    ga_free(&b);
+  }
+  if (!rc && fre) {
+    rc = sl_regex_dfa(c->g, fre, strlen(fre), c->st, &b);
+    if (!rc) rc = sl_and(&kr->pn, &b, FSA_AND, c->st);
+    ga_free(&b);
+  }
+  kr->has_pn = true;
+  if (rc) {
+    c->err = true;
+    keyrules_free(kr);
+    return false;
+  }
+  return true;
+}
+
+/* The schema of a member named name: ps (NULL: none) and that of every
+ * pattern the name matches, merged; owned copies go to *owned. NULL with
+ * c->err set if they cannot be merged. */
+static const json_t *with_patterns(sc *c, const keyrules *kr, const char *name, const json_t *ps, json_t **owned) {
+  json_t *m = NULL;
+  for (size_t k = 0; k < kr->n; k++) {
+    if (!sl_matches(&kr->k[k], name, strlen(name))) continue;
+    if (!ps) {
+      ps = kr->sch[k];
+      continue;
+    }
+    json_t *nm = su_merge(ps, kr->sch[k], c->st);
+    json_decref(m);
+    if (!nm) {
+      c->err = true;
+      return NULL;
+    }
+    ps = m = nm;
+  }
+  if (m) json_array_append_new(*owned, m);
+  return ps;
+}
+
+/* Members beyond the named ones: a key in each nonempty region (the
+ * patterns it matches and those it does not, names left out, within
+ * propertyNames) with the merged schema of the patterns it matches, or
+ * additionalProperties where it matches none. */
+static int32_t key_regions(sc *c, const keyrules *kr, const char *const *names, size_t n, const json_t *addl) {
+  gx *g = c->g;
+  ga base = {0}, nm = {0};
+  di_code rc = sl_length_dfa(g, &c->j, 0, -1, c->st, &base);
+  if (!rc && kr->has_pn) rc = sl_and(&base, &kr->pn, FSA_AND, c->st);
+  if (!rc) rc = sl_names_dfa(g, names, n, c->st, &nm);
+  if (!rc) rc = sl_and(&base, &nm, FSA_AND_NOT, c->st);
+  ga_free(&nm);
+  int32_t alts[1 << MAX_KEY_PATTERNS];
+  size_t na = 0;
+  for (uint32_t set = 0; !rc && !c->err && set < (1u << kr->n); set++) {
+    if (set == 0 && json_is_false(addl)) continue;
+    ga r = {0};
+    const ga *cur = &base;
+    for (size_t k = 0; !rc && k < kr->n; k++) {
+      ga nx;
+      rc = fsa_product(cur, &kr->k[k], set >> k & 1 ? FSA_AND : FSA_AND_NOT, SL_MAX_STATES, &nx, c->st);
+      ga_free(&r);
+      if (!rc) r = nx, cur = &r;
+    }
+    if (rc || fsa_empty(cur)) {
+      ga_free(&r);
+      continue;
+    }
+    json_t *vs = NULL;
+    for (size_t k = 0; k < kr->n && !c->err; k++) {
+      if (!(set >> k & 1)) continue;
+      json_t *m = vs ? su_merge(vs, kr->sch[k], c->st) : json_incref((json_t *)kr->sch[k]);
+      json_decref(vs);
+      vs = m;
+      if (!m) c->err = true;
+    }
+    if (!c->err) {
+      int32_t key = gx_seq3(g, gx_str(g, "\""), fsa_to_gx(g, cur), gx_str(g, "\""));
+      size_t before = g->n_nodes;
+      int32_t val = set ? compile(c, vs) : addl && !json_is_true(addl) ? compile(c, addl) : any_value(c);
+      val = as_rule(c, "additional", val, before);
+      alts[na++] = gx_seq3(g, key, gj_colon(&c->j), val);
+    }
+    json_decref(vs);
+    ga_free(&r);
+  }
+  ga_free(&base);
+  if (rc) c->err = true;
+  return c->err ? GX_NOTHING : gx_alt(g, alts, na);
+}
+
 static int32_t compile_object(sc *c, const json_t *s) {
   gx *g = c->g;
   static const char *unsupported[] = {"dependencies", "dependentRequired", "dependentSchemas",
@@ -345,12 +522,10 @@ static int32_t compile_object(sc *c, const json_t *s) {
   const json_t *addl = json_object_get(s, "additionalProperties");
   const json_t *pprops = json_object_get(s, "patternProperties");
   const json_t *pnames = json_object_get(s, "propertyNames");
-  if (pnames && !json_is_true(pnames) && !(json_is_object(pnames) && only_annotations_besides(pnames, "type", NULL)))
-    return fail(c, DI_ERR_UNSUPPORTED, "'propertyNames' is not supported");
   bool addl_false = json_is_false(addl);
-  bool has_pp = json_is_object(pprops) && json_object_size(pprops) > 0;
-  if (has_pp && !addl_false)
-    return fail(c, DI_ERR_UNSUPPORTED, "'patternProperties' is only supported with additionalProperties: false");
+  keyrules kr = {0};
+  if (!key_rules(c, pprops, pnames, &kr)) return GX_NOTHING;
+  bool has_pp = kr.n > 0;
   /* Member order: the required properties in the order `required` lists
    * them, then the optional ones in the order of `properties` (what
    * MaskBench's instances and common engines use). */
@@ -360,6 +535,7 @@ static int32_t compile_object(sc *c, const json_t *s) {
   bool *required = calloc(np + nr + 1, 1);
   size_t n = 0;
   int32_t result = GX_NOTHING;
+  json_t *owned = json_array(); /* merged property schemas */
   for (size_t i = 0; i < nr; i++) {
     const char *rn = json_string_value(json_array_get(req, i));
     if (!rn) {
@@ -370,14 +546,15 @@ static int32_t compile_object(sc *c, const json_t *s) {
     for (size_t k = 0; k < n; k++) dup |= !strcmp(names[k], rn);
     if (dup) continue;
     const json_t *ps = np ? json_object_get(props, rn) : NULL;
-    if (!ps) {
-      if (addl_false && !has_pp) goto out; /* required but not allowed: no object fits */
-      if (has_pp) {
-        fail(c, DI_ERR_UNSUPPORTED, "required property '%s' that only patternProperties could match", rn);
-        goto out;
-      }
+    if (kr.has_pn && !sl_matches(&kr.pn, rn, strlen(rn))) goto out; /* a required name propertyNames forbids */
+    bool by_pattern = false;
+    for (size_t k = 0; k < kr.n; k++) by_pattern |= sl_matches(&kr.k[k], rn, strlen(rn));
+    if (!ps && !by_pattern) {
+      if (addl_false) goto out; /* required but not allowed: no object fits */
       ps = addl ? addl : json_true();
     }
+    ps = with_patterns(c, &kr, rn, ps, &owned);
+    if (!ps) goto out;
     names[n] = rn;
     schemas[n] = ps;
     required[n++] = true;
@@ -388,9 +565,11 @@ static int32_t compile_object(sc *c, const json_t *s) {
     json_object_foreach((json_t *)props, k, pv) {
       bool dup = false;
       for (size_t i = 0; i < n && !dup; i++) dup = required[i] && !strcmp(names[i], k);
-      if (dup) continue;
+      if (dup || (kr.has_pn && !sl_matches(&kr.pn, k, strlen(k)))) continue;
+      const json_t *ps = with_patterns(c, &kr, k, pv, &owned);
+      if (!ps) goto out;
       names[n] = k;
-      schemas[n++] = pv;
+      schemas[n++] = ps;
     }
   }
   const json_t *v;
@@ -408,22 +587,9 @@ static int32_t compile_object(sc *c, const json_t *s) {
   (void)v;
   /* the extra members */
   int32_t extra = GX_NOTHING;
-  if (has_pp) {
-    int32_t *alts = malloc(sizeof *alts * json_object_size(pprops));
-    size_t na = 0;
-    const char *pk;
-    json_t *pv;
-    json_object_foreach((json_t *)pprops, pk, pv) {
-      int32_t key = rx_compile(g, pk, strlen(pk), true, gj_encode_chars, NULL, c->st);
-      if (key < 0) {
-        c->err = true;
-        free(alts);
-        goto out;
-      }
-      alts[na++] = gx_seq(g, (int32_t[]){gx_str(g, "\""), key, gx_str(g, "\""), gj_colon(&c->j), compile(c, pv)}, 5);
-    }
-    extra = gx_alt(g, alts, na);
-    free(alts);
+  if (has_pp || kr.has_pn) {
+    extra = key_regions(c, &kr, names, n, addl);
+    if (c->err) goto out;
   } else if (!addl_false) {
     kt t = {.names = names, .n = n};
     size_t *idx = malloc(sizeof *idx * (n + 1));
@@ -483,6 +649,8 @@ out:
   free(names);
   free(schemas);
   free(required);
+  json_decref(owned);
+  keyrules_free(&kr);
   return result;
 }
 

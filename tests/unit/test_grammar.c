@@ -290,6 +290,41 @@ int main(void) {
   expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"uniqueItems\":true}", "uniqueItems");
   expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"$ref\":\"#\"}", "no string");
   expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"required\":[\"a\"],\"additionalProperties\":false}", "no string");
+  /* keywords combined as languages (automaton products): pattern with length bounds and formats */
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"^[a-z\u00e9]+$\",\"minLength\":2,\"maxLength\":3}",
+         (const char *const[]){"\"ab\"", "\"\u00e9\u00e9\u00e9\"", NULL},
+         (const char *const[]){"\"a\"", "\"abcd\"", "\"aB\"", "\"\u00e9\u00e9\u00e9\u00e9\"", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"b\",\"maxLength\":3}",
+         (const char *const[]){"\"b\"", "\"\\\"b\\n\"", NULL}, (const char *const[]){"\"aaa\"", "\"abcd\"", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^2024\"}",
+         (const char *const[]){"\"2024-01-02\"", NULL}, (const char *const[]){"\"2023-01-02\"", "\"2024-1-02\"", NULL});
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":0}", "no string");
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":100000}", "too large");
+  /* patternProperties with additionalProperties: a key in each region of the patterns it matches */
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}}}",
+         (const char *const[]){"{}", "{\"x-a\": 1}", "{\"y\": \"s\", \"x-b\": 2}", NULL},
+         (const char *const[]){"{\"x-a\": \"s\"}", "{\"y\": 1, \"x-\": true}", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"properties\":{\"foo\":{\"type\":\"array\",\"maxItems\":3},\"bar\":{\"type\":\"array\"}},"
+         "\"patternProperties\":{\"f.o\":{\"minItems\":2}},\"additionalProperties\":{\"type\":\"integer\"}}",
+         (const char *const[]){"{\"foo\": [1, 2]}", "{\"fxo\": [1, 2]}", "{\"bar\": []}", "{\"quux\": 3}", NULL},
+         (const char *const[]){"{\"foo\": [1]}", "{\"foo\": [1, 2, 3, 4]}", "{\"fxo\": [1]}", "{\"quux\": \"x\"}", NULL});
+  /* a key matching both patterns must satisfy both */
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"patternProperties\":{\"a*\":{\"type\":\"integer\"},\"aaa*\":{\"maximum\":20}}}",
+         (const char *const[]){"{\"a\": 1}", "{\"aaaa\": 18}", NULL},
+         (const char *const[]){"{\"aaaa\": 31}", "{\"aaa\": \"foo\"}", "{\"b\": \"x\"}", NULL});
+  /* a required name only a pattern covers takes that pattern's schema */
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\",\"x-b\"],"
+         "\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}},\"additionalProperties\":false}",
+         (const char *const[]){"{\"a\": \"s\", \"x-b\": 1}", "{\"a\": \"s\", \"x-b\": 1, \"x-c\": 2}", NULL},
+         (const char *const[]){"{\"a\": \"s\", \"x-b\": \"1\"}", "{\"a\": \"s\", \"x-b\": 1, \"c\": 2}", "{\"a\": \"s\"}", NULL});
+  /* propertyNames as a string language */
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"type\":\"object\",\"properties\":{\"Bad\":{},\"ok\":{}},\"propertyNames\":{\"pattern\":\"^[a-z]+$\",\"maxLength\":2}}",
+         (const char *const[]){"{}", "{\"ok\": 1}", "{\"zz\": \"q\"}", NULL},
+         (const char *const[]){"{\"Bad\": 1}", "{\"zzz\": 1}", "{\"A\": 1}", NULL});
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"propertyNames\":{\"enum\":[\"a\"],\"maxLength\":3}}", "propertyNames");
   /* masks equal the matcher's own decisions, token by token */
   check_masks(obj, DI_GRAMMAR_JSON_SCHEMA, "{\"name\": \"bo\", \"age\": 150, \"tags\": [\"a\", \"b\"]}", 7);
   check_masks(rec, DI_GRAMMAR_JSON_SCHEMA, "{\"v\": 1.5, \"next\": {\"v\": -2, \"next\": null}}", 11);
@@ -300,6 +335,8 @@ int main(void) {
   check_masks("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"string\"}}}", DI_GRAMMAR_JSON_SCHEMA,
               "{\"n\": \"\u017c\u00f3\u0142w \U0001F422 \\\" \u4e2d\u6587\", \"\u00e9t\u00e9\": 1}", 3);
   check_masks("{\"type\":\"string\",\"pattern\":\"^[a-z\u00e9]*$\"}", DI_GRAMMAR_JSON_SCHEMA, "\"ab\u00e9cd\"", 5);
+  check_masks("{\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}},\"properties\":{\"xa\":{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"maxLength\":4}}}",
+              DI_GRAMMAR_JSON_SCHEMA, "{\"xa\": \"abcd\", \"x-y\": 12, \"z\": [true]}", 3);
   di_tokenizer_free(tok);
   return di_test_finish("test_grammar");
 }
