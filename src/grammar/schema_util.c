@@ -186,9 +186,11 @@ json_t *su_merge(const json_t *a, const json_t *b, di_status *st) {
     } else if (is_max_kw(k) && json_is_number(va) && json_is_number(vb)) {
       if (json_number_value(vb) < json_number_value(va)) json_object_set(r, k, vb);
     } else if (!strcmp(k, "additionalProperties") || !strcmp(k, "items") || !strcmp(k, "additionalItems") ||
-               !strcmp(k, "propertyNames") || !strcmp(k, "contains") || !strcmp(k, "not")) {
+               !strcmp(k, "propertyNames") || !strcmp(k, "contains")) {
       if (json_is_array(va) || json_is_array(vb)) goto conflict;
       json_object_set_new(r, k, all_of(va, vb));
+    } else if (!strcmp(k, "not")) { /* neither a nor b: not (a or b) */
+      json_object_set_new(r, k, json_pack("{s:[O,O]}", "anyOf", va, vb));
     } else if (!strcmp(k, "allOf")) {
       json_t *m = json_deep_copy(va);
       json_array_extend(m, vb);

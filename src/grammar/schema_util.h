@@ -31,6 +31,12 @@ const char *su_format_regex(const char *format);
  * against root. */
 bool su_all_disjoint(const json_t *root, const json_t *const *s, size_t n, size_t *pi, size_t *pj);
 
+/* Whether value v satisfies schema s ($refs against root): SV_UNKNOWN, with
+ * *why naming the keyword, when that cannot be decided here (formats, $ref
+ * beside other keywords, multipleOf on fractions near a multiple, ...). */
+typedef enum sv_result { SV_INVALID, SV_VALID, SV_UNKNOWN } sv_result;
+sv_result su_validate(const json_t *root, const json_t *s, const json_t *v, const char **why);
+
 /* Keywords that never change validity. */
 bool su_is_annotation(const char *kw);
 

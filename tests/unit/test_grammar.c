@@ -325,6 +325,23 @@ int main(void) {
          (const char *const[]){"{}", "{\"ok\": 1}", "{\"zz\": \"q\"}", NULL},
          (const char *const[]){"{\"Bad\": 1}", "{\"zzz\": 1}", "{\"A\": 1}", NULL});
   expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"propertyNames\":{\"enum\":[\"a\"],\"maxLength\":3}}", "propertyNames");
+  /* enum / const keep only the values the rest of the schema admits (checked value by value) */
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"enum\":[1,5,\"abc\",\"z\"],\"minimum\":3,\"maxLength\":2}",
+         (const char *const[]){"5", "\"z\"", NULL}, (const char *const[]){"1", "\"abc\"", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"allOf\":[{\"enum\":[{\"a\":1},{\"a\":\"x\"}]},{\"properties\":{\"a\":{\"type\":\"integer\"}}}]}",
+         (const char *const[]){"{\"a\": 1}", NULL}, (const char *const[]){"{\"a\": \"x\"}", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"allOf\":[{\"enum\":[[1,2],[1,1.0],\"ab\",\"b\"]},{\"not\":{\"anyOf\":[{\"type\":\"array\",\"uniqueItems\":true},"
+         "{\"type\":\"string\",\"pattern\":\"^a\"}]}}]}",
+         (const char *const[]){"[1, 1.0]", "\"b\"", NULL}, (const char *const[]){"[1, 2]", "\"ab\"", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"const\":{\"b\":[true]},\"not\":{\"not\":{\"required\":[\"b\"],\"additionalProperties\":{\"type\":\"array\"}}}}",
+         (const char *const[]){"{\"b\": [true]}", NULL}, (const char *const[]){"{}", NULL});
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"const\":1,\"enum\":[2]}", "no string");
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"enum\":[\"a@b.c\"],\"format\":\"email\"}", "format");
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"enum\":[0.3],\"multipleOf\":0.1}", "multipleOf");
+  /* allOf of two nots: neither holds */
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"enum\":[1,\"s\",null],\"allOf\":[{\"not\":{\"type\":\"string\"}},{\"not\":{\"type\":\"integer\"}}]}",
+         (const char *const[]){"null", NULL}, (const char *const[]){"1", "\"s\"", NULL});
   /* masks equal the matcher's own decisions, token by token */
   check_masks(obj, DI_GRAMMAR_JSON_SCHEMA, "{\"name\": \"bo\", \"age\": 150, \"tags\": [\"a\", \"b\"]}", 7);
   check_masks(rec, DI_GRAMMAR_JSON_SCHEMA, "{\"v\": 1.5, \"next\": {\"v\": -2, \"next\": null}}", 11);
