@@ -10,6 +10,9 @@
  *   auto with strict tools:  free text; the format's opening tag (a token, or
  *   text matched across tokens) starts a constrained call; after it, free
  *   text again;
+ *   Llama 3 (no tag: a reply that is one JSON object is a call), auto with
+ *   strict tools: a reply whose first token starts '{' is constrained to one
+ *   call and ends with it;
  *   a prompt that opened <think>: free reasoning up to </think> first.
  * One record per accepted token (the state before it and which matchers it
  * advanced) makes rollback(n) exact for speculative decoding. */
@@ -42,6 +45,7 @@ typedef struct watch {
 
 struct di_srv_toolcon {
   int n_fn, n_steps, auto_mode, max_calls;
+  int whole; /* Llama 3: a reply whose first byte but whitespace is '{' is one call, and all of the reply */
   tstep st[MAX_FNS][MAX_STEPS];
   int32_t block_open, block_close; /* -1: none (Hermes) */
   watch trig;                      /* auto: the opening tag */
@@ -64,7 +68,7 @@ static di_gmatcher **slot(di_srv_toolcon *t, int call, int step, int fn) {
 }
 
 bool di_srv_toolcon_wanted(json_t *tools, const di_srv_tool_choice *c, const di_srv_toolfmt *f) {
-  if (!f || !f->open) return false;
+  if (!f) return false;
   if (c->mode == DI_TOOLS_REQUIRED || c->mode == DI_TOOLS_NAMED) return f->name_sep != NULL;
   if (c->mode != DI_TOOLS_AUTO) return false;
   size_t i;
@@ -212,7 +216,7 @@ static bool build_json(di_srv_toolcon *t, const di_srv_backend *be, json_t *tool
   }
   di_srv_tool_choice req = {DI_TOOLS_REQUIRED, NULL, 0};
   di_srv_toolfmt after_open = *f;
-  after_open.before = "\n";
+  if (f->open) after_open.before = "\n";
   di_srv_constraint con;
   bool ok = di_srv_tools_constraint(copy, &req, &after_open, &con, e);
   json_decref(copy);
@@ -226,6 +230,10 @@ static bool build_json(di_srv_toolcon *t, const di_srv_backend *be, json_t *tool
   di_srv_constraint_free(&con);
   if (!ok) return false;
   t->block_open = t->block_close = -1;
+  if (!f->open) { /* Llama 3: the reply's first token decides (accept_whole) */
+    t->whole = 1;
+    return true;
+  }
   if (!watch_init(be, &t->trig, f->open)) return di_srv_bad(e, "tools", "cannot watch for '%s' in this model's output", f->open);
   return true;
 }
@@ -317,7 +325,7 @@ static void call_done(di_srv_toolcon *t) {
   t->n_calls++;
   t->alive = all_fns(t);
   t->kmp = 0;
-  t->mode = t->block_open < 0 ? M_FREE : M_AFTER;
+  t->mode = t->whole ? M_END : t->block_open < 0 ? M_FREE : M_AFTER;
 }
 
 static bool start_call(di_srv_toolcon *t) {
@@ -364,7 +372,19 @@ static void tc_fill_mask(void *self, uint32_t *mask) {
 static bool accept_free(di_srv_toolcon *t, int32_t tok, rec *r) {
   if (t->n_calls >= t->max_calls) return true;
   char b[256];
-  int n = 0, at = watch_feed(t, &t->trig, &t->kmp, tok, b, &n);
+  int n = 0, at = -1;
+  if (t->whole) { /* kmp: 1 once the reply began with text */
+    if (t->kmp) return true;
+    n = t->token_bytes(t->ctx, tok, b, sizeof b);
+    for (at = 0; at < n && (b[at] == ' ' || b[at] == '\n' || b[at] == '\t' || b[at] == '\r');) at++;
+    if (at == n) return true;
+    if (b[at] != '{') {
+      t->kmp = 1;
+      return true;
+    }
+  } else {
+    at = watch_feed(t, &t->trig, &t->kmp, tok, b, &n);
+  }
   if (at < 0) return true;
   if (!start_call(t)) return false;
   if (at >= n) return true;
@@ -375,6 +395,7 @@ static bool accept_free(di_srv_toolcon *t, int32_t tok, rec *r) {
     if (di_gmatcher_is_finished(m)) call_done(t);
   } else {
     t->mode = M_FREE;
+    if (t->whole) t->kmp = 1;
   }
   return true;
 }

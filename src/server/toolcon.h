@@ -10,8 +10,7 @@
 typedef struct di_srv_toolcon di_srv_toolcon;
 
 /* Whether tools and tool_choice c in format f need a toolcon: forced calls
- * in a format with special-token tags, or auto with a strict tool in a
- * format with an opening tag. */
+ * in a format with token tags (DeepSeek), or auto with a strict tool. */
 bool di_srv_toolcon_wanted(json_t *tools, const di_srv_tool_choice *c, const di_srv_toolfmt *f);
 /* Builds one (per completion) with the backend's tokenizer and grammars;
  * think_open: the prompt left the model inside <think> (reasoning stays free

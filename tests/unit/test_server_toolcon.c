@@ -192,6 +192,19 @@ int main(void) {
   CHECK(di_srv_toolcon_wanted(tools, &c, H));
   json_object_del(json_object_get(json_array_get(tools, 1), "function"), "strict");
   CHECK(!di_srv_toolcon_wanted(tools, &c, H) && !di_srv_toolcon_wanted(tools, &c, &DI_TOOLFMT_LLAMA3));
+  json_object_set_new(json_object_get(json_array_get(tools, 1), "function"), "strict", json_true());
+  /* Llama 3 auto, strict: a reply that starts '{' is one call under the schemas and ends with it */
+  t = walk(&DI_TOOLFMT_LLAMA3, DI_TOOLS_AUTO, NULL, " {\"name\": \"add\", \"parameters\": {\"a\": 1, \"b\": 2}}", 1, 0);
+  di_srv_toolcon_bind(t, &k);
+  k.rollback(k.self, 1000);
+  di_tokenizer_encode(tok, "{\"name\": \"sub\"", 15, false, false, &ids, &n, &st);
+  bool refused = false;
+  for (size_t i = 0; i < n && !refused; i++) refused = !k.accept(k.self, ids[i]);
+  CHECK(refused); /* not a declared function */
+  free(ids);
+  di_srv_toolcon_free(t);
+  t = walk(&DI_TOOLFMT_LLAMA3, DI_TOOLS_AUTO, NULL, "Hello {\"name\": 1} and more", 0, 0); /* text first: free */
+  di_srv_toolcon_free(t);
   json_decref(tools);
   t = walk(H, DI_TOOLS_AUTO, NULL,
            "Sure, adding. <tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call> Done.", 0, 0);
