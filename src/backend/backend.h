@@ -99,6 +99,50 @@ typedef struct di_backend {
   void (*mla_absorb_q)(const float *q_nope, const float *wk, int nope, int kvl, float *qm);
   void (*mla_out)(const float *a, const float *wv, int vd, int kvl, float *o);
 
+  /* ---- DeepSeek-V4 (backend/cpu/dsv4.c) ---- */
+  /* y = x / rms(x) over n, no weight (y may alias x): the per-head query norm. */
+  void (*rms_norm_unit)(const float *x, float *y, int n, float eps);
+  /* The conjugate rotation of rope (undoes it at the same position). */
+  void (*rope_inv)(float *head, const float *cs, int rope_dim, di_rope_type type);
+  /* x[i] *= s (the embedding scale). */
+  void (*scale)(float *x, int n, float s);
+  /* mHC. hc_norm: rms_norm_unit over a token's N*D stream values (the sum of
+   * squares in double). hc_maps: from the streams' mix [(2+N)*N] and the
+   * site's base / scale[3], pre[N] = sigmoid(mix*scale0 + base) + eps, and
+   * unless post is NULL (the hyper head) post[N] = 2 sigmoid(..scale1..) and
+   * comb[N][N] = row softmax + eps, then `iters` Sinkhorn-Knopp rounds.
+   * hc_collapse: x[D] = sum_j pre[j] X[j]. hc_expand: X[k] = post[k] o +
+   * sum_j comb[j][k] X[j], j ascending. */
+  void (*hc_norm)(const float *x, float *y, int n, float eps);
+  void (*hc_maps)(const float *mix, const float *base, const float *scale, int N, int iters, float eps, float *pre,
+                  float *post, float *comb);
+  void (*hc_collapse)(const float *X, const float *pre, int N, int D, float *x);
+  void (*hc_expand)(float *X, const float *o, const float *post, const float *comb, int N, int D);
+  /* The compressor's pooling of n rows: per channel, softmax over the rows'
+   * gate[r][ch] weighting kv[r][ch], rows in the given order; work: 2*dim floats. */
+  void (*compress_pool)(const float *const *kv, const float *const *gate, int n, int dim, float *work, float *out);
+  /* The Lightning Indexer: scores[e] = sum_h relu(q[h] . keys[e]) * qs * (w[h] * ws)
+   * over `heads` query heads of `dim`. */
+  void (*indexer_scores)(const float *q, const float *w, int heads, int dim, const float *const *keys, int n,
+                         float qs, float ws, float *scores);
+  /* The indices of the k best of scores[n] (higher first, ties to the lower
+   * index) into sel, ascending; returns min(k, n). work: n ints. */
+  int (*topk)(const float *scores, int n, int k, int32_t *sel, int32_t *work);
+  /* One query head over nk latent rows (K = V): o[hd] = softmax over the
+   * scaled dot products and a sink logit (which adds to the denominator
+   * only) of the rows; s: nk floats of scratch. */
+  void (*attn_sink)(const float *q, const float *const *keys, int nk, int hd, float scale, float sink, float *s,
+                    float *o);
+  /* V4's routing: scores (sigmoid or sqrtsoftplus) of the logits; ids[K] are
+   * hash_ids when given (hash_moe), else the K best of score + sel_bias in
+   * that order (ties to the lower expert); w: their scores normalized, times
+   * routed_scaling_factor. */
+  void (*moe_route_v4)(const di_hparams *hp, const float *logits, const float *sel_bias, const int32_t *hash_ids,
+                       int32_t *ids, float *w);
+  /* The tokens (ascending) of T that chose expert e among their K in sel[T][K],
+   * into rows, with their weights from selw; returns how many. */
+  int (*moe_bucket)(const int32_t *sel, const float *selw, int T, int K, int e, int32_t *rows, float *w);
+
   /* ---- routing ---- */
   /* From the router's logits[n_expert] (and the noaux_tc selection bias, or
    * NULL): ids[n_expert_used] ascending and their weights w (normalized if

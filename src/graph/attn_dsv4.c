@@ -54,19 +54,8 @@ static int layer_rate(const di_hparams *hp, const di_layer_weights *L) {
 
 /* RoPE on the trailing rd dims of x; inverse: the conjugate rotation */
 static void rope_tail(const di_backend *be, float *x, int dim, const float *cs, int rd, bool inverse) {
-  float ncs[2 * 1024];
-  if (inverse) {
-    for (int i = 0; i < rd / 2; i++) ncs[2 * i] = cs[2 * i], ncs[2 * i + 1] = -cs[2 * i + 1];
-    cs = ncs;
-  }
-  be->rope(x + dim - rd, cs, rd, DI_ROPE_NORM);
-}
-
-static void rms_unweighted(float *x, int n, float eps) {
-  float sum = 0;
-  for (int i = 0; i < n; i++) sum += x[i] * x[i];
-  const float r = 1.0f / sqrtf(sum / (float)n + eps);
-  for (int i = 0; i < n; i++) x[i] *= r;
+  if (inverse) be->rope_inv(x + dim - rd, cs, rd, DI_ROPE_NORM);
+  else be->rope(x + dim - rd, cs, rd, DI_ROPE_NORM);
 }
 
 static void st_qa_norm(stage_ctx *c, int t) {
@@ -85,7 +74,7 @@ static void st_store(stage_ctx *c, int t) {
   const float *cs = (L->v4_attn == DI_V4_SWA ? f->v4->rope_m : f->v4->rope_c) + (size_t)t * rd;
   for (int h = 0; h < H; h++) {
     float *q = f->q + ((size_t)t * H + h) * hd;
-    rms_unweighted(q, hd, hp->rms_eps);
+    f->be->rms_norm_unit(q, q, hd, hp->rms_eps);
     rope_tail(c->f->be, q, hd, cs, rd, false);
   }
   float *kvr = part_at(c, t, p, V4P_KV);
@@ -96,20 +85,18 @@ static void st_store(stage_ctx *c, int t) {
   const float *ape = (const float *)L->cmp_ape.data + (size_t)slot * cw;
   for (int sr = 0; sr < lay.c; sr++) { /* each series its own part */
     float *ckv = part_at(c, t, p, V4P_CKV + sr), *cg = part_at(c, t, p, V4P_CG + sr);
-    for (int i = 0; i < hd; i++) {
-      ckv[i] = f->v4->ckv[(size_t)t * cw + sr * hd + i];
-      cg[i] = f->v4->cg[(size_t)t * cw + sr * hd + i] + ape[sr * hd + i];
-    }
+    memcpy(ckv, f->v4->ckv + (size_t)t * cw + sr * hd, (size_t)hd * sizeof(float));
+    memcpy(cg, f->v4->cg + (size_t)t * cw + sr * hd, (size_t)hd * sizeof(float));
+    f->be->add(cg, ape + sr * hd, hd);
   }
   if (L->v4_attn != DI_V4_CSA) return;
   const int id = hp->v4.idx_dim, iw = 2 * id;
   const float *iape = (const float *)L->idx_ape.data + (size_t)slot * iw;
   for (int sr = 0; sr < 2; sr++) {
     float *ikv = part_at(c, t, p, V4P_IKV + sr), *ig = part_at(c, t, p, V4P_IG + sr);
-    for (int i = 0; i < id; i++) {
-      ikv[i] = f->v4->ikv[(size_t)t * iw + sr * id + i];
-      ig[i] = f->v4->ig[(size_t)t * iw + sr * id + i] + iape[sr * id + i];
-    }
+    memcpy(ikv, f->v4->ikv + (size_t)t * iw + sr * id, (size_t)id * sizeof(float));
+    memcpy(ig, f->v4->ig + (size_t)t * iw + sr * id, (size_t)id * sizeof(float));
+    f->be->add(ig, iape + sr * id, id);
   }
   for (int h = 0; h < hp->v4.idx_heads; h++)
     rope_tail(c->f->be, f->v4->iq + ((size_t)t * hp->v4.idx_heads + h) * id, id, cs, rd, false);
@@ -121,30 +108,19 @@ static void st_store(stage_ctx *c, int t) {
 static void compress_window(const stage_ctx *c, int t, int w, int rate, int dim, bool overlap, int pkv, int pg,
                             const float *norm_w, float *out) {
   const di_hparams *hp = &c->f->m->hp;
-  const int rd = hp->rope_dim, second = overlap ? 1 : 0;
-  float *mx = malloc(3 * (size_t)dim * sizeof(float)), *den = mx + dim, *acc = den + dim;
-  for (int ch = 0; ch < dim; ch++) mx[ch] = -INFINITY, den[ch] = 0, acc[ch] = 0;
-  for (int pass = 0; pass < 2; pass++)
-    for (int s = overlap && w > 0 ? -rate : 0; s < rate; s++) {
-      const int sr = s < 0 ? 0 : second; /* previous window: its first series; this one: its last */
-      const float *kv = part_at(c, t, w * rate + s, pkv + sr), *gate = part_at(c, t, w * rate + s, pg + sr);
-      for (int ch = 0; ch < dim; ch++) {
-        const float g = gate[ch];
-        if (pass == 0) {
-          if (g > mx[ch]) mx[ch] = g;
-        } else {
-          const float e = expf(g - mx[ch]);
-          den[ch] += e;
-          acc[ch] += e * kv[ch];
-        }
-      }
-    }
-  for (int ch = 0; ch < dim; ch++) acc[ch] /= den[ch];
+  const int rd = hp->rope_dim, second = overlap ? 1 : 0, s0 = overlap && w > 0 ? -rate : 0;
+  float *acc = malloc(3 * (size_t)dim * sizeof(float)), *work = acc + dim;
+  const float **kv = malloc(2 * (size_t)(rate - s0) * sizeof *kv), **gate = kv + (rate - s0);
+  for (int s = s0; s < rate; s++) {
+    const int sr = s < 0 ? 0 : second; /* previous window: its first series; this one: its last */
+    kv[s - s0] = part_at(c, t, w * rate + s, pkv + sr), gate[s - s0] = part_at(c, t, w * rate + s, pg + sr);
+  }
+  c->f->be->compress_pool(kv, gate, rate - s0, dim, work, acc);
   c->f->be->rms_norm(acc, norm_w, out, dim, hp->rms_eps);
   float cs[2 * 1024];
   c->f->be->rope_cache(cs, w * rate, rd, hp->rope_base, hp, true, NULL);
   rope_tail(c->f->be, out, dim, cs, rd, false);
-  free(mx);
+  free(acc), free(kv);
 }
 
 static void st_compress(stage_ctx *c, int t) {
@@ -161,44 +137,22 @@ static void st_compress(stage_ctx *c, int t) {
                     row + c->f->v4->cur.icmp);
 }
 
-typedef struct scored {
-  float s;
-  int i;
-} scored;
-
-static int by_score(const void *a, const void *b) {
-  const scored *x = a, *y = b;
-  if (x->s != y->s) return x->s > y->s ? -1 : 1;
-  return x->i - y->i;
-}
-
-static int by_index(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
-
 /* The Lightning Indexer: of the n closed rows, the index_topk best scored
  * ones, into sel (ascending); returns how many. */
-static int indexer_select(const stage_ctx *c, int t, int n, int *sel, scored *sc) {
+static int indexer_select(const stage_ctx *c, int t, int n, int32_t *sel) {
   const di_hparams *hp = &c->f->m->hp;
   const int IH = hp->v4.idx_heads, id = hp->v4.idx_dim, rate = hp->v4.csa_rate, k = hp->v4.idx_topk;
-  if (n <= k) {
-    for (int i = 0; i < n; i++) sel[i] = i;
-    return n;
-  }
+  const di_backend *be = c->f->be;
+  if (n <= k) return be->topk(NULL, n, k, sel, NULL);
   const float *q = c->f->v4->iq + (size_t)t * IH * id, *wt = c->f->v4->iw + (size_t)t * IH;
-  const float qs = 1.0f / sqrtf((float)id), ws = 1.0f / sqrtf((float)IH);
-  for (int e = 0; e < n; e++) {
-    const float *key = cmp_at(c, t, e, rate) + c->f->v4->cur.icmp;
-    float s = 0;
-    for (int h = 0; h < IH; h++) {
-      float d = 0;
-      for (int i = 0; i < id; i++) d += q[(size_t)h * id + i] * key[i];
-      s += (d > 0 ? d : 0) * qs * (wt[h] * ws);
-    }
-    sc[e] = (scored){s, e};
-  }
-  qsort(sc, (size_t)n, sizeof *sc, by_score);
-  for (int i = 0; i < k; i++) sel[i] = sc[i].i;
-  qsort(sel, (size_t)k, sizeof *sel, by_index);
-  return k;
+  const float **keys = malloc((size_t)n * sizeof *keys);
+  float *sc = malloc((size_t)n * sizeof *sc);
+  int32_t *work = malloc((size_t)n * sizeof *work);
+  for (int e = 0; e < n; e++) keys[e] = cmp_at(c, t, e, rate) + c->f->v4->cur.icmp;
+  be->indexer_scores(q, wt, IH, id, keys, n, 1.0f / sqrtf((float)id), 1.0f / sqrtf((float)IH), sc);
+  const int ns = be->topk(sc, n, k, sel, work);
+  free(keys), free(sc), free(work);
+  return ns;
 }
 
 static void st_attend(stage_ctx *c, int t) {
@@ -209,39 +163,24 @@ static void st_attend(stage_ctx *c, int t) {
   const int lo = p - W + 1 > 0 ? p - W + 1 : 0, nw = p - lo + 1;
   int rate = 1, n = 0;
   if (L->v4_attn != DI_V4_SWA) rate = layer_rate(hp, L), n = (p + 1) / rate;
-  int *sel = malloc(((size_t)n + 1) * sizeof *sel);
-  scored *scr = malloc(((size_t)n + 1) * sizeof *scr);
+  int32_t *sel = malloc(((size_t)n + 1) * sizeof *sel);
   const float **keys = malloc(((size_t)nw + n) * sizeof *keys);
   float *s = malloc(((size_t)nw + n) * sizeof *s);
   int ns = 0;
-  if (L->v4_attn == DI_V4_CSA) ns = indexer_select(c, t, n, sel, scr);
+  if (L->v4_attn == DI_V4_CSA) ns = indexer_select(c, t, n, sel);
   else
     for (int i = 0; i < n; i++) sel[ns++] = i;
   int nk = 0;
   for (int j = lo; j <= p; j++) keys[nk++] = part_at(c, t, j, V4P_KV);
   for (int i = 0; i < ns; i++) keys[nk++] = cmp_at(c, t, sel[i], rate);
   const float *cs = (L->v4_attn == DI_V4_SWA ? f->v4->rope_m : f->v4->rope_c) + (size_t)t * rd;
-  const float scale = hp->attn_scale, *sinks = L->sinks.data;
   for (int h = 0; h < H; h++) {
-    const float *q = f->q + ((size_t)t * H + h) * hd;
-    float m = sinks[h];
-    for (int j = 0; j < nk; j++) {
-      float d = 0;
-      for (int i = 0; i < hd; i++) d += q[i] * keys[j][i];
-      s[j] = d * scale;
-      if (s[j] > m) m = s[j];
-    }
-    float den = expf(sinks[h] - m), *o = f->att + ((size_t)t * H + h) * hd;
-    for (int i = 0; i < hd; i++) o[i] = 0;
-    for (int j = 0; j < nk; j++) {
-      const float e = expf(s[j] - m);
-      den += e;
-      for (int i = 0; i < hd; i++) o[i] += e * keys[j][i];
-    }
-    for (int i = 0; i < hd; i++) o[i] /= den;
+    float *o = f->att + ((size_t)t * H + h) * hd;
+    f->be->attn_sink(f->q + ((size_t)t * H + h) * hd, keys, nk, hd, hp->attn_scale, ((const float *)L->sinks.data)[h],
+                     s, o);
     rope_tail(c->f->be, o, hd, cs, rd, true); /* V carries the keys' rope: rotate it back at the query's position */
   }
-  free(sel), free(scr), free(keys), free(s);
+  free(sel), free(keys), free(s);
 }
 
 /* group g's slice of every token's heads, contiguous */

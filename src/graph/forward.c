@@ -451,8 +451,7 @@ void di_fwd_embed(di_forward_ctx *f, const di_batch *b, float *x) {
   const int D = hp->n_embd;
   for (int t = 0; t < b->n_tokens; t++) {
     f->be->get_row(&m->tok_embd, b->tokens[t], x + (size_t)t * D);
-    if (hp->embd_scale)
-      for (int i = 0; i < D; i++) x[(size_t)t * D + i] *= sqrtf((float)D);
+    if (hp->embd_scale) f->be->scale(x + (size_t)t * D, D, sqrtf((float)D));
   }
 }
 

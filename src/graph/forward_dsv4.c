@@ -198,76 +198,30 @@ typedef struct hc_site {
 static void st_hc_norm(stage_ctx *c, int t) {
   const di_hparams *hp = &c->f->m->hp;
   const int n = hp->v4.hc_mult * hp->n_embd;
-  const float *x = c->f->v4->X + (size_t)t * n;
-  float *y = c->f->v4->hcn + (size_t)t * n;
-  double ss = 0;
-  for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-  float r = 1.0f / sqrtf((float)(ss / n) + hp->rms_eps);
-  for (int i = 0; i < n; i++) y[i] = x[i] * r;
+  c->f->be->hc_norm(c->f->v4->X + (size_t)t * n, c->f->v4->hcn + (size_t)t * n, n, hp->rms_eps);
 }
-
-static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* pre, post and the Sinkhorn-normalized comb from the mix; the collapsed
  * input in f->x, its block norm in f->xn */
-
 static void st_hc_pre(stage_ctx *c, int t) {
   di_forward_ctx *f = c->f;
   const di_hparams *hp = &f->m->hp;
   const int N = hp->v4.hc_mult, D = hp->n_embd, M = (2 + N) * N;
   const hc_site *s = (const hc_site *)c->prep_x; /* the site rides in prep_x (no matmul prep here) */
-  const float *mix = f->v4->mix + (size_t)t * M, *b = s->base->data, *sc = s->scale->data;
-  const float eps = hp->v4.hc_eps;
   float pre[16], *post = f->v4->post + (size_t)t * N, *comb = f->v4->comb + (size_t)t * N * N;
-  for (int j = 0; j < N; j++) pre[j] = sigmoidf_(mix[j] * sc[0] + b[j]) + eps;
-  for (int j = 0; j < N; j++) post[j] = 2.0f * sigmoidf_(mix[N + j] * sc[1] + b[N + j]);
-  for (int j = 0; j < N; j++) { /* softmax over each row, + eps */
-    float *row = comb + j * N, mx = -INFINITY, sum = 0;
-    for (int k = 0; k < N; k++) {
-      row[k] = mix[2 * N + j * N + k] * sc[2] + b[2 * N + j * N + k];
-      if (row[k] > mx) mx = row[k];
-    }
-    for (int k = 0; k < N; k++) sum += row[k] = expf(row[k] - mx);
-    for (int k = 0; k < N; k++) row[k] = row[k] / sum + eps;
-  }
-  for (int it = 0; it < hp->v4.hc_iters; it++) {
-    if (it > 0)
-      for (int j = 0; j < N; j++) { /* rows */
-        float sum = 0;
-        for (int k = 0; k < N; k++) sum += comb[j * N + k];
-        for (int k = 0; k < N; k++) comb[j * N + k] /= sum + eps;
-      }
-    for (int k = 0; k < N; k++) { /* columns */
-      float sum = 0;
-      for (int j = 0; j < N; j++) sum += comb[j * N + k];
-      for (int j = 0; j < N; j++) comb[j * N + k] /= sum + eps;
-    }
-  }
-  const float *X = f->v4->X + (size_t)t * N * D;
+  f->be->hc_maps(f->v4->mix + (size_t)t * M, s->base->data, s->scale->data, N, hp->v4.hc_iters, hp->v4.hc_eps, pre,
+                 post, comb);
   float *x = f->x + (size_t)t * D;
-  for (int d = 0; d < D; d++) {
-    float a = 0;
-    for (int j = 0; j < N; j++) a += pre[j] * X[(size_t)j * D + d];
-    x[d] = a;
-  }
+  f->be->hc_collapse(f->v4->X + (size_t)t * N * D, pre, N, D, x);
   f->be->rms_norm(x, s->norm->data, f->xn + (size_t)t * D, D, hp->rms_eps);
 }
 
 /* streams <- post * out + comb^T streams */
 static void st_hc_post(stage_ctx *c, int t) {
   di_forward_ctx *f = c->f;
-  const di_hparams *hp = &f->m->hp;
-  const int N = hp->v4.hc_mult, D = hp->n_embd;
-  float *X = f->v4->X + (size_t)t * N * D, old[16];
-  const float *o = f->tmp + (size_t)t * D, *post = f->v4->post + (size_t)t * N, *comb = f->v4->comb + (size_t)t * N * N;
-  for (int d = 0; d < D; d++) {
-    for (int j = 0; j < N; j++) old[j] = X[(size_t)j * D + d];
-    for (int k = 0; k < N; k++) {
-      float a = post[k] * o[d];
-      for (int j = 0; j < N; j++) a += comb[j * N + k] * old[j];
-      X[(size_t)k * D + d] = a;
-    }
-  }
+  const int N = f->m->hp.v4.hc_mult, D = f->m->hp.n_embd;
+  f->be->hc_expand(f->v4->X + (size_t)t * N * D, f->tmp + (size_t)t * D, f->v4->post + (size_t)t * N,
+                   f->v4->comb + (size_t)t * N * N, N, D);
 }
 
 static void hc_pre(stage_ctx *sc, const hc_site *s) {
@@ -284,15 +238,10 @@ static void st_head(stage_ctx *c, int t) {
   di_forward_ctx *f = c->f;
   const di_model *m = f->m;
   const int N = m->hp.v4.hc_mult, D = m->hp.n_embd;
-  const float *mix = f->v4->mix + (size_t)t * N, *b = m->hc_head_base.data, sc = ((const float *)m->hc_head_scale.data)[0];
-  const float *X = f->v4->X + (size_t)t * N * D;
-  float pre[16], *x = f->x + (size_t)t * D;
-  for (int j = 0; j < N; j++) pre[j] = sigmoidf_(mix[j] * sc + b[j]) + m->hp.v4.hc_eps;
-  for (int d = 0; d < D; d++) {
-    float a = 0;
-    for (int j = 0; j < N; j++) a += pre[j] * X[(size_t)j * D + d];
-    x[d] = a;
-  }
+  float pre[16];
+  f->be->hc_maps(f->v4->mix + (size_t)t * N, m->hc_head_base.data, m->hc_head_scale.data, N, 0, m->hp.v4.hc_eps, pre,
+                 NULL, NULL);
+  f->be->hc_collapse(f->v4->X + (size_t)t * N * D, pre, N, D, f->x + (size_t)t * D);
 }
 
 static void st_ropes(stage_ctx *c, int t) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/cpu/attention.h"
+#include "backend/cpu/dsv4.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/route.h"
@@ -90,6 +91,19 @@ static const di_backend cpu_backend = {
     .mla_absorb_q = cpu_mla_absorb_q,
     .mla_out = cpu_mla_out,
     .moe_route = di_cpu_moe_route,
+    .rms_norm_unit = di_cpu_rms_norm_unit,
+    .rope_inv = di_cpu_rope_inv,
+    .scale = di_cpu_scale,
+    .hc_norm = di_cpu_hc_norm,
+    .hc_maps = di_cpu_hc_maps,
+    .hc_collapse = di_cpu_hc_collapse,
+    .hc_expand = di_cpu_hc_expand,
+    .compress_pool = di_cpu_compress_pool,
+    .indexer_scores = di_cpu_indexer_scores,
+    .topk = di_cpu_topk,
+    .attn_sink = di_cpu_attn_sink,
+    .moe_route_v4 = di_cpu_moe_route_v4,
+    .moe_bucket = di_cpu_moe_bucket,
 };
 
 const di_backend *di_backend_cpu(void) { return &cpu_backend; }
