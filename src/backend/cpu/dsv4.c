@@ -1,73 +1,55 @@
 /* DeepSeek-V4's own ops on the CPU (dsv4.h). Each reduces in a fixed order
- * per token, whatever the batch or thread split (row invariance). */
+ * per token, whatever the batch or thread split (row invariance), and the
+ * AVX-512 and AVX2 versions (dsv4_simd.h) repeat the scalar operations lane by lane:
+ * a sum over a row runs in 16 interleaved partial sums (element i into lane
+ * i % 16, by fmaf) folded by lane_sum16, exponentials are softmax_exp.h's, so
+ * every ISA gives the same bits (DI_CPU_ISA=scalar is the reference). */
 #include "backend/cpu/dsv4.h"
 
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
+#include "backend/cpu/isa.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/softmax_exp.h"
+
+/* Runs the AVX-512 or AVX2 version of fn and returns, when the ISA level has one. */
+#if defined(DI_CPU_X86)
+#define SIMD(fn, ...)                                \
+  do {                                               \
+    const di_cpu_isa_level l_ = di_cpu_isa();        \
+    if (l_ >= DI_ISA_AVX512) {                       \
+      fn##_avx512(__VA_ARGS__);                      \
+      return;                                        \
+    }                                                \
+    if (l_ >= DI_ISA_AVX2) {                         \
+      fn##_avx2(__VA_ARGS__);                        \
+      return;                                        \
+    }                                                \
+  } while (0)
+#else
+#define SIMD(fn, ...) \
+  do {                \
+  } while (0)
+#endif
 
 void di_cpu_rms_norm_unit(const float *x, float *y, int n, float eps) {
-  float sum = 0;
-  for (int i = 0; i < n; i++) sum += x[i] * x[i];
-  const float r = 1.0f / sqrtf(sum / (float)n + eps);
+  SIMD(di_cpu_rms_norm_unit, x, y, n, eps);
+  float acc[16] = {0};
+  for (int i = 0; i < n; i++) acc[i % 16] = fmaf(x[i], x[i], acc[i % 16]);
+  const float r = 1.0f / sqrtf(di_cpu_lane_sum16(acc) / (float)n + eps);
   for (int i = 0; i < n; i++) y[i] = x[i] * r;
 }
 
+/* the sum of squares in double (N*D values), in 8 interleaved partial sums */
 void di_cpu_hc_norm(const float *x, float *y, int n, float eps) {
-  double ss = 0;
-  for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+  SIMD(di_cpu_hc_norm, x, y, n, eps);
+  double acc[8] = {0};
+  for (int i = 0; i < n; i++) acc[i % 8] = fma((double)x[i], (double)x[i], acc[i % 8]);
+  const double ss = di_cpu_lane_sum8d(acc);
   const float r = 1.0f / sqrtf((float)(ss / n) + eps);
   for (int i = 0; i < n; i++) y[i] = x[i] * r;
-}
-
-void di_cpu_compress_pool(const float *const *kv, const float *const *gate, int n, int dim, float *work, float *out) {
-  float *mx = work, *den = work + dim;
-  for (int ch = 0; ch < dim; ch++) mx[ch] = -INFINITY, den[ch] = 0, out[ch] = 0;
-  for (int r = 0; r < n; r++)
-    for (int ch = 0; ch < dim; ch++)
-      if (gate[r][ch] > mx[ch]) mx[ch] = gate[r][ch];
-  for (int r = 0; r < n; r++)
-    for (int ch = 0; ch < dim; ch++) {
-      const float e = expf(gate[r][ch] - mx[ch]);
-      den[ch] += e;
-      out[ch] += e * kv[r][ch];
-    }
-  for (int ch = 0; ch < dim; ch++) out[ch] /= den[ch];
-}
-
-void di_cpu_indexer_scores(const float *q, const float *w, int heads, int dim, const float *const *keys, int n,
-                           float qs, float ws, float *scores) {
-  for (int e = 0; e < n; e++) {
-    const float *key = keys[e];
-    float s = 0;
-    for (int h = 0; h < heads; h++) {
-      float d = 0;
-      for (int i = 0; i < dim; i++) d += q[(size_t)h * dim + i] * key[i];
-      s += (d > 0 ? d : 0) * qs * (w[h] * ws);
-    }
-    scores[e] = s;
-  }
-}
-
-void di_cpu_attn_sink(const float *q, const float *const *keys, int nk, int hd, float scale, float sink, float *s,
-                      float *o) {
-  float m = sink;
-  for (int j = 0; j < nk; j++) {
-    float d = 0;
-    for (int i = 0; i < hd; i++) d += q[i] * keys[j][i];
-    s[j] = d * scale;
-    if (s[j] > m) m = s[j];
-  }
-  float den = expf(sink - m);
-  for (int i = 0; i < hd; i++) o[i] = 0;
-  for (int j = 0; j < nk; j++) {
-    const float e = expf(s[j] - m);
-    den += e;
-    for (int i = 0; i < hd; i++) o[i] += e * keys[j][i];
-  }
-  for (int i = 0; i < hd; i++) o[i] /= den;
 }
 
 void di_cpu_rope_inv(float *head, const float *cs, int rope_dim, di_rope_type type) {
@@ -112,7 +94,9 @@ void di_cpu_hc_maps(const float *mix, const float *b, const float *sc, int N, in
   }
 }
 
+/* per element, streams ascending, multiply then add (as before the ops moved here) */
 void di_cpu_hc_collapse(const float *X, const float *pre, int N, int D, float *x) {
+  SIMD(di_cpu_hc_collapse, X, pre, N, D, x);
   for (int d = 0; d < D; d++) {
     float a = 0;
     for (int j = 0; j < N; j++) a += pre[j] * X[(size_t)j * D + d];
@@ -121,6 +105,7 @@ void di_cpu_hc_collapse(const float *X, const float *pre, int N, int D, float *x
 }
 
 void di_cpu_hc_expand(float *X, const float *o, const float *post, const float *comb, int N, int D) {
+  SIMD(di_cpu_hc_expand, X, o, post, comb, N, D);
   float old[16];
   for (int d = 0; d < D; d++) {
     for (int j = 0; j < N; j++) old[j] = X[(size_t)j * D + d];
@@ -132,7 +117,39 @@ void di_cpu_hc_expand(float *X, const float *o, const float *post, const float *
   }
 }
 
+/* per channel, rows in order: the max, then exp(gate - max) summed and
+ * weighting kv (by fmaf) */
+void di_cpu_compress_pool(const float *const *kv, const float *const *gate, int n, int dim, float *work, float *out) {
+  SIMD(di_cpu_compress_pool, kv, gate, n, dim, work, out);
+  float *mx = work, *den = work + dim;
+  for (int ch = 0; ch < dim; ch++) mx[ch] = -INFINITY, den[ch] = 0, out[ch] = 0;
+  for (int r = 0; r < n; r++)
+    for (int ch = 0; ch < dim; ch++) mx[ch] = gate[r][ch] > mx[ch] ? gate[r][ch] : mx[ch];
+  for (int r = 0; r < n; r++)
+    for (int ch = 0; ch < dim; ch++) {
+      const float e = di_softmax_exp(gate[r][ch] - mx[ch]);
+      den[ch] += e;
+      out[ch] = fmaf(e, kv[r][ch], out[ch]);
+    }
+  for (int ch = 0; ch < dim; ch++) out[ch] /= den[ch];
+}
 
+/* Each head's dot product serial over the dimension (fmaf); the heads'
+ * weighted ReLUs summed into lane h % 16, heads ascending, then folded. */
+void di_cpu_indexer_scores(const float *q, const float *w, int heads, int dim, const float *const *keys, int n,
+                           float qs, float ws, float *scores) {
+  if (heads % 16 == 0 && heads <= DI_CPU_INDEXER_MAX_HEADS) SIMD(di_cpu_indexer_scores, q, w, heads, dim, keys, n, qs, ws, scores);
+  for (int e = 0; e < n; e++) {
+    const float *key = keys[e];
+    float acc[16] = {0};
+    for (int h = 0; h < heads; h++) {
+      float d = 0;
+      for (int i = 0; i < dim; i++) d = fmaf(q[(size_t)h * dim + i], key[i], d);
+      acc[h % 16] += (d > 0 ? d : 0) * qs * (w[h] * ws);
+    }
+    scores[e] = di_cpu_lane_sum16(acc);
+  }
+}
 
 /* a before b: the higher score, ties to the lower index (a total order on
  * distinct indices, so the chosen set never depends on the search) */
@@ -170,6 +187,28 @@ int di_cpu_topk(const float *s, int n, int k, int32_t *sel, int32_t *work) {
   return m;
 }
 
+/* Scores: 16-lane dot products (fmaf) folded, times scale; the weights
+ * exp(s - max) summed serially after the sink's; the rows weighted per
+ * element by fmaf in row order; then divided by the sum. */
+void di_cpu_attn_sink(const float *q, const float *const *keys, int nk, int hd, float scale, float sink, float *s,
+                      float *o) {
+  SIMD(di_cpu_attn_sink, q, keys, nk, hd, scale, sink, s, o);
+  float m = sink;
+  for (int j = 0; j < nk; j++) {
+    float acc[16] = {0};
+    for (int i = 0; i < hd; i++) acc[i % 16] = fmaf(q[i], keys[j][i], acc[i % 16]);
+    s[j] = di_cpu_lane_sum16(acc) * scale;
+    m = s[j] > m ? s[j] : m;
+  }
+  float den = di_softmax_exp(sink - m);
+  for (int i = 0; i < hd; i++) o[i] = 0;
+  for (int j = 0; j < nk; j++) {
+    const float e = di_softmax_exp(s[j] - m);
+    den += e;
+    for (int i = 0; i < hd; i++) o[i] = fmaf(e, keys[j][i], o[i]);
+  }
+  for (int i = 0; i < hd; i++) o[i] /= den;
+}
 
 static float moe_score(di_moe_score f, float x) {
   if (f == DI_MOE_SIGMOID) return 1.0f / (1.0f + expf(-x));

@@ -38,17 +38,20 @@ static inline double di_cpu_lane_sum8d(const double a[8]) {
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-/* The AVX-512 versions (dsv4_avx512.c), the same bits. */
+/* The SIMD versions (dsv4_simd.h, built as dsv4_avx512.c and dsv4_avx2.c), the same bits. */
 #define DI_CPU_INDEXER_MAX_HEADS 256
-void di_cpu_rms_norm_unit_avx512(const float *x, float *y, int n, float eps);
-void di_cpu_hc_norm_avx512(const float *x, float *y, int n, float eps);
-void di_cpu_hc_collapse_avx512(const float *X, const float *pre, int N, int D, float *x);
-void di_cpu_hc_expand_avx512(float *X, const float *o, const float *post, const float *comb, int N, int D);
-void di_cpu_compress_pool_avx512(const float *const *kv, const float *const *gate, int n, int dim, float *work,
-                                 float *out);
-void di_cpu_indexer_scores_avx512(const float *q, const float *w, int heads, int dim, const float *const *keys, int n,
-                                  float qs, float ws, float *scores);
-void di_cpu_attn_sink_avx512(const float *q, const float *const *keys, int nk, int hd, float scale, float sink,
-                             float *s, float *o);
+#define DI_DSV4_SIMD_DECL(sfx)                                                                                      \
+  void di_cpu_rms_norm_unit_##sfx(const float *x, float *y, int n, float eps);                                      \
+  void di_cpu_hc_norm_##sfx(const float *x, float *y, int n, float eps);                                            \
+  void di_cpu_hc_collapse_##sfx(const float *X, const float *pre, int N, int D, float *x);                          \
+  void di_cpu_hc_expand_##sfx(float *X, const float *o, const float *post, const float *comb, int N, int D);        \
+  void di_cpu_compress_pool_##sfx(const float *const *kv, const float *const *gate, int n, int dim, float *work,     \
+                                  float *out);                                                                      \
+  void di_cpu_indexer_scores_##sfx(const float *q, const float *w, int heads, int dim, const float *const *keys,    \
+                                   int n, float qs, float ws, float *scores);                                       \
+  void di_cpu_attn_sink_##sfx(const float *q, const float *const *keys, int nk, int hd, float scale, float sink,    \
+                              float *s, float *o);
+DI_DSV4_SIMD_DECL(avx512)
+DI_DSV4_SIMD_DECL(avx2)
 
 #endif
