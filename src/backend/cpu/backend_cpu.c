@@ -37,10 +37,16 @@ static void cpu_scatter_add(float *acc, const float *y, const int32_t *rows, con
   }
 }
 
+/* the clamps, then di_cpu_glu's SiLU(g) * u (SIMD, the bits of di_cpu_silu_mul1) on chunks */
 static void cpu_glu_clip(float *g, const float *u, size_t n, float lim) {
-  for (size_t i = 0; i < n; i++) {
-    float a = g[i] > lim ? lim : g[i], b = u[i] > lim ? lim : u[i] < -lim ? -lim : u[i];
-    g[i] = di_cpu_silu_mul1(a, b);
+  float b[256];
+  for (size_t i0 = 0; i0 < n; i0 += 256) {
+    const int m = n - i0 < 256 ? (int)(n - i0) : 256;
+    for (int i = 0; i < m; i++) {
+      const float x = g[i0 + i], y = u[i0 + i];
+      g[i0 + i] = x > lim ? lim : x, b[i] = y > lim ? lim : y < -lim ? -lim : y;
+    }
+    di_cpu_glu(g + i0, b, m, DI_ACT_SILU);
   }
 }
 
