@@ -9,6 +9,8 @@
 #include "cli/engine_opts.h"
 #include "dist/comm.h"
 #include "engine/engine_internal.h"
+#include "engine/engine_model.h"
+#include "graph/forward_tp.h"
 #include "grammar/grammar.h"
 #include "server/engine_backend.h"
 #include "util/progress.h"
@@ -39,6 +41,8 @@ static const char *usage =
     "                        (little-endian float32 rows [positions, vocab])\n"
     "      --stats           timing summary on stderr; its last line is one JSON object\n"
     "                        {\"prompt_tokens\",\"gen_tokens\",\"prefill_s\",\"decode_s\",\"decode_tok_s\",\"spec\",\"tp\"}\n"
+    "                        (tp: ranks, exchanges, each rank's weights_bytes held and rss_bytes once\n"
+    "                        loaded, weights_total, weights_replicated)\n"
     "  -h, --help            this help\n"
     "Engine options:\n" DI_CLI_ENGINE_OPTS_HELP;
 
@@ -123,7 +127,7 @@ static const char *spec_name(int kind) {
   return kind >= 0 && kind <= 3 ? names[kind] : "?";
 }
 
-static void print_stats(const run_out *o, int spec) {
+static void print_stats(const run_out *o, int spec, const di_model *m) {
   double prefill = o->t_first - o->t_submit, decode = o->t_end - o->t_first;
   int after_first = o->n_ids > 1 ? o->n_ids - 1 : 0; /* tokens decoded after the one prefill yields */
   double tok_s = decode > 0 ? after_first / decode : 0;
@@ -138,9 +142,22 @@ static void print_stats(const run_out *o, int spec) {
             prefill + decode > 0 ? 100 * ds.seconds / (prefill + decode) : 0.0);
   fprintf(stderr, "\n{\"prompt_tokens\":%d,\"gen_tokens\":%d,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"decode_tok_s\":%.3f,"
                   "\"spec\":{\"kind\":\"%s\",\"drafted\":%d,\"accepted\":%d,\"verify_steps\":%d},"
-                  "\"tp\":{\"ranks\":%d,\"exchanges\":%llu,\"exchange_bytes\":%llu,\"exchange_s\":%.6f}}\n",
+                  "\"tp\":{\"ranks\":%d,\"exchanges\":%llu,\"exchange_bytes\":%llu,\"exchange_s\":%.6f",
           o->prompt_tokens, o->n_ids, prefill, decode, tok_s, spec_name(spec), o->drafted, o->accepted,
           o->verify_steps, di_dist_size(), (unsigned long long)ds.ops, (unsigned long long)ds.bytes, ds.seconds);
+  /* each rank's weights and resident set once loaded (one rank: this one's now) */
+  const di_tp_mem *mem = NULL;
+  int n = di_tp_memory(&mem);
+  di_tp_mem one = {.weights = m ? m->held_bytes : 0, .rss = di_tp_rss_bytes()};
+  if (!n) mem = &one, n = 1;
+  for (int k = 0; k < 2; k++) {
+    fprintf(stderr, k ? ",\"rss_bytes\":[" : ",\"weights_bytes\":[");
+    for (int r = 0; r < n; r++)
+      fprintf(stderr, "%s%llu", r ? "," : "", (unsigned long long)(k ? mem[r].rss : mem[r].weights));
+    fprintf(stderr, "]");
+  }
+  fprintf(stderr, ",\"weights_total\":%llu,\"weights_replicated\":%llu}}\n",
+          (unsigned long long)(m ? m->weight_bytes : 0), (unsigned long long)(m ? m->replicated_bytes : 0));
 }
 
 int di_cmd_run(int argc, char **argv) {
@@ -312,7 +329,7 @@ int di_cmd_run(int argc, char **argv) {
     fputs("]\n", stdout);
   }
   fflush(stdout);
-  if (stats) print_stats(&o, eo.spec);
+  if (stats) print_stats(&o, eo.spec, di_engine_model(e));
 done:
   if (o.df && fclose(o.df) != 0 && !ret) ret = di_cli_fail("run", "write to %s failed", dump);
   di_engine_destroy(e);

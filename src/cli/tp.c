@@ -29,7 +29,7 @@ static void follower_drop(follower *fl) {
 
 static di_code follower_load(follower *fl, const di_tp_msg *h, const char *path, di_status *st) {
   follower_drop(fl);
-  di_code rc = di_engine_load_weights(path, h->a[DI_TP_A_MMAP] != 0, &fl->m, st);
+  di_code rc = di_engine_load_weights(path, h->a[DI_TP_A_MMAP] != 0, true, &fl->m, st);
   if (rc) return rc;
   fl->m->hp.sliding_window = h->a[DI_TP_A_WINDOW]; /* as the leader's --swa-window left them */
   fl->m->hp.swa_pattern = h->a[DI_TP_A_SWA_PATTERN];
@@ -53,7 +53,7 @@ static int follow(void) {
       bool all = false;
       di_status st2 = {0};
       if (rc) fprintf(stderr, "deepinfer: rank %d: %s\n", di_dist_rank(), st.msg);
-      if (di_dist_agree(rc == DI_OK, &all, &st2) || !all) {
+      if (di_dist_agree(rc == DI_OK, &all, &st2) || !all || di_forward_tp_follow_memory(fl.f, &st2)) {
         code = 1;
         break;
       }

@@ -69,8 +69,9 @@ static void mb_destroy(void *u) {
   free(m);
 }
 
-di_code di_engine_load_weights(const char *path, bool use_mmap, di_model **out, di_status *st) {
+di_code di_engine_load_weights(const char *path, bool use_mmap, bool tp, di_model **out, di_status *st) {
   di_model_opts mo = {.use_mmap = use_mmap};
+  if (tp && di_dist_active()) mo.tp_rank = di_dist_rank(), mo.tp_size = di_dist_size();
   /* the CPU backend: the only one so far; its prepare step packs the weights */
   return di_backend_load_model(di_backend_cpu(), path, &mo, out, st);
 }
@@ -105,7 +106,7 @@ static di_code backend_open(const char *path, const di_engine_opts *o, bool lead
   memset(be, 0, sizeof *be);
   di_model_backend *m = calloc(1, sizeof *m);
   di_code rc = m ? DI_OK : di_errorf(st, DI_ERR_NOMEM, "engine: out of memory");
-  if (rc == DI_OK) rc = di_engine_load_weights(path, o->use_mmap != 0, &m->model, st);
+  if (rc == DI_OK) rc = di_engine_load_weights(path, o->use_mmap != 0, lead, &m->model, st);
   if (rc == DI_OK)
     rc = m->model->gguf ? di_tokenizer_from_gguf(m->model->gguf, &m->tok, st) : di_tokenizer_load(path, &m->tok, st);
   if (rc != DI_OK && m && m->model && o->tokenizer_optional) { /* ids in, ids out */

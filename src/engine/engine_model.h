@@ -11,8 +11,10 @@ const di_model *di_engine_model(const di_engine *e);
 
 /* Loads (and frees) a model's weights the way the engine does, ready for
  * di_forward_ctx_create: also for the --tp follower ranks (cli/tp.c), which
- * run the same forward without an engine. */
-di_code di_engine_load_weights(const char *path, bool use_mmap, di_model **out, di_status *st);
+ * run the same forward without an engine. tp: the model a tensor-parallel job
+ * splits (the main one), of which this rank keeps its part when the job has
+ * several ranks (di_model_tp_slice). */
+di_code di_engine_load_weights(const char *path, bool use_mmap, bool tp, di_model **out, di_status *st);
 void di_engine_free_weights(di_model *m);
 
 #endif

@@ -151,16 +151,30 @@ void di_forward_ctx_free(di_forward_ctx *f) {
 
 void di_fwd_mm_run(void *p, int ith, int nth) {
   mm_task *t = p;
+  int64_t total = 0;
+  for (int j = 0; j < t->n; j++) total += t->hi[j] - t->lo[j];
   /* Chunks rounded to 16 columns keep SIMD tiles whole. */
-  int64_t per = ((t->hi - t->lo + nth - 1) / nth + 15) / 16 * 16;
-  int64_t c0 = t->lo + per * ith, c1 = c0 + per < t->hi ? c0 + per : t->hi, base = 0;
+  int64_t per = ((total + nth - 1) / nth + 15) / 16 * 16;
+  int64_t c0 = per * ith, c1 = c0 + per < total ? c0 + per : total, base = 0;
   for (int j = 0; j < t->n && c0 < c1; j++) {
     const di_tensor *w = t->w[j];
+    const int64_t len = t->hi[j] - t->lo[j];
     int64_t n0 = c0 - base, n1 = c1 - base;
     if (n0 < 0) n0 = 0;
-    if (n1 > w->ne[1]) n1 = w->ne[1];
-    if (n0 < n1) t->be->matmul(w, t->xq, t->M, t->y[j], w->ne[1], n0, n1);
-    base += w->ne[1];
+    if (n1 > len) n1 = len;
+    base += len;
+    if (n0 >= n1) continue;
+    n0 += t->lo[j], n1 += t->lo[j];
+    if (!w->nrows) {
+      t->be->matmul(w, t->xq, t->M, t->y[j], w->ne[1], n0, n1);
+      continue;
+    }
+    /* a tensor-parallel slice: the backend sees the rows held as a whole
+     * matrix, and output columns relative to them */
+    di_tensor v = *w;
+    v.ne[1] = w->nrows, v.row0 = 0, v.nrows = 0;
+    if (n0 < w->row0 || n1 > w->row0 + w->nrows) abort(); /* a column this rank does not hold */
+    t->be->matmul(&v, t->xq, t->M, t->y[j] + w->row0, w->ne[1], n0 - w->row0, n1 - w->row0);
   }
 }
 
@@ -188,7 +202,7 @@ void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n,
     do {
       t.w[t.n] = ws[j];
       t.y[t.n] = ys[j];
-      t.hi += ws[j]->ne[1];
+      t.hi[t.n] = ws[j]->ne[1];
       t.n++;
       j++;
     } while (j < n && ws[j]->type == t.w[0]->type);

@@ -50,8 +50,9 @@ struct di_forward_ctx {
 
 /* Several matrices that read the same input (Q/K/V, gate/up) run as one
  * parallel task over their concatenated output columns: one sync instead of
- * three, and no thread idles on a small matrix. [lo, hi): the columns of the
- * concatenation this rank computes (all of them without tensor parallel). */
+ * three, and no thread idles on a small matrix. [lo[j], hi[j]): the columns
+ * of matrix j this rank computes (all of them without tensor parallel; with
+ * it, di_tp_cols's, the rows the rank holds). */
 typedef struct mm_task {
   const di_backend *be;
   const di_tensor *w[MM_MAX_JOBS];
@@ -60,7 +61,7 @@ typedef struct mm_task {
   const float *x;
   const void *xq;
   int64_t M;
-  int64_t lo, hi;
+  int64_t lo[MM_MAX_JOBS], hi[MM_MAX_JOBS];
 } mm_task;
 
 /* The threadpool task of a matmul (threads split [lo, hi) by 16 columns). */

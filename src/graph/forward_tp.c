@@ -2,6 +2,7 @@
  * matmul with its all-gather, and the step the leader hands the followers. */
 #include "graph/forward_tp.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +17,7 @@ typedef struct di_tp {
   di_status st;
   float *sbuf, *rbuf; /* gather buffers */
   size_t cap;         /* floats in each */
-  size_t *bytes;      /* [size] */
-  int64_t *lo, *hi;   /* [size] each rank's columns of the current matmul */
+  size_t *bytes;      /* [size] each rank's part of the current exchange */
   /* follower: the pool copy, the logits nobody reads, the step's batch */
   di_kv_pool *pool;
   uint64_t pool_id;
@@ -30,16 +30,11 @@ typedef struct di_tp {
 static di_code tp_attach(di_forward_ctx *f, bool leader, di_status *st) {
   di_tp *t = calloc(1, sizeof *t);
   int n = di_dist_size();
-  if (t) {
-    t->bytes = calloc((size_t)n, sizeof *t->bytes);
-    t->lo = calloc((size_t)n * 2, sizeof *t->lo);
-  }
-  if (!t || !t->bytes || !t->lo) {
-    if (t) free(t->bytes), free(t->lo);
+  if (t) t->bytes = calloc((size_t)n, sizeof *t->bytes);
+  if (!t || !t->bytes) {
     free(t);
     return di_errorf(st, DI_ERR_NOMEM, "tensor parallel: out of memory");
   }
-  t->hi = t->lo + n;
   t->leader = leader, t->rank = di_dist_rank(), t->size = n;
   f->tpar = t;
   return DI_OK;
@@ -48,7 +43,7 @@ static di_code tp_attach(di_forward_ctx *f, bool leader, di_status *st) {
 void di_fwd_tp_free(di_forward_ctx *f) {
   di_tp *t = f->tpar;
   if (!t) return;
-  free(t->sbuf), free(t->rbuf), free(t->bytes), free(t->lo), free(t->logits), free(t->seqs);
+  free(t->sbuf), free(t->rbuf), free(t->bytes), free(t->logits), free(t->seqs);
   di_kv_pool_destroy(t->pool);
   free(t);
   f->tpar = NULL;
@@ -64,58 +59,58 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elt) {
   return true;
 }
 
-/* Copies rank r's columns [lo, hi) of the concatenated outputs between t->y
- * (row-major [M][N_j] each) and a packed buffer ([j][m][cols]). */
-static void pack(const mm_task *t, int64_t lo, int64_t hi, float *buf, bool to_buf) {
-  int64_t base = 0;
+/* Copies rank r's columns of each output (di_tp_cols of its width) between
+ * t->y (row-major [M][N_j] each) and a packed buffer ([j][m][cols]);
+ * returns the floats moved. */
+static size_t pack(const mm_task *t, int r, int size, float *buf, bool to_buf) {
+  size_t n = 0;
   for (int j = 0; j < t->n; j++) {
     const int64_t N = t->w[j]->ne[1];
-    int64_t a = lo > base ? lo - base : 0, b = hi - base < N ? hi - base : N;
-    for (int64_t m = 0; a < b && m < t->M; m++, buf += b - a) {
+    int64_t a, b;
+    di_tp_cols(N, r, size, &a, &b);
+    for (int64_t m = 0; a < b && m < t->M; m++, n += (size_t)(b - a)) {
       float *y = t->y[j] + m * N + a;
-      if (to_buf) memcpy(buf, y, (size_t)(b - a) * sizeof *buf);
-      else memcpy(y, buf, (size_t)(b - a) * sizeof *buf);
+      if (!buf) continue;
+      if (to_buf) memcpy(buf + n, y, (size_t)(b - a) * sizeof *buf);
+      else memcpy(y, buf + n, (size_t)(b - a) * sizeof *buf);
     }
-    base += N;
   }
+  return n;
 }
 
 void di_fwd_tp_matmul(di_forward_ctx *f, mm_task *t) {
   di_tp *p = f->tpar;
-  const int64_t total = t->hi;
-  /* whole 16-column tiles per rank, as the threads split them */
-  const int64_t per = ((total + p->size - 1) / p->size + 15) / 16 * 16;
+  size_t need = 0;
   for (int r = 0; r < p->size; r++) {
-    p->lo[r] = per * r < total ? per * r : total;
-    p->hi[r] = per * (r + 1) < total ? per * (r + 1) : total;
-    p->bytes[r] = (size_t)(t->M * (p->hi[r] - p->lo[r])) * sizeof(float);
+    p->bytes[r] = pack(t, r, p->size, NULL, false) * sizeof(float);
+    need += p->bytes[r] / sizeof(float);
   }
-  t->lo = p->lo[p->rank], t->hi = p->hi[p->rank];
-  if (t->hi > t->lo) di_threadpool_run(f->tp, di_fwd_mm_run, t);
-  size_t need = (size_t)(t->M * total), cap = p->cap;
+  for (int j = 0; j < t->n; j++) di_tp_cols(t->w[j]->ne[1], p->rank, p->size, &t->lo[j], &t->hi[j]);
+  if (p->bytes[p->rank]) di_threadpool_run(f->tp, di_fwd_mm_run, t);
+  size_t cap = p->cap;
   if (p->rc) return; /* the step has failed: finish it without exchanges */
   if (!grow((void **)&p->sbuf, &cap, need, sizeof(float)) || !grow((void **)&p->rbuf, &p->cap, need, sizeof(float))) {
     p->rc = di_errorf(&p->st, DI_ERR_NOMEM, "tensor parallel: out of memory for a %zu-value exchange", need);
     return;
   }
-  pack(t, t->lo, t->hi, p->sbuf, true);
+  pack(t, p->rank, p->size, p->sbuf, true);
   if ((p->rc = di_dist_allgatherv(p->sbuf, p->rbuf, p->bytes, &p->st))) return;
   size_t off = 0;
   for (int r = 0; r < p->size; off += p->bytes[r] / sizeof(float), r++)
-    if (r != p->rank) pack(t, p->lo[r], p->hi[r], p->rbuf + off, false);
+    if (r != p->rank) pack(t, r, p->size, p->rbuf + off, false);
 }
 
 void di_fwd_ep_range(const di_forward_ctx *f, int E, int *e0, int *e1) {
   const di_tp *p = f->tpar;
-  *e0 = p ? (int)((int64_t)E * p->rank / p->size) : 0;
-  *e1 = p ? (int)((int64_t)E * (p->rank + 1) / p->size) : E;
+  di_tp_experts(E, p ? p->rank : 0, p ? p->size : 1, e0, e1);
 }
 
 void di_fwd_ep_gather(di_forward_ctx *f, float *y, const int *cnt, int E, int D) {
   di_tp *p = f->tpar;
   if (!p || p->rc) return;
   for (int r = 0; r < p->size; r++) {
-    int e0 = (int)((int64_t)E * r / p->size), e1 = (int)((int64_t)E * (r + 1) / p->size);
+    int e0, e1;
+    di_tp_experts(E, r, p->size, &e0, &e1);
     p->bytes[r] = (size_t)(cnt[e1] - cnt[e0]) * (size_t)D * sizeof(float);
   }
   p->rc = di_dist_allgatherv(NULL, y, p->bytes, &p->st);
@@ -189,6 +184,47 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
 
 /* ---- leader and follower set-up ---- */
 
+static di_tp_mem *g_mem; /* [g_mem_n] every rank's, kept by each rank (the leader reports them) */
+static int g_mem_n;
+
+int di_tp_memory(const di_tp_mem **out) {
+  *out = g_mem;
+  return g_mem_n;
+}
+
+uint64_t di_tp_rss_bytes(void) {
+  FILE *fp = fopen("/proc/self/status", "r");
+  char line[256];
+  unsigned long long kb = 0;
+  while (fp && fgets(line, sizeof line, fp))
+    if (sscanf(line, "VmRSS: %llu kB", &kb) == 1) break;
+  if (fp) fclose(fp);
+  return (uint64_t)kb * 1024;
+}
+
+static di_code share_memory(const di_model *m, di_status *st) {
+  const int n = di_dist_size(), r = di_dist_rank();
+  di_tp_mem *all = calloc((size_t)n, sizeof *all);
+  size_t *bytes = calloc((size_t)n, sizeof *bytes);
+  if (!all || !bytes) {
+    free(all), free(bytes);
+    return di_errorf(st, DI_ERR_NOMEM, "tensor parallel: out of memory");
+  }
+  for (int i = 0; i < n; i++) bytes[i] = sizeof *all;
+  all[r] = (di_tp_mem){.weights = m->held_bytes, .rss = di_tp_rss_bytes()};
+  di_code rc = di_dist_allgatherv(NULL, all, bytes, st);
+  free(bytes);
+  if (rc) {
+    free(all);
+    return rc;
+  }
+  free(g_mem);
+  g_mem = all, g_mem_n = n;
+  return DI_OK;
+}
+
+di_code di_forward_tp_follow_memory(di_forward_ctx *f, di_status *st) { return share_memory(f->m, st); }
+
 di_code di_forward_tp_lead(di_forward_ctx *f, const char *path, int threads, int max_batch, bool use_mmap,
                            di_status *st) {
   const di_hparams *hp = &f->m->hp;
@@ -199,6 +235,7 @@ di_code di_forward_tp_lead(di_forward_ctx *f, const char *path, int threads, int
   bool ok = false;
   if (!rc) rc = di_dist_agree(true, &ok, st);
   if (!rc && !ok) return di_errorf(st, DI_ERR_IO, "--tp: another rank could not load %s (see its message)", path);
+  if (!rc) rc = share_memory(f->m, st);
   return rc ? rc : tp_attach(f, true, st);
 }
 

@@ -33,6 +33,17 @@ di_code di_tp_recv(di_tp_msg *h, void **buf, size_t *cap, di_status *st);
  * waits until every rank has it, and makes f's forward tensor parallel. */
 di_code di_forward_tp_lead(di_forward_ctx *f, const char *path, int threads, int max_batch, bool use_mmap,
                            di_status *st);
+/* Every rank's memory once loaded (exchanged at LOAD, read by rank 0's
+ * reports): weight bytes held (model held_bytes) and resident set size. */
+typedef struct di_tp_mem {
+  uint64_t weights, rss;
+} di_tp_mem;
+/* Every rank's, in rank order, after the last LOAD; 0 when not tensor parallel. */
+int di_tp_memory(const di_tp_mem **out);
+/* This process's resident set size (Linux VmRSS), 0 when unknown. */
+uint64_t di_tp_rss_bytes(void);
+/* Follower: the LOAD's memory exchange (after every rank has loaded f's model). */
+di_code di_forward_tp_follow_memory(di_forward_ctx *f, di_status *st);
 /* Follower: makes f's forward tensor parallel (f made from a LOAD message). */
 di_code di_forward_tp_follow_init(di_forward_ctx *f, di_status *st);
 /* Follower: runs one FORWARD message. */

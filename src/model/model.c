@@ -453,6 +453,7 @@ di_code di_model_load(const char *path, const di_model_opts *o, di_model **out, 
     rc = load_gguf(m, o->use_mmap, st);
   }
   if (!rc) rc = finish_load(m, st);
+  m->held_bytes = m->replicated_bytes = m->weight_bytes;
   if (rc) {
     di_model_free(m);
     return rc;

@@ -117,7 +117,22 @@ typedef struct di_tensor {
   const void *data;
   const char *name;
   bool packed;         /* data in its backend's own layout (CPU: di_cpu_pack), not GGUF rows */
+  /* Tensor parallel (di_model_tp_slice): only rows [row0, row0 + nrows) are
+   * held, data points at row0's; nrows 0: all ne[1] rows. ne[1] stays the
+   * matrix's full height, the column count its matmul outputs. */
+  int64_t row0, nrows;
 } di_tensor;
+
+static inline int64_t di_tensor_rows(const di_tensor *t) { return t->nrows ? t->nrows : t->ne[1]; }
+
+/* Tensor parallel: the output columns [*lo, *hi) of an N-column matmul that
+ * rank `rank` of `size` computes (and holds the weight rows of): whole
+ * 16-column tiles, as threads split them, the last rank the rest. */
+static inline void di_tp_cols(int64_t N, int rank, int size, int64_t *lo, int64_t *hi) {
+  const int64_t per = ((N + size - 1) / size + 15) / 16 * 16;
+  *lo = per * rank < N ? per * rank : N;
+  *hi = per * (rank + 1) < N ? per * (rank + 1) : N;
+}
 
 typedef struct di_layer_weights {
   di_attn_kind attn;
@@ -169,6 +184,9 @@ typedef struct di_model {
   struct di_st_model *st;   /* when loaded from safetensors */
   void *owned;              /* converted tensors (safetensors BF16 etc.) */
   size_t weight_bytes;
+  /* the part of weight_bytes this process holds (tensor parallel: its rank's
+   * part and the replicated rest, di_model_tp_slice), and that rest */
+  size_t held_bytes, replicated_bytes;
   uint64_t n_params;
   /* the backend whose prepare_weights readied the weights (backend/backend.h);
    * NULL: as loaded, not yet runnable */
@@ -177,6 +195,10 @@ typedef struct di_model {
 
 typedef struct di_model_opts {
   bool use_mmap; /* default false: read into (huge-page) memory, steadier here */
+  /* tp_size > 1: rank tp_rank of a tensor-parallel job keeps only its part of
+   * the split weights (di_model_tp_slice); the file is then mapped, not read,
+   * so the other ranks' rows are never brought into this process */
+  int tp_rank, tp_size;
 } di_model_opts;
 
 /* path: a .gguf file (or first split part) or a Hugging Face directory. The
@@ -184,5 +206,23 @@ typedef struct di_model_opts {
  * readies them for a backend. */
 di_code di_model_load(const char *path, const di_model_opts *o, di_model **out, di_status *st);
 void di_model_free(di_model *m);
+
+/* Expert parallel: the routed experts [*e0, *e1) of E that rank `rank` of `size` runs and holds. */
+static inline void di_tp_experts(int E, int rank, int size, int *e0, int *e1) {
+  *e0 = (int)((int64_t)E * rank / size);
+  *e1 = (int)((int64_t)E * (rank + 1) / size);
+}
+
+/* Tensor parallel: the weight bytes rank `rank` of `size` holds after
+ * di_model_tp_slice (resident), the part every rank holds (replicated: norms,
+ * embeddings, a tied classifier, layers not split) and the whole (one rank). */
+typedef struct di_tp_weights {
+  size_t resident, replicated, total;
+} di_tp_weights;
+di_tp_weights di_model_tp_plan(di_model *m, int rank, int size);
+/* Cuts m's split weights down to rank's rows (before the backend prepares
+ * them): every matmul the forward column-splits keeps the rows di_tp_cols
+ * gives the rank; routed experts outside the rank's expert range are dropped. */
+void di_model_tp_slice(di_model *m, int rank, int size);
 
 #endif

@@ -51,22 +51,36 @@ def tp(n):
 def run_logits(tmp_path, model, n, *extra):
     out = tmp_path / f"logits{n}.bin"
     argv = tp(n) + [str(BIN), "run", "-m", str(model), "-p", PROMPT, "-n", "8", "--temp", "0", "--threads", "1",
-                    "--ignore-eos", "--dump-logits", str(out), "--print-ids", *extra] + (["--tp", str(n)] if n > 1 else [])
+                    "--ignore-eos", "--dump-logits", str(out), "--print-ids", "--stats", *extra] + (["--tp", str(n)] if n > 1 else [])
     r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     data = out.read_bytes()
     assert len(data) > 0
-    return data, r.stdout
+    return data, r.stdout, json.loads(r.stderr.strip().splitlines()[-1])["tp"]
+
+
+def check_weights_split(one, tp, n):
+    """Each rank holds the replicated part and its own share of the split
+    matrices: every split byte on exactly one rank, none on all."""
+    total, repl, held = one["weights_total"], tp["weights_replicated"], tp["weights_bytes"]
+    assert one["weights_bytes"] == [total] and tp["weights_total"] == total and len(held) == n
+    assert 0 < repl < total
+    assert all(repl <= w < total for w in held), held
+    assert sum(w - repl for w in held) == total - repl, (held, repl, total)
+    return total, repl, held
 
 
 def check_logits(tmp_path, model, ranks):
     if not model.exists():
         pytest.skip(f"{model} missing (scripts/fetch-models)")
-    ref, ids = run_logits(tmp_path, model, 1)
+    ref, ids, one = run_logits(tmp_path, model, 1)
+    stats = {}
     for n in ranks:
-        got, got_ids = run_logits(tmp_path, model, n)
+        got, got_ids, stats[n] = run_logits(tmp_path, model, n)
         assert got_ids == ids
         assert got == ref, f"--tp {n}: logits differ from one rank"
+        check_weights_split(one, stats[n], n)
+    return one, stats
 
 
 def test_logits_stories(tmp_path):
@@ -74,7 +88,15 @@ def test_logits_stories(tmp_path):
 
 
 def test_logits_smollm2(tmp_path):
-    check_logits(tmp_path, SMOL, [2, 3])
+    one, stats = check_logits(tmp_path, SMOL, [2, 3])
+    for n, st in stats.items():
+        total, repl, held = check_weights_split(one, st, n)
+        # 576/1536-wide matrices split evenly on 16-column tiles: each rank ~1/n of them
+        assert all(w - repl <= (total - repl) / n * 1.02 for w in held), held
+        # and the rest is never brought in: every rank's resident set shrinks by at
+        # least half of what it no longer holds (the file is mapped, not read, at --tp)
+        assert all(rss <= one["rss_bytes"][0] - 0.5 * (total - w) for rss, w in zip(st["rss_bytes"], held)), (
+            st["rss_bytes"], one["rss_bytes"])
 
 
 def test_logits_gemma3(tmp_path):

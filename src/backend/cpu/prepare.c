@@ -62,12 +62,12 @@ static di_code pack_one(di_model *m, di_tensor *t, bool mmapped, di_status *st) 
   void *data = (void *)(uintptr_t)t->data; /* the loader's own buffer or private mapping */
   if (mmapped) {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)data / page * page;
-    uintptr_t hi = ((uintptr_t)data + t->row_bytes * (size_t)t->ne[1] + page - 1) / page * page;
+    uintptr_t hi = ((uintptr_t)data + t->row_bytes * (size_t)di_tensor_rows(t) + page - 1) / page * page;
     if (mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)
       return di_errorf(st, DI_ERR_IO, "%s: tensor %s: cannot make mapping writable: %s", m->path, t->name,
                        strerror(errno));
   }
-  if (!di_cpu_pack(t->type, data, t->ne[1], t->ne[0]))
+  if (!di_cpu_pack(t->type, data, di_tensor_rows(t), t->ne[0]))
     return di_errorf(st, DI_ERR_NOMEM, "%s: tensor %s: out of memory packing weights", m->path, t->name);
   t->packed = true;
   if (t->data == m->tok_embd.data) m->tok_embd.packed = true;

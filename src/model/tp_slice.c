@@ -1,0 +1,80 @@
+/* Tensor parallel: which weight rows each rank of a job holds. The forward
+ * (graph/forward_tp.c) has rank r compute the output columns di_tp_cols gives
+ * it of every matmul it splits and the routed experts di_tp_experts gives it,
+ * so those are the only rows of those matrices r ever reads: the rest are cut
+ * off here, before the backend prepares (packs) the weights. */
+#include <stdint.h>
+
+#include "model/model.h"
+
+typedef struct plan {
+  int rank, size;
+  bool apply;
+  size_t cut, split; /* bytes not held by this rank; bytes of the split matrices */
+} plan;
+
+static size_t tensor_bytes(const di_tensor *t) { return t->data ? t->row_bytes * (size_t)t->ne[1] : 0; }
+
+static void cut_rows(plan *p, di_tensor *t) {
+  if (!t->data || t->nrows) return;
+  int64_t lo, hi;
+  di_tp_cols(t->ne[1], p->rank, p->size, &lo, &hi);
+  p->split += tensor_bytes(t);
+  p->cut += t->row_bytes * (size_t)(t->ne[1] - (hi - lo));
+  if (!p->apply) return;
+  t->data = (const uint8_t *)t->data + (size_t)lo * t->row_bytes;
+  t->row0 = lo;
+  /* a rank with no columns of this matrix keeps a null row range, never read */
+  t->nrows = hi - lo;
+  if (hi == lo) t->data = NULL;
+}
+
+static void cut_experts(plan *p, const di_hparams *hp, di_tensor *ts) {
+  if (!ts) return;
+  int e0, e1;
+  di_tp_experts(hp->n_expert, p->rank, p->size, &e0, &e1);
+  for (int e = 0; e < hp->n_expert; e++) {
+    p->split += tensor_bytes(&ts[e]);
+    if (e >= e0 && e < e1) continue;
+    p->cut += tensor_bytes(&ts[e]);
+    if (p->apply) ts[e].data = NULL;
+  }
+}
+
+/* The matrices the forward column-splits (the classifier unless tied to the
+ * embedding, which the lookup reads whole) and the routed experts. DeepSeek-V4
+ * layers stay whole: their attention multiplies views it builds from the
+ * weights (grouped output), and their experts are column-split, not placed. */
+static size_t walk(di_model *m, plan *p) {
+  if (m->output.data != m->tok_embd.data) cut_rows(p, &m->output);
+  for (int il = 0; il < m->hp.n_layer; il++) {
+    di_layer_weights *L = &m->layers[il];
+    if (L->attn == DI_ATTN_DSV4) continue;
+    di_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wq_a, &L->wq_b, &L->wkv_a, &L->w_gate, &L->w_up,
+                       &L->w_down, &L->router, &L->sh_gate, &L->sh_up, &L->sh_down};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) cut_rows(p, ts[i]);
+    if (L->ffn == DI_FFN_MOE) {
+      cut_experts(p, &m->hp, L->exp_gate);
+      cut_experts(p, &m->hp, L->exp_up);
+      cut_experts(p, &m->hp, L->exp_down);
+    }
+  }
+  return p->cut;
+}
+
+di_tp_weights di_model_tp_plan(di_model *m, int rank, int size) {
+  plan p = {.rank = rank, .size = size};
+  if (size > 1) walk(m, &p);
+  /* converted tensors (HF BF16 -> f32) can count more than the file's bytes */
+  const size_t w = m->weight_bytes;
+  return (di_tp_weights){.resident = p.cut < w ? w - p.cut : 0, .replicated = p.split < w ? w - p.split : 0,
+                         .total = w};
+}
+
+void di_model_tp_slice(di_model *m, int rank, int size) {
+  if (size <= 1) return;
+  di_tp_weights tw = di_model_tp_plan(m, rank, size);
+  plan p = {.rank = rank, .size = size, .apply = true};
+  walk(m, &p);
+  m->held_bytes = tw.resident, m->replicated_bytes = tw.replicated;
+}
