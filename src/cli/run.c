@@ -41,8 +41,8 @@ static const char *usage =
     "                        (little-endian float32 rows [positions, vocab])\n"
     "      --stats           timing summary on stderr; its last line is one JSON object\n"
     "                        {\"prompt_tokens\",\"gen_tokens\",\"prefill_s\",\"decode_s\",\"decode_tok_s\",\"spec\",\"tp\"}\n"
-    "                        (tp: ranks, exchanges, each rank's weights_bytes held and rss_bytes once\n"
-    "                        loaded, weights_total, weights_replicated)\n"
+    "                        (tp: ranks, exchanges, each rank's weights_bytes held, rss_bytes once\n"
+    "                        loaded and kv_bytes of its KV pool, weights_total, weights_replicated)\n"
     "  -h, --help            this help\n"
     "Engine options:\n" DI_CLI_ENGINE_OPTS_HELP;
 
@@ -127,7 +127,7 @@ static const char *spec_name(int kind) {
   return kind >= 0 && kind <= 3 ? names[kind] : "?";
 }
 
-static void print_stats(const run_out *o, int spec, const di_model *m) {
+static void print_stats(const run_out *o, int spec, const di_model *m, uint64_t pool_bytes) {
   double prefill = o->t_first - o->t_submit, decode = o->t_end - o->t_first;
   int after_first = o->n_ids > 1 ? o->n_ids - 1 : 0; /* tokens decoded after the one prefill yields */
   double tok_s = decode > 0 ? after_first / decode : 0;
@@ -148,12 +148,13 @@ static void print_stats(const run_out *o, int spec, const di_model *m) {
   /* each rank's weights and resident set once loaded (one rank: this one's now) */
   const di_tp_mem *mem = NULL;
   int n = di_tp_memory(&mem);
-  di_tp_mem one = {.weights = m ? m->held_bytes : 0, .rss = di_tp_rss_bytes()};
+  di_tp_mem one = {.weights = m ? m->held_bytes : 0, .rss = di_tp_rss_bytes(), .kv = pool_bytes};
   if (!n) mem = &one, n = 1;
-  for (int k = 0; k < 2; k++) {
-    fprintf(stderr, k ? ",\"rss_bytes\":[" : ",\"weights_bytes\":[");
+  static const char *const keys[] = {"weights_bytes", "rss_bytes", "kv_bytes"};
+  for (int k = 0; k < 3; k++) {
+    fprintf(stderr, ",\"%s\":[", keys[k]);
     for (int r = 0; r < n; r++)
-      fprintf(stderr, "%s%llu", r ? "," : "", (unsigned long long)(k ? mem[r].rss : mem[r].weights));
+      fprintf(stderr, "%s%llu", r ? "," : "", (unsigned long long)(k == 0 ? mem[r].weights : k == 1 ? mem[r].rss : mem[r].kv));
     fprintf(stderr, "]");
   }
   fprintf(stderr, ",\"weights_total\":%llu,\"weights_replicated\":%llu}}\n",
@@ -329,7 +330,11 @@ int di_cmd_run(int argc, char **argv) {
     fputs("]\n", stdout);
   }
   fflush(stdout);
-  if (stats) print_stats(&o, eo.spec, di_engine_model(e));
+  if (stats) {
+    const di_kv_pool *kv = e->pool;
+    di_kv_spec ks = {.n_layers = kv->n_layers, .kv_dim = kv->kv_dim, .v_in_k = kv->v_in_k, .type = kv->type};
+    print_stats(&o, eo.spec, di_engine_model(e), (uint64_t)kv->n_blocks * di_kv_spec_block_bytes(&ks, kv->block_size));
+  }
 done:
   if (o.df && fclose(o.df) != 0 && !ret) ret = di_cli_fail("run", "write to %s failed", dump);
   di_engine_destroy(e);

@@ -165,16 +165,18 @@ void di_fwd_mm_run(void *p, int ith, int nth) {
     base += len;
     if (n0 >= n1) continue;
     n0 += t->lo[j], n1 += t->lo[j];
-    if (!w->nrows) {
+    if (!w->sliced) {
       t->be->matmul(w, t->xq, t->M, t->y[j], w->ne[1], n0, n1);
       continue;
     }
     /* a tensor-parallel slice: the backend sees the rows held as a whole
-     * matrix, and output columns relative to them */
+     * matrix, and output columns relative to them; y is either the full
+     * output (the slice's columns in place) or, compact, just the slice's */
     di_tensor v = *w;
-    v.ne[1] = w->nrows, v.row0 = 0, v.nrows = 0;
-    if (n0 < w->row0 || n1 > w->row0 + w->nrows) abort(); /* a column this rank does not hold */
-    t->be->matmul(&v, t->xq, t->M, t->y[j] + w->row0, w->ne[1], n0 - w->row0, n1 - w->row0);
+    v.ne[1] = w->nrows, v.sliced = false, v.row0 = v.nrows = 0;
+    const int64_t off = t->compact ? 0 : w->row0;
+    if (n0 < off || n1 > off + w->nrows) abort(); /* a column this rank does not hold */
+    t->be->matmul(&v, t->xq, t->M, t->y[j] + off, t->compact ? w->nrows : w->ne[1], n0 - off, n1 - off);
   }
 }
 
@@ -197,12 +199,12 @@ static void prep_run(void *p, int ith, int nth) {
  * share one prepared activation. */
 void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n, const float *x, int64_t M) {
   for (int j = 0; j < n;) {
-    mm_task t = {.be = f->be, .x = x, .xq = f->xq, .M = M};
+    mm_task t = {.be = f->be, .x = x, .xq = f->xq, .M = M, .compact = f->tp_local};
     /* group consecutive matrices of the same type */
     do {
       t.w[t.n] = ws[j];
       t.y[t.n] = ys[j];
-      t.hi[t.n] = ws[j]->ne[1];
+      t.hi[t.n] = f->tp_local ? di_tensor_rows(ws[j]) : ws[j]->ne[1];
       t.n++;
       j++;
     } while (j < n && ws[j]->type == t.w[0]->type);
@@ -231,8 +233,14 @@ static kv_loc layer_kv(const di_kv_pool *kv, const di_batch *b, int il, bool swa
 }
 
 void di_forward_kv_spec(const di_model *m, di_kv_spec *s) {
+  di_forward_kv_spec_rank(m, m->tp_rank, m->tp_size, s);
+}
+
+void di_forward_kv_spec_rank(const di_model *m, int rank, int size, di_kv_spec *s) {
   const di_hparams *hp = &m->hp;
-  *s = (di_kv_spec){.n_layers = hp->n_layer, .kv_dim = hp->n_head_kv * hp->head_dim};
+  int g0 = 0, g1 = hp->n_head_kv;
+  if (di_tp_heads_split(hp, size)) di_tp_heads(hp->n_head_kv, rank, size, &g0, &g1);
+  *s = (di_kv_spec){.n_layers = hp->n_layer, .kv_dim = (g1 - g0) * hp->head_dim};
   if (hp->attn_kind == DI_ATTN_MLA) s->kv_dim = hp->kv_lora_rank + hp->rope_dim, s->v_in_k = true;
   if (hp->attn_kind == DI_ATTN_DSV4) di_fwd_v4_kv_spec(m, s);
 }
@@ -332,14 +340,15 @@ static void st_attn_norm(stage_ctx *c, int t0, int t1) {
 /* bias, QK-norm, RoPE, and K/V into the token's cache slot */
 static void st_qk(stage_ctx *c, int t) {
   di_forward_ctx *f = c->f;
-  const di_hparams *hp = &f->m->hp;
+  const di_hparams *hp = c->ahp ? c->ahp : &f->m->hp; /* this rank's heads where split */
   const di_layer_weights *L = c->L;
   const di_backend *be = f->be;
   const int H = hp->n_head, HKV = hp->n_head_kv, hd = hp->head_dim, kvd = HKV * hd, rd = hp->rope_dim;
+  const size_t qo = (size_t)c->head0 * (H / HKV) * hd, ko = (size_t)c->head0 * hd; /* into the biases */
   float *q = f->q + (size_t)t * H * hd, *k = f->k + (size_t)t * kvd, *v = f->v + (size_t)t * kvd;
-  if (L->bq.data) be->add(q, L->bq.data, H * hd);
-  if (L->bk.data) be->add(k, L->bk.data, kvd);
-  if (L->bv.data) be->add(v, L->bv.data, kvd);
+  if (L->bq.data) be->add(q, (const float *)L->bq.data + qo, H * hd);
+  if (L->bk.data) be->add(k, (const float *)L->bk.data + ko, kvd);
+  if (L->bv.data) be->add(v, (const float *)L->bv.data + ko, kvd);
   const float *cs = c->rope + (size_t)t * rd;
   for (int h = 0; h < H; h++) {
     if (hp->qk_norm) be->rms_norm(q + h * hd, L->q_norm.data, q + h * hd, hd, hp->rms_eps);
@@ -488,6 +497,36 @@ static const di_tensor *first_matmul(const di_hparams *hp, const di_layer_weight
   return &L->wq;
 }
 
+/* Tensor parallel attention split by heads: Q/K/V of the rank's heads (its
+ * weight rows, unsplit), their cache (the rank's pool holds only its KV
+ * heads) and attention, then every rank's heads gathered into f->att for
+ * the column-split output projection. Heads are independent, so each one's
+ * values are those of one rank. */
+static di_code attn_heads(stage_ctx *sc, bool swa, di_status *st) {
+  di_forward_ctx *f = sc->f;
+  const di_hparams *hp = &f->m->hp;
+  const di_layer_weights *L = sc->L;
+  const int T = sc->b->n_tokens;
+  int g0, g1;
+  di_tp_heads(hp->n_head_kv, f->m->tp_rank, f->m->tp_size, &g0, &g1);
+  di_hparams ahp = *hp;
+  ahp.n_head_kv = g1 - g0;
+  ahp.n_head = ahp.n_head_kv * (hp->n_head / hp->n_head_kv);
+  const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};
+  float *qkv_y[] = {f->q, f->k, f->v};
+  f->tp_local = true;
+  di_fwd_matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
+  f->tp_local = false;
+  sc->ahp = &ahp, sc->head0 = g0;
+  di_fwd_par_tokens(sc, st_qk);
+  sc->ahp = NULL, sc->head0 = 0;
+  float *att = di_fwd_tp_heads_buf(f, T);
+  if (!att) return DI_OK; /* the step has failed (di_fwd_tp_result says why) */
+  di_code rc = f->be->attn(f->attn, f->tp, &ahp, sc->kv, sc->b, sc->loc.table, sc->loc.layer, swa, f->q, att, st);
+  if (!rc) di_fwd_tp_gather_heads(f, f->att, T);
+  return rc;
+}
+
 di_code di_fwd_layer(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const di_layer_weights *L, kv_loc loc,
                      bool swa, bool first, const di_layer_weights *next, di_status *st) {
   const di_hparams *hp = &f->m->hp;
@@ -499,6 +538,8 @@ di_code di_fwd_layer(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const
   if (first) par_rows_prep(&sc, st_attn_norm, first_matmul(hp, L), f->xn);
   if (L->attn == DI_ATTN_MLA) {
     if ((rc = di_fwd_attn_mla(&sc, st))) return rc;
+  } else if (f->tpar && di_tp_heads_split(hp, f->m->tp_size)) {
+    if ((rc = attn_heads(&sc, swa, st))) return rc;
   } else {
     const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};
     float *qkv_y[] = {f->q, f->k, f->v};

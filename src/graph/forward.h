@@ -17,6 +17,10 @@ void di_forward_ctx_free(di_forward_ctx *f);
 
 /* The KV pool geometry the model's layers need (per-head K/V, or MLA's latent row). */
 void di_forward_kv_spec(const di_model *m, di_kv_spec *s);
+/* The same for rank `rank` of a `size`-rank job (tensor parallel attention
+ * split by heads holds only the rank's KV heads); di_forward_kv_spec is this
+ * process's own (m->tp_rank, m->tp_size). */
+void di_forward_kv_spec_rank(const di_model *m, int rank, int size, di_kv_spec *s);
 /* DeepSeek-V4: the values a layer of this kind keeps per position (graph/dsv4.h). */
 int di_forward_v4_row_values(const di_hparams *hp, di_v4_attn kind);
 

@@ -43,7 +43,7 @@ struct di_forward_ctx {
   float *hidden_out; /* di_forward_capture_hidden: where the last layer's output rows go (NULL: nowhere) */
   struct di_v4_scratch *v4; /* DeepSeek-V4's own scratch (forward_dsv4.c) */
   struct di_tp *tpar;       /* tensor parallel across ranks (forward_tp.c); NULL: this rank alone */
-  bool tp_local;            /* expert parallel: matmuls of this rank's own experts, not split */
+  bool tp_local;            /* matmuls of this rank's own (experts, attention heads), not split */
 };
 
 #define MM_MAX_JOBS 3
@@ -62,6 +62,7 @@ typedef struct mm_task {
   const void *xq;
   int64_t M;
   int64_t lo[MM_MAX_JOBS], hi[MM_MAX_JOBS];
+  bool compact; /* this rank's own matmul (f->tp_local): a sliced matrix's rows into y as [M][rows held] */
 } mm_task;
 
 /* The threadpool task of a matmul (threads split [lo, hi) by 16 columns). */
@@ -73,6 +74,11 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
 /* The first exchange error of the step just run (then cleared). */
 di_code di_fwd_tp_result(di_forward_ctx *f, di_status *st);
 void di_fwd_tp_free(di_forward_ctx *f);
+/* Attention split by heads: where this rank's heads' outputs go ([T][its
+ * heads * head_dim]); NULL after an error. */
+float *di_fwd_tp_heads_buf(di_forward_ctx *f, int T);
+/* Every rank's heads' outputs (from the buffer above) into att ([T][n_head * head_dim]). */
+void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T);
 /* Expert parallel: the experts [*e0, *e1) of E this rank computes (all without tensor parallel). */
 void di_fwd_ep_range(const di_forward_ctx *f, int E, int *e0, int *e1);
 /* y holds rows in expert order, expert e's rows at [cnt[e], cnt[e+1]) of D
@@ -97,6 +103,10 @@ typedef struct stage_ctx {
    * activation rows the stage prepares as it finishes them */
   const di_tensor *prep_w;
   const float *prep_x;
+  /* tensor parallel attention split by heads: the rank's heads (n_head,
+   * n_head_kv) and its first KV head; NULL: the model's */
+  const di_hparams *ahp;
+  int head0;
 } stage_ctx;
 
 void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n, const float *x, int64_t M);

@@ -10,6 +10,9 @@
 #include "graph/forward_internal.h"
 #include "util/threadpool.h"
 
+static di_tp_mem *g_mem; /* [g_mem_n] every rank's, kept by each rank (the leader reports them) */
+static int g_mem_n;
+
 typedef struct di_tp {
   bool leader;
   int rank, size;
@@ -25,6 +28,7 @@ typedef struct di_tp {
   size_t logits_cap;
   di_batch_seq *seqs;
   int seqs_cap;
+  uint64_t lead_pool; /* leader: the pool whose per-rank size g_mem holds */
 } di_tp;
 
 static di_code tp_attach(di_forward_ctx *f, bool leader, di_status *st) {
@@ -59,6 +63,15 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elt) {
   return true;
 }
 
+/* Both exchange buffers hold at least n floats. */
+static bool grow_bufs(di_tp *p, size_t n) {
+  size_t cap = p->cap;
+  if (grow((void **)&p->sbuf, &cap, n, sizeof(float)) && grow((void **)&p->rbuf, &p->cap, n, sizeof(float)))
+    return true;
+  if (!p->rc) p->rc = di_errorf(&p->st, DI_ERR_NOMEM, "tensor parallel: out of memory for a %zu-value exchange", n);
+  return false;
+}
+
 /* Copies rank r's columns of each output (di_tp_cols of its width) between
  * t->y (row-major [M][N_j] each) and a packed buffer ([j][m][cols]);
  * returns the floats moved. */
@@ -87,17 +100,46 @@ void di_fwd_tp_matmul(di_forward_ctx *f, mm_task *t) {
   }
   for (int j = 0; j < t->n; j++) di_tp_cols(t->w[j]->ne[1], p->rank, p->size, &t->lo[j], &t->hi[j]);
   if (p->bytes[p->rank]) di_threadpool_run(f->tp, di_fwd_mm_run, t);
-  size_t cap = p->cap;
-  if (p->rc) return; /* the step has failed: finish it without exchanges */
-  if (!grow((void **)&p->sbuf, &cap, need, sizeof(float)) || !grow((void **)&p->rbuf, &p->cap, need, sizeof(float))) {
-    p->rc = di_errorf(&p->st, DI_ERR_NOMEM, "tensor parallel: out of memory for a %zu-value exchange", need);
-    return;
-  }
+  if (p->rc || !grow_bufs(p, need)) return; /* the step has failed: finish it without exchanges */
   pack(t, p->rank, p->size, p->sbuf, true);
   if ((p->rc = di_dist_allgatherv(p->sbuf, p->rbuf, p->bytes, &p->st))) return;
   size_t off = 0;
   for (int r = 0; r < p->size; off += p->bytes[r] / sizeof(float), r++)
     if (r != p->rank) pack(t, r, p->size, p->rbuf + off, false);
+}
+
+/* rank r's query heads' columns [*c0, *c1) of a [T][n_head * head_dim] output */
+static void head_cols(const di_hparams *hp, int r, int size, int64_t *c0, int64_t *c1) {
+  int g0, g1;
+  di_tp_heads(hp->n_head_kv, r, size, &g0, &g1);
+  const int64_t w = (int64_t)(hp->n_head / hp->n_head_kv) * hp->head_dim;
+  *c0 = g0 * w, *c1 = g1 * w;
+}
+
+float *di_fwd_tp_heads_buf(di_forward_ctx *f, int T) {
+  di_tp *p = f->tpar;
+  const di_hparams *hp = &f->m->hp;
+  if (p->rc || !grow_bufs(p, (size_t)T * hp->n_head * hp->head_dim)) return NULL;
+  return p->sbuf;
+}
+
+void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T) {
+  di_tp *p = f->tpar;
+  const di_hparams *hp = &f->m->hp;
+  const int64_t N = (int64_t)hp->n_head * hp->head_dim;
+  if (p->rc) return;
+  for (int r = 0; r < p->size; r++) {
+    int64_t c0, c1;
+    head_cols(hp, r, p->size, &c0, &c1);
+    p->bytes[r] = (size_t)T * (size_t)(c1 - c0) * sizeof(float);
+  }
+  if ((p->rc = di_dist_allgatherv(p->sbuf, p->rbuf, p->bytes, &p->st))) return;
+  const float *in = p->rbuf;
+  for (int r = 0; r < p->size; r++) {
+    int64_t c0, c1;
+    head_cols(hp, r, p->size, &c0, &c1);
+    for (int t = 0; t < T; t++, in += c1 - c0) memcpy(att + t * N + c0, in, (size_t)(c1 - c0) * sizeof *in);
+  }
 }
 
 void di_fwd_ep_range(const di_forward_ctx *f, int E, int *e0, int *e1) {
@@ -153,6 +195,16 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
   }
   if (kv->copy_log_lost) /* the followers' pools would drift */
     return di_errorf(st, DI_ERR_NOMEM, "tensor parallel: out of memory recording a KV block copy");
+  if (p->lead_pool != (uint64_t)(uintptr_t)kv && g_mem_n == p->size) { /* every rank's pool size, for reports */
+    p->lead_pool = (uint64_t)(uintptr_t)kv;
+    for (int r = 0; r < p->size; r++) {
+      di_kv_spec s = {.n_layers = kv->n_layers, .kv_dim = kv->kv_dim, .v_in_k = kv->v_in_k, .type = kv->type};
+      di_kv_spec own;
+      di_forward_kv_spec_rank(f->m, r, p->size, &own);
+      if (di_tp_heads_split(&f->m->hp, p->size)) s.kv_dim = own.kv_dim;
+      g_mem[r].kv = (uint64_t)kv->n_blocks * di_kv_spec_block_bytes(&s, kv->block_size);
+    }
+  }
   const int nc = kv->n_copy_log;
   const int T = b->n_tokens, S = b->n_seqs, W = b->n_swa_tables;
   di_tp_msg h = {.cmd = DI_TP_FORWARD, .pool_id = (uint64_t)(uintptr_t)kv};
@@ -184,8 +236,6 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
 
 /* ---- leader and follower set-up ---- */
 
-static di_tp_mem *g_mem; /* [g_mem_n] every rank's, kept by each rank (the leader reports them) */
-static int g_mem_n;
 
 int di_tp_memory(const di_tp_mem **out) {
   *out = g_mem;
@@ -250,7 +300,11 @@ di_code di_forward_tp_follow(di_forward_ctx *f, const di_tp_msg *h, const void *
   if (T <= 0 || S <= 0 || W < 0 || W > DI_KV_MAX_SWA_TABLES || a[A_COPIES] < 0 ||
       (end - in) < 2 * (int64_t)a[A_COPIES] + 4 * (int64_t)T + 3 * (int64_t)S)
     return di_errorf(st, DI_ERR_INVALID, "tensor parallel: malformed step message from rank 0");
-  di_kv_spec spec = {.n_layers = a[A_LAYERS], .kv_dim = a[A_KVDIM], .v_in_k = a[A_VINK], .type = (di_kv_type)a[A_TYPE]};
+  di_kv_spec own;
+  di_forward_kv_spec(f->m, &own);
+  /* the leader's geometry, with this rank's row width where attention is split by heads */
+  di_kv_spec spec = {.n_layers = a[A_LAYERS], .kv_dim = di_tp_heads_split(&f->m->hp, p->size) ? own.kv_dim : a[A_KVDIM],
+                     .v_in_k = a[A_VINK], .type = (di_kv_type)a[A_TYPE]};
   di_code rc;
   if (!p->pool || p->pool_id != h->pool_id) {
     di_kv_pool_destroy(p->pool);

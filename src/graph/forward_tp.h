@@ -37,6 +37,7 @@ di_code di_forward_tp_lead(di_forward_ctx *f, const char *path, int threads, int
  * reports): weight bytes held (model held_bytes) and resident set size. */
 typedef struct di_tp_mem {
   uint64_t weights, rss;
+  uint64_t kv; /* its KV pool's bytes (the leader's latest pool; 0 before the first step) */
 } di_tp_mem;
 /* Every rank's, in rank order, after the last LOAD; 0 when not tensor parallel. */
 int di_tp_memory(const di_tp_mem **out);

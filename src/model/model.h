@@ -117,13 +117,14 @@ typedef struct di_tensor {
   const void *data;
   const char *name;
   bool packed;         /* data in its backend's own layout (CPU: di_cpu_pack), not GGUF rows */
-  /* Tensor parallel (di_model_tp_slice): only rows [row0, row0 + nrows) are
-   * held, data points at row0's; nrows 0: all ne[1] rows. ne[1] stays the
+  /* Tensor parallel (di_model_tp_slice): sliced, only rows [row0, row0 +
+   * nrows) are held, data points at row0's (NULL when none). ne[1] stays the
    * matrix's full height, the column count its matmul outputs. */
+  bool sliced;
   int64_t row0, nrows;
 } di_tensor;
 
-static inline int64_t di_tensor_rows(const di_tensor *t) { return t->nrows ? t->nrows : t->ne[1]; }
+static inline int64_t di_tensor_rows(const di_tensor *t) { return t->sliced ? t->nrows : t->ne[1]; }
 
 /* Tensor parallel: the output columns [*lo, *hi) of an N-column matmul that
  * rank `rank` of `size` computes (and holds the weight rows of): whole
@@ -187,6 +188,7 @@ typedef struct di_model {
   /* the part of weight_bytes this process holds (tensor parallel: its rank's
    * part and the replicated rest, di_model_tp_slice), and that rest */
   size_t held_bytes, replicated_bytes;
+  int tp_rank, tp_size; /* the slice held (di_model_tp_slice); tp_size 0: whole */
   uint64_t n_params;
   /* the backend whose prepare_weights readied the weights (backend/backend.h);
    * NULL: as loaded, not yet runnable */
@@ -211,6 +213,19 @@ void di_model_free(di_model *m);
 static inline void di_tp_experts(int E, int rank, int size, int *e0, int *e1) {
   *e0 = (int)((int64_t)E * rank / size);
   *e1 = (int)((int64_t)E * (rank + 1) / size);
+}
+
+/* Tensor parallel attention (GQA, every rank at least one KV head): rank
+ * `rank` of `size` owns KV heads [*g0, *g1) of G (the first ranks one more
+ * when G does not divide, so rank 0's share, which sizes the KV pool, is
+ * the largest) and their query heads. Otherwise attention is replicated. */
+static inline bool di_tp_heads_split(const di_hparams *hp, int size) {
+  return size > 1 && hp->attn_kind == DI_ATTN_GQA && hp->n_head_kv >= size;
+}
+static inline void di_tp_heads(int G, int rank, int size, int *g0, int *g1) {
+  const int q = G / size, r = G % size;
+  *g0 = rank * q + (rank < r ? rank : r);
+  *g1 = *g0 + q + (rank < r);
 }
 
 /* Tensor parallel: the weight bytes rank `rank` of `size` holds after

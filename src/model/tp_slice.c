@@ -2,7 +2,8 @@
  * (graph/forward_tp.c) has rank r compute the output columns di_tp_cols gives
  * it of every matmul it splits and the routed experts di_tp_experts gives it,
  * so those are the only rows of those matrices r ever reads: the rest are cut
- * off here, before the backend prepares (packs) the weights. */
+ * off here, before the backend prepares (packs) the weights. Where attention
+ * is split by heads (di_tp_heads_split), Q/K/V keep the rank's heads' rows. */
 #include <stdint.h>
 
 #include "model/model.h"
@@ -15,18 +16,32 @@ typedef struct plan {
 
 static size_t tensor_bytes(const di_tensor *t) { return t->data ? t->row_bytes * (size_t)t->ne[1] : 0; }
 
-static void cut_rows(plan *p, di_tensor *t) {
-  if (!t->data || t->nrows) return;
-  int64_t lo, hi;
-  di_tp_cols(t->ne[1], p->rank, p->size, &lo, &hi);
+/* Keeps rows [lo, hi) of t. */
+static void cut_range(plan *p, di_tensor *t, int64_t lo, int64_t hi) {
+  if (!t->data || t->sliced) return;
   p->split += tensor_bytes(t);
   p->cut += t->row_bytes * (size_t)(t->ne[1] - (hi - lo));
   if (!p->apply) return;
   t->data = (const uint8_t *)t->data + (size_t)lo * t->row_bytes;
-  t->row0 = lo;
-  /* a rank with no columns of this matrix keeps a null row range, never read */
-  t->nrows = hi - lo;
+  t->sliced = true, t->row0 = lo, t->nrows = hi - lo;
+  /* a rank with none of this matrix's columns never reads it */
   if (hi == lo) t->data = NULL;
+}
+
+static void cut_rows(plan *p, di_tensor *t) {
+  int64_t lo, hi;
+  di_tp_cols(t->ne[1], p->rank, p->size, &lo, &hi);
+  cut_range(p, t, lo, hi);
+}
+
+/* Q/K/V of a head-split attention: the rank's KV heads and their query heads */
+static void cut_heads(plan *p, const di_hparams *hp, di_layer_weights *L) {
+  int g0, g1;
+  di_tp_heads(hp->n_head_kv, p->rank, p->size, &g0, &g1);
+  const int64_t hd = hp->head_dim, rep = hp->n_head / hp->n_head_kv;
+  cut_range(p, &L->wq, g0 * rep * hd, g1 * rep * hd);
+  cut_range(p, &L->wk, g0 * hd, g1 * hd);
+  cut_range(p, &L->wv, g0 * hd, g1 * hd);
 }
 
 static void cut_experts(plan *p, const di_hparams *hp, di_tensor *ts) {
@@ -50,9 +65,11 @@ static size_t walk(di_model *m, plan *p) {
   for (int il = 0; il < m->hp.n_layer; il++) {
     di_layer_weights *L = &m->layers[il];
     if (L->attn == DI_ATTN_DSV4) continue;
+    const bool heads = L->attn == DI_ATTN_GQA && di_tp_heads_split(&m->hp, p->size);
+    if (heads) cut_heads(p, &m->hp, L);
     di_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wq_a, &L->wq_b, &L->wkv_a, &L->w_gate, &L->w_up,
                        &L->w_down, &L->router, &L->sh_gate, &L->sh_up, &L->sh_down};
-    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) cut_rows(p, ts[i]);
+    for (size_t i = heads ? 3 : 0; i < sizeof ts / sizeof *ts; i++) cut_rows(p, ts[i]);
     if (L->ffn == DI_FFN_MOE) {
       cut_experts(p, &m->hp, L->exp_gate);
       cut_experts(p, &m->hp, L->exp_up);
@@ -77,4 +94,5 @@ void di_model_tp_slice(di_model *m, int rank, int size) {
   plan p = {.rank = rank, .size = size, .apply = true};
   walk(m, &p);
   m->held_bytes = tw.resident, m->replicated_bytes = tw.replicated;
+  m->tp_rank = rank, m->tp_size = size;
 }

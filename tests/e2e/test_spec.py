@@ -132,7 +132,7 @@ def test_logit_dumps_and_stats(tmp_path, model):
         assert {k: tp[k] for k in ("ranks", "exchanges", "exchange_bytes", "exchange_s")} == {
             "ranks": 1, "exchanges": 0, "exchange_bytes": 0, "exchange_s": 0}
         # one rank holds every weight (the split is test_tp.py's)
-        assert tp["weights_bytes"] == [tp["weights_total"]] and tp["weights_total"] > 0 and tp["rss_bytes"][0] > 0
+        assert tp["weights_bytes"] == [tp["weights_total"]] and tp["weights_total"] > 0 and tp["rss_bytes"][0] > 0 and tp["kv_bytes"][0] > 0
         assert st["spec"]["kind"] == kind and st["gen_tokens"] == len(json.loads(r.stdout.splitlines()[-1]))
         assert st["prompt_tokens"] > 0 and st["decode_s"] >= 0
     st = json.loads(b.stderr.strip().splitlines()[-1])["spec"]

@@ -1,6 +1,8 @@
 """Tensor parallel over Open MPI (--tp N, issue 37): the logits of every
 prompt position and generated token are bit-identical to one rank at 2 and
-3 ranks (stories260K, SmolLM2, Gemma 3, the tiny DeepSeek-V3: MLA + MoE);
+3 ranks (stories260K, SmolLM2, Gemma 3, the tiny DeepSeek-V3: MLA + MoE),
+with each rank holding only its part of the split weights and, where
+attention is split by KV heads, only its heads' KV cache (run --stats);
 batched serving (concurrency, chunked prefill, preemption, prefix-cache hits)
 gives the same greedy ids as one rank alone; a rank that is killed or hangs
 ends the job with a clear error from rank 0 within 10 s, and the request in
@@ -80,19 +82,30 @@ def check_logits(tmp_path, model, ranks):
         assert got_ids == ids
         assert got == ref, f"--tp {n}: logits differ from one rank"
         check_weights_split(one, stats[n], n)
+        kv, kv1 = stats[n]["kv_bytes"], one["kv_bytes"][0]
+        # attention split by heads: each KV head's cache on exactly one rank; else (MLA's
+        # latent rows, a single KV head) every rank holds the whole pool
+        assert len(kv) == n and kv1 > 0 and (sum(kv) == kv1 and max(kv) < kv1 or kv == [kv1] * n), (kv, kv1)
     return one, stats
 
 
+def check_heads_split(one, stats):
+    for n, st in stats.items():
+        assert sum(st["kv_bytes"]) == one["kv_bytes"][0] and len(set(st["kv_bytes"])) <= 2, st["kv_bytes"]
+
+
 def test_logits_stories(tmp_path):
-    check_logits(tmp_path, STORIES, [2, 3])
+    check_heads_split(*check_logits(tmp_path, STORIES, [2, 3]))  # 4 KV heads: 2+2, 2+1+1
 
 
 def test_logits_smollm2(tmp_path):
     one, stats = check_logits(tmp_path, SMOL, [2, 3])
+    check_heads_split(one, stats)  # 3 KV heads: 2+1, 1+1+1
     for n, st in stats.items():
         total, repl, held = check_weights_split(one, st, n)
-        # 576/1536-wide matrices split evenly on 16-column tiles: each rank ~1/n of them
-        assert all(w - repl <= (total - repl) / n * 1.02 for w in held), held
+        # 576/1536-wide matrices split on 16-column tiles, Q/K/V by KV head (2 of 3 on rank 0
+        # at 2 ranks): each rank ~1/n of them
+        assert all(w - repl <= (total - repl) / n * 1.1 for w in held), held
         # and the rest is never brought in: every rank's resident set shrinks by at
         # least half of what it no longer holds (the file is mapped, not read, at --tp)
         assert all(rss <= one["rss_bytes"][0] - 0.5 * (total - w) for rss, w in zip(st["rss_bytes"], held)), (
@@ -136,8 +149,9 @@ def test_batched_serving_matches_one_rank(tmp_path):
     got, st1 = run_batch(tmp_path, 2, sub, "--concurrency", 1, tag="tp2-one")
     assert ids_by_id(got) == sub_ref
     assert st1["prefix_hit_tokens"] > 0  # later prompts read the shared prefix's blocks
-    # small blocks in a small pool: preemption and chunked prefill
-    tiny = str(st["kv_block_bytes"] // st["kv_block_size"] * 4 * 16)
+    # small blocks in a small pool: preemption and chunked prefill (64 positions of rank 0's
+    # KV rows at 2 ranks, which hold 2 of SmolLM2's 3 KV heads)
+    tiny = str(st1["kv_block_bytes"] // st1["kv_block_size"] * 4 * 16)
     got, st = run_batch(tmp_path, 2, sub, "--concurrency", 8, "--block-size", 4, "--kv-mem", tiny,
                         "--max-batch-tokens", 7, tag="tiny")
     assert ids_by_id(got) == sub_ref
