@@ -44,6 +44,7 @@ struct di_forward_ctx {
   struct di_v4_scratch *v4; /* DeepSeek-V4's own scratch (forward_dsv4.c) */
   struct di_tp *tpar;       /* tensor parallel across ranks (forward_tp.c); NULL: this rank alone */
   bool tp_local;            /* matmuls of this rank's own (experts, attention heads), not split */
+  bool tp_keep;             /* split matmuls leave each rank its own columns, ungathered (di_fwd_tp_gather) */
 };
 
 #define MM_MAX_JOBS 3
@@ -74,6 +75,9 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
 /* The first exchange error of the step just run (then cleared). */
 di_code di_fwd_tp_result(di_forward_ctx *f, di_status *st);
 void di_fwd_tp_free(di_forward_ctx *f);
+/* All-gathers the columns of y ([M][w's rows]) that each rank computed of w
+ * under f->tp_keep. */
+void di_fwd_tp_gather(di_forward_ctx *f, const di_tensor *w, float *y, int64_t M);
 /* Attention split by heads: where this rank's heads' outputs go ([T][its
  * heads * head_dim]); NULL after an error. */
 float *di_fwd_tp_heads_buf(di_forward_ctx *f, int T);
@@ -107,6 +111,7 @@ typedef struct stage_ctx {
    * n_head_kv) and its first KV head; NULL: the model's */
   const di_hparams *ahp;
   int head0;
+  int64_t c0, c1; /* st_glu: the rank's columns of the FFN (c1 <= c0: all) */
 } stage_ctx;
 
 void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n, const float *x, int64_t M);

@@ -91,15 +91,34 @@ static size_t pack(const mm_task *t, int r, int size, float *buf, bool to_buf) {
   return n;
 }
 
-void di_fwd_tp_matmul(di_forward_ctx *f, mm_task *t) {
-  di_tp *p = f->tpar;
+static void exchange(di_tp *p, const mm_task *t, size_t need);
+
+/* Each rank's part of t's outputs into p->bytes; returns the floats of all. */
+static size_t exchange_sizes(di_tp *p, const mm_task *t) {
   size_t need = 0;
   for (int r = 0; r < p->size; r++) {
     p->bytes[r] = pack(t, r, p->size, NULL, false) * sizeof(float);
     need += p->bytes[r] / sizeof(float);
   }
+  return need;
+}
+
+void di_fwd_tp_matmul(di_forward_ctx *f, mm_task *t) {
+  di_tp *p = f->tpar;
+  const size_t need = exchange_sizes(p, t);
   for (int j = 0; j < t->n; j++) di_tp_cols(t->w[j]->ne[1], p->rank, p->size, &t->lo[j], &t->hi[j]);
   if (p->bytes[p->rank]) di_threadpool_run(f->tp, di_fwd_mm_run, t);
+  if (!f->tp_keep) exchange(p, t, need);
+}
+
+void di_fwd_tp_gather(di_forward_ctx *f, const di_tensor *w, float *y, int64_t M) {
+  di_tp *p = f->tpar;
+  mm_task t = {.w = {w}, .y = {y}, .n = 1, .M = M};
+  exchange(p, &t, exchange_sizes(p, &t));
+}
+
+/* Every rank's columns of t's outputs (p->bytes[r] each, need in all) into place on every rank. */
+static void exchange(di_tp *p, const mm_task *t, size_t need) {
   if (p->rc || !grow_bufs(p, need)) return; /* the step has failed: finish it without exchanges */
   pack(t, p->rank, p->size, p->sbuf, true);
   if ((p->rc = di_dist_allgatherv(p->sbuf, p->rbuf, p->bytes, &p->st))) return;
