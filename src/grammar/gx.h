@@ -53,6 +53,7 @@ typedef struct gx {
   size_t n_rules, cap_rules;
   gx_aut *auts;
   size_t n_auts, cap_auts, aut_cost; /* aut_cost: states + edges, counted in the budget */
+  size_t fsa_states; /* automaton states built for products so far (schema_lang.c bounds it) */
   size_t max_nodes; /* budget (nodes + kids + automaton edges) */
   bool overflow;
   /* Regex groups become rules of their own: each rule's automaton stays

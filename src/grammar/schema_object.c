@@ -72,7 +72,8 @@ static int32_t as_rule(sc *c, const char *name, int32_t e, size_t nodes_before) 
 
 /* The members of an object in the order perm: each optional one may be
  * left out, the extras (if any) come last. */
-static int32_t members(sc *c, const int32_t *kv, const bool *required, const size_t *perm, size_t n, int32_t extra) {
+static int32_t members(sc *c, const int32_t *kv, const bool *required, const size_t *perm, size_t n, int32_t extra,
+                       bool nonempty) {
   gx *g = c->g;
   /* B_i: members i.. after something was written, each preceded by ", "
    * (rules, so the "first member" choice below shares them) */
@@ -102,7 +103,7 @@ static int32_t members(sc *c, const int32_t *kv, const bool *required, const siz
   for (size_t j = 0; j <= first_req && j < n; j++) alts[na++] = gx_seq2(g, kv[perm[j]], B[j + 1]);
   if (first_req == n) {
     if (extra != GX_NOTHING) alts[na++] = gx_seq2(g, extra, tail);
-    alts[na++] = GX_EMPTY;
+    if (!nonempty) alts[na++] = GX_EMPTY;
   }
   int32_t r = gx_alt(g, alts, na);
   free(alts);
@@ -168,12 +169,12 @@ static bool key_rules(sc *c, const json_t *pprops, const json_t *pnames, keyrule
   di_code rc = sl_length_dfa(c->g, &c->j, mn, mx, c->st, &kr->pn);
   if (!rc && pat) {
     rc = sl_regex_dfa(c->g, json_string_value(pat), json_string_length(pat), c->st, &b);
-    if (!rc) rc = sl_and(&kr->pn, &b, FSA_AND, c->st);
+    if (!rc) rc = sl_and(c->g, &kr->pn, &b, FSA_AND, c->st);
     ga_free(&b);
   }
   if (!rc && fre) {
     rc = sl_regex_dfa(c->g, fre, strlen(fre), c->st, &b);
-    if (!rc) rc = sl_and(&kr->pn, &b, FSA_AND, c->st);
+    if (!rc) rc = sl_and(c->g, &kr->pn, &b, FSA_AND, c->st);
     ga_free(&b);
   }
   kr->has_pn = true;
@@ -216,9 +217,9 @@ static int32_t key_regions(sc *c, const keyrules *kr, const char *const *names, 
   gx *g = c->g;
   ga base = {0}, nm = {0};
   di_code rc = sl_length_dfa(g, &c->j, 0, -1, c->st, &base);
-  if (!rc && kr->has_pn) rc = sl_and(&base, &kr->pn, FSA_AND, c->st);
+  if (!rc && kr->has_pn) rc = sl_and(c->g, &base, &kr->pn, FSA_AND, c->st);
   if (!rc) rc = sl_names_dfa(g, names, n, c->st, &nm);
-  if (!rc) rc = sl_and(&base, &nm, FSA_AND_NOT, c->st);
+  if (!rc) rc = sl_and(c->g, &base, &nm, FSA_AND_NOT, c->st);
   ga_free(&nm);
   int32_t alts[1 << MAX_KEY_PATTERNS];
   size_t na = 0;
@@ -228,7 +229,7 @@ static int32_t key_regions(sc *c, const keyrules *kr, const char *const *names, 
     const ga *cur = &base;
     for (size_t k = 0; !rc && k < kr->n; k++) {
       ga nx;
-      rc = fsa_product(cur, &kr->k[k], set >> k & 1 ? FSA_AND : FSA_AND_NOT, SL_MAX_STATES, &nx, c->st);
+      rc = sl_product(c->g, cur, &kr->k[k], set >> k & 1 ? FSA_AND : FSA_AND_NOT, &nx, c->st);
       ga_free(&r);
       if (!rc) r = nx, cur = &r;
     }
@@ -326,7 +327,9 @@ int32_t sc_object(sc *c, const json_t *s) {
   double d;
   size_t n_req = 0;
   for (size_t i = 0; i < n; i++) n_req += required[i];
-  if (sc_get_num(s, "minProperties", &d) && d > (double)n_req) {
+  /* minProperties 1 without required members: the empty object left out */
+  bool nonempty = sc_get_num(s, "minProperties", &d) && d > 0 && d <= 1 && n_req == 0;
+  if (sc_get_num(s, "minProperties", &d) && d > (double)n_req && !nonempty) {
     sc_fail(c, DI_ERR_UNSUPPORTED, "'minProperties' beyond the required properties is not supported");
     goto out;
   }
@@ -388,9 +391,9 @@ int32_t sc_object(sc *c, const json_t *s) {
     for (size_t k = 0; k < k2 && !in; k++) in = perm2[k] == i;
     if (!in) perm2[k2++] = i;
   }
-  int32_t content = members(c, kv, required, perm, n, extra);
+  int32_t content = members(c, kv, required, perm, n, extra, nonempty);
   if (memcmp(perm, perm2, n * sizeof *perm))
-    content = gx_alt2(g, content, members(c, kv, required, perm2, n, extra));
+    content = gx_alt2(g, content, members(c, kv, required, perm2, n, extra, nonempty));
   free(perm);
   free(perm2);
   result = gx_seq3(g, gj_open(&c->j, '{'), content, gj_close(&c->j, '}'));

@@ -20,13 +20,13 @@ static int32_t string_intersection(sc *c, const json_t *pat, const char *fre, lo
   }
   if (!rc && fre) {
     rc = sl_regex_dfa(c->g, fre, strlen(fre), c->st, have ? &b : &acc);
-    if (!rc && have) rc = sl_and(&acc, &b, FSA_AND, c->st);
+    if (!rc && have) rc = sl_and(c->g, &acc, &b, FSA_AND, c->st);
     ga_free(&b);
     have = true;
   }
   if (!rc && (mn > 0 || mx >= 0)) {
     rc = sl_length_dfa(c->g, &c->j, mn, mx, c->st, &b);
-    if (!rc) rc = sl_and(&acc, &b, FSA_AND, c->st);
+    if (!rc) rc = sl_and(c->g, &acc, &b, FSA_AND, c->st);
     ga_free(&b);
   }
   int32_t r = rc ? GX_NOTHING : fsa_to_gx(c->g, &acc);

@@ -342,6 +342,10 @@ int main(void) {
   /* allOf of two nots: neither holds */
   expect(DI_GRAMMAR_JSON_SCHEMA, "{\"enum\":[1,\"s\",null],\"allOf\":[{\"not\":{\"type\":\"string\"}},{\"not\":{\"type\":\"integer\"}}]}",
          (const char *const[]){"null", NULL}, (const char *const[]){"1", "\"s\"", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":{}},\"minProperties\":1}",
+         (const char *const[]){"{\"a\": 1}", "{\"b\": 2}", "{\"a\": 1, \"b\": 2}", NULL}, (const char *const[]){"{}", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"properties\":{\"a\":{}},\"additionalProperties\":false,\"minProperties\":1}",
+         (const char *const[]){"{\"a\": 1}", "3", NULL}, (const char *const[]){"{}", "{\"b\": 2}", NULL});
   /* masks equal the matcher's own decisions, token by token */
   check_masks(obj, DI_GRAMMAR_JSON_SCHEMA, "{\"name\": \"bo\", \"age\": 150, \"tags\": [\"a\", \"b\"]}", 7);
   check_masks(rec, DI_GRAMMAR_JSON_SCHEMA, "{\"v\": 1.5, \"next\": {\"v\": -2, \"next\": null}}", 11);
