@@ -7,10 +7,11 @@ random prompt of N token ids, greedy, G generated tokens. The generated ids must
 agree between the binaries (the script fails otherwise). Besides the wall-clock
 tok/s of --stats it reports CPU-time rates, which a loaded machine disturbs far
 less: prefill = N / CPU seconds of a run generating 1 token (loading the tiny
-model included), decode = (G - 1) / the CPU seconds a G-token run adds.
+model included), decode = (G - 1) / the CPU seconds a G-token run adds (nan when load noise
+makes that difference negative: raise G).
 
   bench/dsv4_ab.py --a OLD/deepinfer --b build/deepinfer \\
-      -m ~/.cache/deepinfer/gen/deepseek-v4-tiny-g2/flashratio --prompt 4096 --gen 64 --reps 5 -t 1"""
+      -m ~/.cache/deepinfer/gen/deepseek-v4-tiny-g2/flashratio --prompt 4096 --gen 256 --reps 3 -t 1"""
 import argparse
 import json
 import random
@@ -36,7 +37,7 @@ def main():
     ap.add_argument("--b", required=True)
     ap.add_argument("-m", "--model", required=True)
     ap.add_argument("--prompt", type=int, default=1024)
-    ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--gen", type=int, default=256)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("-t", "--threads", type=int, default=1)
     ap.add_argument("--vocab", type=int, default=128)
@@ -52,7 +53,8 @@ def main():
             st, out = run(getattr(args, k), args.model, ids, args.gen, args.threads, ctx)
             res[k].append({"prefill": args.prompt / st["prefill_s"], "decode": st["decode_tok_s"],
                            "prefill_cpu": args.prompt / one["cpu_s"],
-                           "decode_cpu": (args.gen - 1) / max(st["cpu_s"] - one["cpu_s"], 1e-9)})
+                           "decode_cpu": (args.gen - 1) / (st["cpu_s"] - one["cpu_s"])
+                           if st["cpu_s"] > one["cpu_s"] else float("nan")})
             outs.setdefault(k, out)
     if outs["a"] != outs["b"]:
         raise SystemExit("generated ids differ between the binaries")

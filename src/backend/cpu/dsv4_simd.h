@@ -127,14 +127,14 @@ void DSV4_FN(di_cpu_attn_sink)(const float *q, const float *const *keys, int nk,
   float den = di_softmax_exp(sink - m);
   for (int j = 0; j < nk; j++) den += s[j];
   const V dv = V_SET1(den);
-  for (int d0 = 0; d0 < hd; d0 += 128) { /* eight vectors of the output at a time */
-    const int nv = (hd - d0 + 15) / 16 < 8 ? (hd - d0 + 15) / 16 : 8;
-    V acc[8];
-    for (int v = 0; v < 8; v++) acc[v] = V_ZERO();
+  for (int d0 = 0; d0 < hd; d0 += 32) { /* two vectors of the output at a time, kept in registers */
+    V a0 = V_ZERO(), a1 = V_ZERO();
     for (int j = 0; j < nk; j++) {
       const V ev = V_SET1(s[j]);
-      for (int v = 0; v < nv; v++) acc[v] = V_FMA(ev, V_LOAD(keys[j] + d0 + 16 * v, hd - d0 - 16 * v), acc[v]);
+      a0 = V_FMA(ev, V_LOAD(keys[j] + d0, hd - d0), a0);
+      if (hd - d0 > 16) a1 = V_FMA(ev, V_LOAD(keys[j] + d0 + 16, hd - d0 - 16), a1);
     }
-    for (int v = 0; v < nv; v++) V_STORE(o + d0 + 16 * v, V_DIV(acc[v], dv), hd - d0 - 16 * v);
+    V_STORE(o + d0, V_DIV(a0, dv), hd - d0);
+    if (hd - d0 > 16) V_STORE(o + d0 + 16, V_DIV(a1, dv), hd - d0 - 16);
   }
 }
