@@ -132,7 +132,11 @@ static bool not_instance(dj *c, const json_t *v, const json_t *s, int depth) {
 static bool values_outside(dj *c, const json_t *vals, const json_t *s, int depth) {
   size_t i;
   json_t *e;
-  json_array_foreach((json_t *)vals, i, e) if (!not_instance(c, e, s, depth)) return false;
+  json_array_foreach((json_t *)vals, i, e) {
+    if (not_instance(c, e, s, depth)) continue;
+    /* the full check of one value, where the quick rules above are unsure */
+    if (++c->steps > DJ_MAX_STEPS || su_validate(c->root, s, e, NULL) != SV_INVALID) return false;
+  }
   return true;
 }
 

@@ -346,6 +346,10 @@ int main(void) {
          (const char *const[]){"{\"a\": 1}", "{\"b\": 2}", "{\"a\": 1, \"b\": 2}", NULL}, (const char *const[]){"{}", NULL});
   expect(DI_GRAMMAR_JSON_SCHEMA, "{\"properties\":{\"a\":{}},\"additionalProperties\":false,\"minProperties\":1}",
          (const char *const[]){"{\"a\": 1}", "3", NULL}, (const char *const[]){"{}", "{\"b\": 2}", NULL});
+  /* oneOf of an enum and a schema none of its values satisfies: exclusive, so anyOf */
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"oneOf\":[{\"enum\":[\"blue\",6]},{\"type\":\"string\",\"pattern\":\"^x\"}]}",
+         (const char *const[]){"\"blue\"", "6", "\"xa\"", NULL}, (const char *const[]){"\"red\"", "7", NULL});
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"oneOf\":[{\"enum\":[\"xblue\",6]},{\"type\":\"string\",\"pattern\":\"^x\"}]}", "oneOf");
   /* masks equal the matcher's own decisions, token by token */
   check_masks(obj, DI_GRAMMAR_JSON_SCHEMA, "{\"name\": \"bo\", \"age\": 150, \"tags\": [\"a\", \"b\"]}", 7);
   check_masks(rec, DI_GRAMMAR_JSON_SCHEMA, "{\"v\": 1.5, \"next\": {\"v\": -2, \"next\": null}}", 11);
