@@ -156,6 +156,52 @@ static bool value_has_type(const json_t *v, const char *t) {
   return false;
 }
 
+/* Whether n says only "these properties are present" (required, or allOf
+ * of such); their names are appended to out. */
+static bool required_only(const json_t *n, json_t *out, int depth) {
+  if (!json_is_object(n) || depth > 8) return false;
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)n, k, v) {
+    if (su_is_annotation(k)) continue;
+    if (!strcmp(k, "required") && json_is_array(v)) {
+      size_t i;
+      json_t *e;
+      json_array_foreach(v, i, e) {
+        if (!json_is_string(e)) return false;
+        json_array_append(out, e);
+      }
+    } else if (!strcmp(k, "allOf") && json_is_array(v)) {
+      size_t i;
+      json_t *e;
+      json_array_foreach(v, i, e) if (!required_only(e, out, depth + 1)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* s with not: {required: names}: an object (required holds on anything
+ * else) without at least one of names, each name forbidden in turn. */
+static int32_t missing_one(sc *c, const json_t *s, const json_t *names) {
+  json_t *rest = sc_without(s, "not");
+  size_t n = json_array_size(names);
+  int32_t *alts = malloc(sizeof *alts * (n + 1));
+  for (size_t i = 0; i < n && !c->err; i++) {
+    json_t *patch = json_pack("{s:s,s:{s:b}}", "type", "object", "properties", json_string_value(json_array_get(names, i)), 0);
+    json_t *m = patch ? su_merge(rest, patch, c->st) : NULL;
+    alts[i] = m ? sc_compile(c, m) : GX_NOTHING;
+    if (!m) c->err = true;
+    json_decref(m);
+    json_decref(patch);
+  }
+  json_decref(rest);
+  int32_t r = c->err ? GX_NOTHING : gx_alt(c->g, alts, n);
+  free(alts);
+  return r;
+}
+
 static int32_t compile_obj(sc *c, const json_t *s) {
   gx *g = c->g;
   const json_t *v;
@@ -282,9 +328,16 @@ static int32_t compile_obj(sc *c, const json_t *s) {
   if ((v = json_object_get(s, "not"))) {
     if (json_is_object(v) && json_object_size(v) == 0) return GX_NOTHING;
     if (json_is_true(v)) return GX_NOTHING;
+    json_t *req = json_array();
+    if (required_only(v, req, 0) && json_array_size(req)) {
+      int32_t r = missing_one(c, s, req);
+      json_decref(req);
+      return r;
+    }
+    json_decref(req);
     const json_t *nt = json_is_object(v) ? json_object_get(v, "type") : NULL;
     if (!json_is_false(v) && !(nt && sc_only_annotations(v, "type", NULL)))
-      return sc_fail(c, DI_ERR_UNSUPPORTED, "'not' is only supported with a bare 'type'");
+      return sc_fail(c, DI_ERR_UNSUPPORTED, "'not' is only supported with a bare 'type' or 'required'");
     for (size_t k = 0; nt && k < (json_is_array(nt) ? json_array_size(nt) : 1); k++) {
       const char *tn = json_string_value(json_is_array(nt) ? json_array_get(nt, k) : nt);
       for (int i = 0; tn && i < 7; i++)

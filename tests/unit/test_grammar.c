@@ -350,6 +350,11 @@ int main(void) {
   expect(DI_GRAMMAR_JSON_SCHEMA, "{\"oneOf\":[{\"enum\":[\"blue\",6]},{\"type\":\"string\",\"pattern\":\"^x\"}]}",
          (const char *const[]){"\"blue\"", "6", "\"xa\"", NULL}, (const char *const[]){"\"red\"", "7", NULL});
   expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"oneOf\":[{\"enum\":[\"xblue\",6]},{\"type\":\"string\",\"pattern\":\"^x\"}]}", "oneOf");
+  /* not required: an object without at least one of the names */
+  expect(DI_GRAMMAR_JSON_SCHEMA,
+         "{\"properties\":{\"cmd\":{\"type\":\"string\"},\"args\":{}},\"not\":{\"allOf\":[{\"required\":[\"cmd\"]},{\"required\":[\"args\"]}]}}",
+         (const char *const[]){"{}", "{\"cmd\": \"x\"}", "{\"args\": 1, \"z\": 2}", NULL},
+         (const char *const[]){"{\"cmd\": \"x\", \"args\": 1}", "3", "\"s\"", "{\"cmd\": 1}", NULL});
   /* masks equal the matcher's own decisions, token by token */
   check_masks(obj, DI_GRAMMAR_JSON_SCHEMA, "{\"name\": \"bo\", \"age\": 150, \"tags\": [\"a\", \"b\"]}", 7);
   check_masks(rec, DI_GRAMMAR_JSON_SCHEMA, "{\"v\": 1.5, \"next\": {\"v\": -2, \"next\": null}}", 11);
