@@ -3,19 +3,21 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/tp.h"
 #include "graph/forward.h"
 #include "kv/pool.h"
 #include "model/model.h"
 #include "model/tensors.h"
 
 static const char *usage =
-    "usage: deepinfer info -m MODEL [--ctx N]\n"
+    "usage: deepinfer info -m MODEL [--ctx N] [--tp N]\n"
     "\n"
     "Prints the architecture, hyperparameters, weight dtypes, parameter count and\n"
     "the memory the model needs (weights + F16 KV cache for one context).\n"
     "\n"
     "  -m, --model PATH   GGUF file or Hugging Face directory (required)\n"
     "      --ctx N        context for the KV estimate (default: the model's)\n"
+    "      --tp N         also what each of N tensor-parallel ranks holds (under mpirun -np N)\n"
     "  -h, --help         this help\n";
 
 static void count_dtype(int counts[DI_DTYPE_COUNT], const di_tensor *t) {
@@ -149,6 +151,21 @@ int di_cmd_info(int argc, char **argv) {
   printf("\n");
   printf("memory:         weights %.1f MiB + KV (%s, %ld tokens) %.1f MiB\n", (double)m->weight_bytes / 1048576.0,
          spec.type == DI_KV_F32 ? "f32" : "f16", ctx, (double)kv / 1048576.0);
+  const int N = di_cli_tp_ranks();
+  if (N > 1) { /* what each rank of --tp N holds (model/tp_slice.c, graph/forward.c) */
+    di_tp_weights w0 = di_model_tp_plan(m, 0, N);
+    printf("--tp %d:         weights split per rank (%.1f MiB replicated on each); KV %s\n", N,
+           (double)w0.replicated / 1048576.0, di_tp_heads_split(hp, N) ? "split by KV head" : "replicated");
+    for (int r = 0; r < N; r++) {
+      di_kv_spec rs = spec;
+      di_kv_spec own;
+      di_forward_kv_spec_rank(m, r, N, &own);
+      if (di_tp_heads_split(hp, N)) rs.kv_dim = own.kv_dim;
+      size_t kvr = di_kv_spec_block_bytes(&rs, 16) * (size_t)((ctx + 15) / 16);
+      printf("  rank %d:       weights %.1f MiB + KV %.1f MiB\n", r, (double)di_model_tp_plan(m, r, N).resident / 1048576.0,
+             (double)kvr / 1048576.0);
+    }
+  }
   di_model_free(m);
   return 0;
 }

@@ -109,6 +109,10 @@ static int tp_report(void) {
   return 0;
 }
 
+static int g_ranks = 1;
+
+int di_cli_tp_ranks(void) { return g_ranks; }
+
 bool di_cli_tp_begin(int *argc, char **argv, int *code) {
   int want = 0, at = -1;
   for (int i = 2; i + 1 < *argc; i++)
@@ -126,7 +130,7 @@ bool di_cli_tp_begin(int *argc, char **argv, int *code) {
     *code = di_cli_fail(argv[1], "--tp: '%s' must be a number of ranks 1..4096", argv[at + 1]);
     return true;
   }
-  want = (int)n;
+  want = g_ranks = (int)n;
   for (int i = at; i + 2 <= *argc; i++) argv[i] = argv[i + 2]; /* the command never sees --tp */
   *argc -= 2;
   if (want == 1) return false;

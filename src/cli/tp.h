@@ -11,5 +11,8 @@ bool di_cli_tp_begin(int *argc, char **argv, int *code);
 /* Rank 0 after its command: tells the followers to stop, ends MPI; true
  * when the job failed (the exit status must say so). */
 bool di_cli_tp_end(void);
+/* The N of the command line's --tp N (1 without): `info -m MODEL --tp N`
+ * shows what each of N ranks would hold. */
+int di_cli_tp_ranks(void);
 
 #endif

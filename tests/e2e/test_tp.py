@@ -254,6 +254,27 @@ def test_info_placement_and_latency():
     assert lat and float(lat[0].split()[1]) > 0, r.stdout
 
 
+def test_info_per_rank_memory():
+    # `info -m MODEL --tp N`: what each rank will hold, from the file's metadata alone
+    if not SMOL.exists():
+        pytest.skip(f"{SMOL} missing (scripts/fetch-models)")
+    r = subprocess.run(tp(3) + [str(BIN), "info", "-m", str(SMOL), "--ctx", "4096", "--tp", "3"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    mem = [x for x in lines if x.startswith("memory:")][0].split()
+    total, kv = float(mem[2]), float(mem[-2])
+    head = [x for x in lines if x.startswith("--tp 3:")]
+    assert head and "split by KV head" in head[0], r.stdout
+    repl = float(head[0].split("(")[1].split()[0])
+    ranks = [x.split() for x in lines if x.strip().startswith("rank ") and "weights" in x]
+    assert len(ranks) == 3, r.stdout
+    w = [float(x[3]) for x in ranks]
+    k = [float(x[7]) for x in ranks]
+    assert abs(sum(x - repl for x in w) - (total - repl)) < 0.2, (w, repl, total)  # MiB printed to 0.1
+    assert abs(sum(k) - kv) < 0.2 and max(k) < kv, (k, kv)  # 3 KV heads: one each
+
+
 def test_tp_errors_are_clear():
     # without mpirun: one rank where two were asked for
     r = subprocess.run([str(BIN), "run", "-m", str(STORIES), "-p", "x", "--tp", "2"], capture_output=True, text=True,
