@@ -102,6 +102,7 @@ typedef struct di_seq {
   int take;               /* tokens in this step's batch */
   int n_delivered;        /* positions whose logits went to the request's logits_cb */
   int n_draft;            /* draft tokens among them (at tokens[len..len+n_draft)) */
+  bool draft_forced;      /* the draft is a run the constraint forces (spec.c), not a drafter's guess */
   int row0;               /* first logits row of the sequence this step; -1 = none */
   int logits_row;         /* row of the last token (the one sampled from); -1 = none this step */
   bool scheduled;

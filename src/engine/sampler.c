@@ -231,8 +231,7 @@ static int32_t sample_dist(di_sampler *s, const di_sample_in *in) {
   return s->pairs[m - 1].id;
 }
 
-/* The one token a mask allows, or -1 when it allows none or several. */
-static int32_t forced_token(const uint32_t *mask, int n) {
+int32_t di_sampler_forced(const uint32_t *mask, int n) {
   int32_t tok = -1;
   for (int w = 0; w < (n + 31) / 32; w++) {
     uint32_t b = mask[w];
@@ -248,7 +247,7 @@ void di_sampler_sample(di_sampler *s, const float *logits, const di_sample_in *i
   const di_sampling *p = in->p;
   int n = s->n_vocab;
   bool greedy = p->temperature == 0 || p->top_k == 1;
-  int32_t forced = in->mask ? forced_token(in->mask, n) : -1;
+  int32_t forced = in->mask ? di_sampler_forced(in->mask, n) : -1;
   if (forced >= 0) {
     /* a grammar leaves one choice (a tag token, a fixed stretch of a
      * schema): no logits to process; the draw a sample would take is still

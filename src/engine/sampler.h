@@ -53,6 +53,9 @@ typedef struct di_sample_out {
   float top_logprobs[DI_MAX_TOP_LOGPROBS];
 } di_sample_out;
 
+/* The one token a mask over n tokens allows, or -1 when it allows none or several. */
+int32_t di_sampler_forced(const uint32_t *mask, int n);
+
 /* Samples one token from a logits row (not modified). */
 void di_sampler_sample(di_sampler *s, const float *logits, const di_sample_in *in, di_sample_out *out);
 

@@ -33,10 +33,37 @@ static int constraint_cut(const di_constraint *c, const int32_t *draft, int n) {
   return ok;
 }
 
+/* The tokens the request's constraint leaves no choice over from here (a
+ * tag, a fixed stretch of a schema), drafted as they are: verification
+ * samples each through the same one-token mask, so all are accepted and the
+ * run costs one forward instead of one per token. The walk is rolled back. */
+static int forced_run(di_engine *e, const di_constraint *c, int32_t *out, int k_cap) {
+  if (!c->accept) return 0;
+  int n = 0;
+  while (n < k_cap) {
+    c->fill_mask(c->self, e->cmask); /* the sampler's scratch, free until this step's sampling */
+    int32_t t = di_sampler_forced(e->cmask, e->be.n_vocab);
+    if (t < 0 || !c->accept(c->self, t)) break;
+    out[n++] = t;
+    if (c->finished(c->self)) break;
+  }
+  if (n > 0) c->rollback(c->self, (size_t)n);
+  return n;
+}
+
 int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens) {
+  s->draft_forced = false;
   if ((k_cap = di_spec_k_cap(e, s, k_cap)) <= 0) return 0;
   const di_constraint *c = &s->req->constraint;
   int32_t *out = s->tokens + s->len;
+  /* a draft model or MTP module keeps state of its own drafts: forced runs go with the n-gram drafter */
+  if (!e->spec.model && !e->spec.mtp) {
+    int n = forced_run(e, c, out, k_cap);
+    if (n > 0) {
+      s->draft_forced = true;
+      return n;
+    }
+  }
   if (e->spec.model) /* planned and drafted before the batch was built (di_spec_model_step) */
     return constraint_cut(c, out, di_spec_model_take(e, s, k_cap, out));
   if (!di_spec_active(&s->spec, e->acc.steps)) return 0;
@@ -77,7 +104,7 @@ void di_spec_verify(di_engine *e, di_seq *s, const float *rows) {
     s->spec.accepted++;
     s->n_computed++;
   }
-  di_spec_observe(&s->spec, k, a);
+  if (!s->draft_forced) di_spec_observe(&s->spec, k, a); /* forced runs say nothing of the drafter */
   e->acc.spec_drafted += (uint64_t)k;
   e->acc.spec_accepted += (uint64_t)a;
   e->acc.spec_verify_steps++;

@@ -5,7 +5,8 @@ NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
 arguments under the function's parameters schema, so even random weights give calls that
 validate; streamed and whole answers agree. With tool_choice auto and strict tools a call the
 model opens is constrained (test_server_structured has the same on SmolLM2's Hermes text tags,
-with speculative decoding on and off)."""
+with speculative decoding on and off). With speculative decoding on, forced runs are drafted and
+all accepted."""
 import json
 
 import jsonschema
@@ -22,7 +23,8 @@ def ds_client(v3):  # noqa: F811
     if not deepinfer_bin().exists():
         pytest.skip("deepinfer not built")
     s = Server([str(deepinfer_bin()), "serve", "-m", str(v3), "--port", "0", "--api-key", API_KEY,
-                "--served-model-name", "ds", "--ctx", "512", "--max-seqs", "4", "--threads", "2", "--quiet"])
+                "--served-model-name", "ds", "--ctx", "512", "--max-seqs", "4", "--threads", "2", "--quiet",
+                "--spec", "ngram"])
     yield openai.OpenAI(base_url=s.base + "/v1", api_key=API_KEY, max_retries=0)
     s.stop()
 
@@ -60,6 +62,21 @@ def test_deepseek_sampled_n_parallel(ds_client):
         assert c.finish_reason == "tool_calls"
         check_calls(c.message.tool_calls)
         assert len(c.message.tool_calls) <= len(TOOLS)
+
+
+def test_forced_runs_are_drafted_and_all_accepted(ds_client):
+    """With speculative decoding on, the tokens the constraint leaves no choice over (the tags, the
+    fixed stretches of the schema) are drafted as they are and every one is accepted; the reply is
+    the one without speculation (sampled, seeded)."""
+    kw = dict(model="ds", messages=WEATHER, tools=TOOLS, tool_choice="required", max_tokens=120, temperature=0.8,
+              seed=4)
+    off = ds_client.chat.completions.create(**kw, extra_body={"speculative": False})
+    on = ds_client.chat.completions.create(**kw)
+    spec = on.usage.model_extra["speculative"]
+    assert spec["draft_tokens"] >= 6 and spec["accepted_tokens"] == spec["draft_tokens"], spec
+    check_calls(on.choices[0].message.tool_calls)
+    assert [(t.function.name, t.function.arguments) for t in on.choices[0].message.tool_calls] == \
+        [(t.function.name, t.function.arguments) for t in off.choices[0].message.tool_calls]
 
 
 STRICT = [dict(t, function=dict(t["function"], strict=True)) for t in TOOLS]
