@@ -158,6 +158,10 @@ static bool parse_tools(json_t *body, di_srv_err *e) {
       if (!json_is_object(t) || !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")) ||
           (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "function"))))
         return di_srv_bad(e, "tools", "tools[%zu] must be {\"type\":\"function\",\"function\":{\"name\":...}}", i);
+      /* names are written into the prompt, grammars and the parser's buffers */
+      size_t nl = json_string_length(json_object_get(fn, "name"));
+      if (nl == 0 || nl > 128)
+        return di_srv_bad(e, "tools", "tools[%zu].function.name must be 1 to 128 bytes long", i);
       json_t *params = json_object_get(fn, "parameters");
       if (params && !json_is_null(params) && !json_is_object(params))
         return di_srv_bad(e, "tools", "tools[%zu].function.parameters must be a JSON Schema object", i);

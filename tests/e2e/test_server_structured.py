@@ -354,6 +354,7 @@ def test_batch_tool_calls_match_the_server(client, tmp_path):
     (dict(tool_choice="required"), "tool_choice"),
     (dict(tools=TOOLS, tool_choice="required", response_format={"type": "json_object"}), "tool_choice"),
     (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": "x"}}]), "tools"),
+    (dict(tools=[{"type": "function", "function": {"name": "f" * 129}}]), "tools"),
 ])
 def test_bad_tools_are_400(client, kw, param):
     with pytest.raises(openai.BadRequestError) as ei:
