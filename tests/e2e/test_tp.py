@@ -121,6 +121,31 @@ def test_logits_deepseek_v3_tiny(tmp_path):
     check_logits(tmp_path, GEN / "deepseek-v3-tiny" / "v3-tok", [2, 3])  # 16 experts: 5+5+6 at 3 ranks
 
 
+@pytest.mark.parametrize("name", ["qwen2", "qwen3", "gemma3", "mistral"])
+def test_logits_small_archs(tmp_path, name):
+    # test_arch_numpy's tiny f32 checkpoints: 4 query and 2 KV heads, split one KV head per rank
+    # at 2 ranks (Q/K/V biases, QK-norm, sliding windows, soft-caps on a rank's heads), attention
+    # replicated at 3; the FFN's 96 columns split 48+48 and 32+32+32
+    import numpy as np
+    from test_arch_numpy import ARCHS, V, make_model
+    arch, n_layer, extra = ARCHS[name]
+    rng = np.random.default_rng(11)
+    make_model(tmp_path / name, arch, n_layer, rng, **extra)
+    ids = ",".join(str(int(i)) for i in rng.integers(3, V, 19))
+    out = {}
+    for n in (1, 2, 3):
+        dump = tmp_path / f"l{n}.f32"
+        argv = tp(n) + [str(BIN), "run", "-m", str(tmp_path / name), "--ids", ids, "-n", "6", "--temp", "0",
+                        "--ignore-eos", "--threads", "1", "--print-ids", "--dump-logits", str(dump), "--stats"] + (
+                            ["--tp", str(n)] if n > 1 else [])
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        out[n] = (dump.read_bytes(), r.stdout, json.loads(r.stderr.strip().splitlines()[-1])["tp"])
+        assert out[n][0] == out[1][0] and out[n][1] == out[1][1], f"{name} --tp {n}: logits differ from one rank"
+    assert sum(out[2][2]["kv_bytes"]) == out[1][2]["kv_bytes"][0]  # one KV head per rank
+    assert out[3][2]["kv_bytes"] == out[1][2]["kv_bytes"] * 3  # fewer KV heads than ranks: replicated
+
+
 def run_batch(tmp_path, n, lines, *args, tag):
     inp, outp, stats = tmp_path / f"{tag}.in.jsonl", tmp_path / f"{tag}.out.jsonl", tmp_path / f"{tag}.stats.json"
     inp.write_text("\n".join(lines) + "\n")
