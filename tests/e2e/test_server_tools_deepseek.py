@@ -66,8 +66,9 @@ def test_deepseek_sampled_n_parallel(ds_client):
 
 def test_forced_runs_are_drafted_and_all_accepted(ds_client):
     """With speculative decoding on, the tokens the constraint leaves no choice over (the tags, the
-    fixed stretches of the schema) are drafted as they are and every one is accepted; the reply is
-    the one without speculation (sampled, seeded)."""
+    fixed stretches of the schema) are drafted as they are and every one is accepted (the n-gram
+    drafter finds nothing to propose in this random model's reply, so every draft here is a forced
+    run); the reply is the one without speculation (sampled, seeded)."""
     kw = dict(model="ds", messages=WEATHER, tools=TOOLS, tool_choice="required", max_tokens=120, temperature=0.8,
               seed=4)
     off = ds_client.chat.completions.create(**kw, extra_body={"speculative": False})
