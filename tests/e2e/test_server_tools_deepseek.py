@@ -3,11 +3,13 @@ DeepSeek-V3 with DeepSeek-V3.1's tokenizer and chat template (server/toolcon.c):
 tool_choice required or named the reply is forced into <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>
 NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>, each tag its own token and the
 arguments under the function's parameters schema, so even random weights give calls that
-validate; streamed and whole answers agree. With tool_choice auto and strict tools a call the
+validate; streamed and whole answers agree; the same model with an R1-style template (fenced
+```json arguments after function<｜tool▁sep｜>NAME) gets that format. With tool_choice auto and strict tools a call the
 model opens is constrained (test_server_structured has the same on SmolLM2's Hermes text tags,
 with speculative decoding on and off). With speculative decoding on, forced runs are drafted and
 all accepted."""
 import json
+import shutil
 
 import jsonschema
 import openai
@@ -78,6 +80,42 @@ def test_forced_runs_are_drafted_and_all_accepted(ds_client):
     check_calls(on.choices[0].message.tool_calls)
     assert [(t.function.name, t.function.arguments) for t in on.choices[0].message.tool_calls] == \
         [(t.function.name, t.function.arguments) for t in off.choices[0].message.tool_calls]
+
+
+@pytest.fixture(scope="module")
+def r1_client(v3, tmp_path_factory):  # noqa: F811
+    """The same model with the V3/R1 way of writing calls in its template (function<｜tool▁sep｜>NAME
+    and the arguments fenced as ```json), so the server detects that format."""
+    d = tmp_path_factory.mktemp("r1")
+    for f in ("config.json", "model.safetensors", "tokenizer.json"):
+        (d / f).symlink_to((v3 / f).resolve())
+    cfg = json.loads((v3 / "tokenizer_config.json").read_text())
+    v31 = "tool['function']['name'] + '<｜tool▁sep｜>' + tool['function']['arguments']"
+    assert v31 in cfg["chat_template"]
+    cfg["chat_template"] = cfg["chat_template"].replace(
+        v31, "'function<｜tool▁sep｜>' + tool['function']['name'] + '\\n```json\\n' + tool['function']['arguments'] "
+             "+ '\\n```'")
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    s = Server([str(deepinfer_bin()), "serve", "-m", str(d), "--port", "0", "--api-key", API_KEY,
+                "--served-model-name", "ds", "--ctx", "512", "--threads", "2", "--quiet"])
+    yield openai.OpenAI(base_url=s.base + "/v1", api_key=API_KEY, max_retries=0)
+    s.stop()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_deepseek_r1_format_forced_and_streamed(r1_client):
+    kw = dict(model="ds", messages=WEATHER, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+              max_tokens=80, temperature=0, logprobs=True)
+    r = r1_client.chat.completions.create(**kw)
+    text = "".join(t.token for t in r.choices[0].logprobs.content)
+    call = r.choices[0].message.tool_calls[0]
+    assert text == ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+                    + call.function.arguments + "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"), text
+    check_calls([call], {"get_weather"})
+    kw.pop("logprobs")
+    calls, content, finish = streamed_calls(r1_client.chat.completions.create(**kw, stream=True))
+    assert (content, finish) == ("", "tool_calls")
+    assert [(x["name"], x["arguments"]) for x in calls] == [(call.function.name, call.function.arguments)]
 
 
 STRICT = [dict(t, function=dict(t["function"], strict=True)) for t in TOOLS]
