@@ -260,6 +260,54 @@ static int32_t key_regions(sc *c, const keyrules *kr, const char *const *names, 
   return c->err ? GX_NOTHING : gx_alt(g, alts, na);
 }
 
+/* Members as members() does, their number within [lo, hi] (hi -1: no upper
+ * bound). B(i, k): members i.. after k were written (k saturates at lo when
+ * there is no upper bound); each is a rule, having two parents. */
+static int32_t members_counted(sc *c, const int32_t *kv, const bool *required, const size_t *perm, size_t n,
+                               int32_t extra, int lo, int hi) {
+  gx *g = c->g;
+  int cap = hi >= 0 ? hi : lo;
+  size_t W = (size_t)cap + 1;
+  int32_t comma = gj_comma(&c->j);
+  int32_t ce = extra == GX_NOTHING ? GX_NOTHING : gx_seq2(g, comma, extra);
+  int32_t *B = malloc(sizeof *B * (n + 1) * W);
+  if (!B) abort();
+  for (int k = 0; k <= cap; k++) {
+    int need = lo > k ? lo - k : 0;
+    B[n * W + (size_t)k] = ce == GX_NOTHING ? (need ? GX_NOTHING : GX_EMPTY) : gx_rep(g, ce, need, hi >= 0 ? hi - k : -1);
+  }
+  for (size_t i = n; i-- > 0;)
+    for (int k = 0; k <= cap; k++) {
+      int nk = hi >= 0 || k + 1 < lo ? k + 1 : lo;
+      int32_t take = nk > cap ? GX_NOTHING : gx_seq3(g, comma, kv[perm[i]], B[(i + 1) * W + (size_t)nk]);
+      int32_t e = required[perm[i]] ? take : gx_alt2(g, take, B[(i + 1) * W + (size_t)k]);
+      int32_t r = gx_rule_new(g, "members");
+      gx_rule_define(g, r, e);
+      B[i * W + (size_t)k] = gx_ref(g, r);
+    }
+  /* the first member written (no comma before it): member j, all before it
+   * optional and left out, or an extra after every named one was left out */
+  int nk0 = hi >= 0 || lo > 1 ? 1 : lo;
+  int32_t *alts = malloc(sizeof *alts * (n + 2));
+  size_t na = 0;
+  bool all_optional = true;
+  for (size_t j = 0; j < n && nk0 <= cap; j++) {
+    alts[na++] = gx_seq2(g, kv[perm[j]], B[(j + 1) * W + (size_t)nk0]);
+    if (required[perm[j]]) {
+      all_optional = false;
+      break;
+    }
+  }
+  if (all_optional) {
+    if (extra != GX_NOTHING && nk0 <= cap) alts[na++] = gx_seq2(g, extra, B[n * W + (size_t)nk0]);
+    if (lo == 0) alts[na++] = GX_EMPTY;
+  }
+  int32_t r = gx_alt(g, alts, na);
+  free(alts);
+  free(B);
+  return r;
+}
+
 int32_t sc_object(sc *c, const json_t *s) {
   gx *g = c->g;
   static const char *unsupported[] = {"dependencies", "dependentRequired", "dependentSchemas",
@@ -329,14 +377,16 @@ int32_t sc_object(sc *c, const json_t *s) {
   for (size_t i = 0; i < n; i++) n_req += required[i];
   /* minProperties 1 without required members: the empty object left out */
   bool nonempty = sc_get_num(s, "minProperties", &d) && d > 0 && d <= 1 && n_req == 0;
-  if (sc_get_num(s, "minProperties", &d) && d > (double)n_req && !nonempty) {
-    sc_fail(c, DI_ERR_UNSUPPORTED, "'minProperties' beyond the required properties is not supported");
+  /* other member counts: members_counted, for small bounds */
+  double lo_d = 0, hi_d = -1;
+  bool has_lo = sc_get_num(s, "minProperties", &lo_d), has_hi = sc_get_num(s, "maxProperties", &hi_d);
+  bool counted = (has_lo && lo_d > (double)n_req && !nonempty) ||
+                 (has_hi && (!addl_false || has_pp || kr.has_pn || hi_d < (double)n));
+  if (counted && ((has_lo && lo_d > 64) || (has_hi && hi_d > 64) || (has_hi && hi_d < 0))) {
+    sc_fail(c, DI_ERR_UNSUPPORTED, "'%s' above 64 is not supported", has_lo && lo_d > 64 ? "minProperties" : "maxProperties");
     goto out;
   }
-  if (sc_get_num(s, "maxProperties", &d) && (!addl_false || has_pp || d < (double)n)) {
-    sc_fail(c, DI_ERR_UNSUPPORTED, "'maxProperties' is not supported");
-    goto out;
-  }
+  int cnt_lo = has_lo && lo_d > 0 ? (int)ceil(lo_d) : 0, cnt_hi = has_hi ? (int)floor(hi_d) : -1;
   (void)v;
   /* the extra members */
   int32_t extra = GX_NOTHING;
@@ -391,9 +441,11 @@ int32_t sc_object(sc *c, const json_t *s) {
     for (size_t k = 0; k < k2 && !in; k++) in = perm2[k] == i;
     if (!in) perm2[k2++] = i;
   }
-  int32_t content = members(c, kv, required, perm, n, extra, nonempty);
+  int32_t content = counted ? members_counted(c, kv, required, perm, n, extra, cnt_lo, cnt_hi)
+                            : members(c, kv, required, perm, n, extra, nonempty);
   if (memcmp(perm, perm2, n * sizeof *perm))
-    content = gx_alt2(g, content, members(c, kv, required, perm2, n, extra, nonempty));
+    content = gx_alt2(g, content, counted ? members_counted(c, kv, required, perm2, n, extra, cnt_lo, cnt_hi)
+                                          : members(c, kv, required, perm2, n, extra, nonempty));
   free(perm);
   free(perm2);
   result = gx_seq3(g, gj_open(&c->j, '{'), content, gj_close(&c->j, '}'));

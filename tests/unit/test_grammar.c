@@ -355,6 +355,16 @@ int main(void) {
          "{\"properties\":{\"cmd\":{\"type\":\"string\"},\"args\":{}},\"not\":{\"allOf\":[{\"required\":[\"cmd\"]},{\"required\":[\"args\"]}]}}",
          (const char *const[]){"{}", "{\"cmd\": \"x\"}", "{\"args\": 1, \"z\": 2}", NULL},
          (const char *const[]){"{\"cmd\": \"x\", \"args\": 1}", "3", "\"s\"", "{\"cmd\": 1}", NULL});
+  /* member counts */
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"properties\":{\"a\":{},\"b\":{}},\"required\":[\"a\"],\"minProperties\":2,\"maxProperties\":3}",
+         (const char *const[]){"{\"a\": 1, \"b\": 2}", "{\"a\": 1, \"x\": 2}", "{\"a\": 1, \"b\": 2, \"x\": 3}", NULL},
+         (const char *const[]){"{\"a\": 1}", "{\"a\": 1, \"b\": 2, \"x\": 3, \"y\": 4}", "{\"b\": 2, \"x\": 3}", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"properties\":{\"a\":{},\"b\":{},\"c\":{}},\"additionalProperties\":false,\"maxProperties\":1}",
+         (const char *const[]){"{}", "{\"b\": 1}", NULL}, (const char *const[]){"{\"a\": 1, \"c\": 2}", "{\"x\": 1}", NULL});
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"minProperties\":3}",
+         (const char *const[]){"{\"a\": 1, \"b\": 2, \"c\": 3}", "{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4}", NULL},
+         (const char *const[]){"{}", "{\"a\": 1, \"b\": 2}", NULL});
+  expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"minProperties\":65}", "minProperties");
   /* masks equal the matcher's own decisions, token by token */
   check_masks(obj, DI_GRAMMAR_JSON_SCHEMA, "{\"name\": \"bo\", \"age\": 150, \"tags\": [\"a\", \"b\"]}", 7);
   check_masks(rec, DI_GRAMMAR_JSON_SCHEMA, "{\"v\": 1.5, \"next\": {\"v\": -2, \"next\": null}}", 11);
