@@ -13,6 +13,13 @@ vocab 32000, a minimal SentencePiece-style vocabulary that llama.cpp accepts):
         shape; 109.5 M parameters.
   1.1b  TinyLlama-1.1B: dim 2048, 22 layers, 32 heads / 4 KV heads (head dim 64), FFN 5632,
         separate output.weight; 1.100 B parameters.
+  v2-lite  DeepSeek-V2-Lite (arch deepseek2, the tensor layout llama.cpp's converter writes:
+        attn_kv_b split into attn_k_b / attn_v_b, routed experts stacked in 3-D tensors): dim
+        2048, 27 layers, 16 heads, MLA with kv_lora_rank 512 (no q_lora), qk_nope 128 + qk_rope
+        64, v_head 128, layer 0 dense (FFN 10944), layers 1-26 MoE with 64 routed experts (6
+        active, softmax gating, FFN 1408) and 2 shared, YaRN factor 40 over 4096, vocab 102400;
+        15.7 B parameters, 2.4 B active per token. Only Q8_0 and the llama.cpp mixes (from the
+        Q8_0 file: an F16 one would be 31 GB).
 
 --type F16|Q8_0|Q4_0|F32 applies to every 2-D weight (token_embd, output and all layer
 matrices); norm weights stay F32. Quantization uses gguf-py's numpy reference quantizers
@@ -50,6 +57,9 @@ SHAPES = {
                  n_kv_heads=12, ffn=2048, vocab=32000, tied=True),
     "1.1b": dict(name="random llama 1.1B (TinyLlama shape)", dim=2048, n_layers=22, n_heads=32,
                  n_kv_heads=4, ffn=5632, vocab=32000, tied=False),
+    "v2-lite": dict(name="random DeepSeek-V2-Lite shape", arch="deepseek2", dim=2048, n_layers=27, n_heads=16,
+                    n_kv_heads=1, ffn=10944, vocab=102400, tied=False, kv_lora=512, nope=128, rope=64, vhead=128,
+                    n_exp=64, n_exp_used=6, n_shexp=2, ffn_exp=1408, first_dense=1, ctx=163840, quant_src="Q8_0"),
 }
 TYPES = {"F32": QT.F32, "F16": QT.F16, "Q8_0": QT.Q8_0, "Q4_0": QT.Q4_0}
 FILE_TYPE = {"F32": gguf.LlamaFileType.ALL_F32, "F16": gguf.LlamaFileType.MOSTLY_F16,
@@ -64,6 +74,8 @@ def default_out_dir():
 
 def tensor_list(s):
     """(name, numpy shape [rows, cols] or [n], is_matrix) in llama.cpp's usual file order."""
+    if s.get("arch") == "deepseek2":
+        return tensor_list_deepseek2(s)
     d, f, hd = s["dim"], s["ffn"], s["dim"] // s["n_heads"]
     kv = s["n_kv_heads"] * hd
     out = [("token_embd.weight", (s["vocab"], d), True)]
@@ -84,6 +96,61 @@ def tensor_list(s):
     if not s["tied"]:
         out.append(("output.weight", (s["vocab"], d), True))
     return out
+
+
+def tensor_list_deepseek2(s):
+    """deepseek2 tensors as llama.cpp's convert_hf_to_gguf.py names and shapes them (numpy order:
+    attn_k_b is [heads][kv_lora][nope], attn_v_b [heads][v_head][kv_lora]); the router stays F32."""
+    d, H, kvl, nope, rope, vh = s["dim"], s["n_heads"], s["kv_lora"], s["nope"], s["rope"], s["vhead"]
+    E, fe, fs = s["n_exp"], s["ffn_exp"], s["n_shexp"] * s["ffn_exp"]
+    out = [("token_embd.weight", (s["vocab"], d), True)]
+    for i in range(s["n_layers"]):
+        p = f"blk.{i}."
+        out += [
+            (p + "attn_norm.weight", (d,), False),
+            (p + "attn_q.weight", (H * (nope + rope), d), True),
+            (p + "attn_kv_a_mqa.weight", (kvl + rope, d), True),
+            (p + "attn_kv_a_norm.weight", (kvl,), False),
+            (p + "attn_k_b.weight", (H, kvl, nope), True),
+            (p + "attn_v_b.weight", (H, vh, kvl), True),
+            (p + "attn_output.weight", (d, H * vh), True),
+            (p + "ffn_norm.weight", (d,), False),
+        ]
+        if i < s["first_dense"]:
+            out += [(p + "ffn_gate.weight", (s["ffn"], d), True), (p + "ffn_up.weight", (s["ffn"], d), True),
+                    (p + "ffn_down.weight", (d, s["ffn"]), True)]
+        else:
+            out += [(p + "ffn_gate_inp.weight", (E, d), "f32"),
+                    (p + "ffn_gate_exps.weight", (E, fe, d), True), (p + "ffn_up_exps.weight", (E, fe, d), True),
+                    (p + "ffn_down_exps.weight", (E, d, fe), True),
+                    (p + "ffn_gate_shexp.weight", (fs, d), True), (p + "ffn_up_shexp.weight", (fs, d), True),
+                    (p + "ffn_down_shexp.weight", (d, fs), True)]
+    out.append(("output_norm.weight", (d,), False))
+    out.append(("output.weight", (s["vocab"], d), True))
+    return out
+
+
+def add_deepseek2_keys(w, s):
+    """The deepseek2 hyperparameters in the newer converter's spelling (absorbed MQA sizes in
+    key_length/value_length, per-head sizes in *_mla), YaRN as in V2-Lite's config."""
+    a = "deepseek2"
+    w.add_uint32(f"{a}.attention.kv_lora_rank", s["kv_lora"])
+    w.add_uint32(f"{a}.attention.key_length", s["kv_lora"] + s["rope"])
+    w.add_uint32(f"{a}.attention.value_length", s["kv_lora"])
+    w.add_uint32(f"{a}.attention.key_length_mla", s["nope"] + s["rope"])
+    w.add_uint32(f"{a}.attention.value_length_mla", s["vhead"])
+    w.add_uint32(f"{a}.leading_dense_block_count", s["first_dense"])
+    w.add_uint32(f"{a}.expert_count", s["n_exp"])
+    w.add_uint32(f"{a}.expert_used_count", s["n_exp_used"])
+    w.add_uint32(f"{a}.expert_shared_count", s["n_shexp"])
+    w.add_uint32(f"{a}.expert_feed_forward_length", s["ffn_exp"])
+    w.add_float32(f"{a}.expert_weights_scale", 1.0)
+    w.add_bool(f"{a}.expert_weights_norm", False)
+    w.add_uint32(f"{a}.expert_gating_func", 1)
+    w.add_string(f"{a}.rope.scaling.type", "yarn")
+    w.add_float32(f"{a}.rope.scaling.factor", 40.0)
+    w.add_uint32(f"{a}.rope.scaling.original_context_length", 4096)
+    w.add_float32(f"{a}.rope.scaling.yarn_log_multiplier", 0.0707)
 
 
 def vocab(n):
@@ -111,9 +178,27 @@ def vocab(n):
     return toks, scores, types
 
 
+def q8_0_blocks(rng, shape):
+    """Random Q8_0 data: int8 uniform in [-127, 127] (std 73.3) under the scale that gives
+    weights of std STD."""
+    nb = shape[-1] // 32
+    out = np.empty(shape[:-1] + (nb, 34), dtype=np.uint8)
+    out[..., 0:2] = np.frombuffer(np.float16(STD / 73.3).tobytes(), dtype=np.uint8)
+    out[..., 2:] = rng.integers(-127, 128, size=shape[:-1] + (nb, 32), dtype=np.int8).view(np.uint8)
+    return out.reshape(shape[:-1] + (nb * 34,))
+
+
+def tensor_type(is_matrix, qtype):
+    return qtype if is_matrix is True else QT.F32
+
+
 def make_tensor(rng, shape, is_matrix, qtype):
+    if is_matrix == "f32":
+        return (rng.standard_normal(size=shape, dtype=np.float32) * np.float32(STD)), QT.F32
     if not is_matrix:
         return np.ones(shape, dtype=np.float32), QT.F32
+    if qtype == QT.Q8_0:
+        return q8_0_blocks(rng, shape), qtype
     w = rng.standard_normal(size=shape, dtype=np.float32)
     w *= np.float32(STD)
     if qtype == QT.F32:
@@ -131,21 +216,24 @@ def generate(shape_name, type_name, out_path, seed=1234, quiet=False):
     s = SHAPES[shape_name]
     qtype = TYPES[type_name]
     d, hd = s["dim"], s["dim"] // s["n_heads"]
+    arch = s.get("arch", "llama")
     tensors = tensor_list(s)
     n_params = sum(int(np.prod(sh)) for _, sh, _ in tensors)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(out_path.name + ".part")
 
-    w = gguf.GGUFWriter(str(tmp), "llama")
+    w = gguf.GGUFWriter(str(tmp), arch)
     w.add_name(f"{s['name']} {type_name}")
-    w.add_context_length(CTX)
+    w.add_context_length(s.get("ctx", CTX))
     w.add_embedding_length(d)
     w.add_block_count(s["n_layers"])
     w.add_feed_forward_length(s["ffn"])
     w.add_head_count(s["n_heads"])
     w.add_head_count_kv(s["n_kv_heads"])
-    w.add_rope_dimension_count(hd)
+    w.add_rope_dimension_count(s.get("rope", hd))
+    if arch == "deepseek2":
+        add_deepseek2_keys(w, s)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(s["vocab"])
@@ -166,7 +254,7 @@ def generate(shape_name, type_name, out_path, seed=1234, quiet=False):
 
     # tensor infos first (sizes are known without generating), then stream the data
     for name, sh, is_matrix in tensors:
-        tt = qtype if is_matrix else QT.F32
+        tt = tensor_type(is_matrix, qtype)
         if tt in (QT.F32, QT.F16):
             dt = np.float32 if tt == QT.F32 else np.float16
             w.add_tensor_info(name, sh, np.dtype(dt), int(np.prod(sh)) * np.dtype(dt).itemsize)
@@ -200,6 +288,7 @@ import sys, llama_cpp
 p = llama_cpp.llama_model_quantize_default_params()
 p.ftype = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_" + sys.argv[3])
 p.nthread = 2
+p.allow_requantize = True  # the v2-lite mixes start from its Q8_0 file
 rc = llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p)
 sys.exit(1 if rc != 0 else 0)
 """
@@ -209,7 +298,8 @@ LLAMACPP_TYPES = ["Q4_K_M", "Q5_K_M", "Q5_1"]
 
 
 def quantize_with_llamacpp(src, out_path, py, ftype):
-    """F16 GGUF -> ftype (Q4_K_M, Q5_K_M, Q5_1) with llama.cpp's quantizer (see the module docstring)."""
+    """F16 (or v2-lite's Q8_0) GGUF -> ftype (Q4_K_M, Q5_K_M, Q5_1) with llama.cpp's quantizer
+    (see the module docstring)."""
     if not Path(py).exists():
         sys.exit(f"--type {ftype} needs llama-cpp-python: {py} not found (set --llamacpp-python or $LLAMACPP_PYTHON)")
     out_path = Path(out_path)
@@ -222,6 +312,10 @@ def quantize_with_llamacpp(src, out_path, py, ftype):
     os.replace(tmp, out_path)
     print(f"[gen] wrote {out_path} ({out_path.stat().st_size / 1e6:.1f} MB)")
     return out_path
+
+
+def file_stem(shape):
+    return "deepseek2-" + shape if SHAPES[shape].get("arch") == "deepseek2" else "llama-" + shape
 
 
 def main():
@@ -238,13 +332,13 @@ def main():
     a = ap.parse_args()
     jobs = []
     if a.all:
-        jobs = [(sh, t) for sh in SHAPES for t in ("F16", "Q8_0", "Q4_0")]
+        jobs = [(sh, t) for sh in SHAPES if "arch" not in SHAPES[sh] for t in ("F16", "Q8_0", "Q4_0")]
     elif a.shape:
         jobs = [(a.shape, a.type)]
     else:
         ap.error("give --shape (and --type) or --all")
     for sh, t in jobs:
-        out = Path(a.out) if (a.out and not a.all) else default_out_dir() / f"llama-{sh}-{t.lower()}.gguf"
+        out = Path(a.out) if (a.out and not a.all) else default_out_dir() / f"{file_stem(sh)}-{t.lower()}.gguf"
         if a.print_path:
             print(out)
             continue
@@ -252,10 +346,11 @@ def main():
             print(f"[gen] {out} exists (use --force to rewrite)")
             continue
         if t in LLAMACPP_TYPES:
-            f16 = default_out_dir() / f"llama-{sh}-f16.gguf"
-            if not f16.exists():
-                generate(sh, "F16", f16, seed=a.seed)
-            quantize_with_llamacpp(f16, out, a.llamacpp_python, t)
+            src_t = SHAPES[sh].get("quant_src", "F16")
+            src = default_out_dir() / f"{file_stem(sh)}-{src_t.lower()}.gguf"
+            if not src.exists():
+                generate(sh, src_t, src, seed=a.seed)
+            quantize_with_llamacpp(src, out, a.llamacpp_python, t)
         else:
             generate(sh, t, out, seed=a.seed)
 

@@ -45,6 +45,25 @@ static const char *usage =
     "--gen-len G [--json] runs R requests N at a time through the engine (see\n"
     "deepinfer bench --concurrency 1 --help).\n";
 
+/* A token in decode reads only the n_expert_used routed experts it is sent to
+ * in each MoE layer: the bytes and parameters of the others are not part of the
+ * per-token work the bandwidth and compute shares are measured against. */
+static void moe_idle(const di_model *m, double *bytes, double *params) {
+  *bytes = *params = 0;
+  const di_hparams *hp = &m->hp;
+  if (hp->n_expert <= 0 || hp->n_expert_used >= hp->n_expert) return;
+  const double idle = (double)(hp->n_expert - hp->n_expert_used);
+  for (int il = 0; il < hp->n_layer; il++) {
+    const di_layer_weights *L = &m->layers[il];
+    if (!L->exp_gate) continue;
+    const di_tensor *t[3] = {&L->exp_gate[0], &L->exp_up[0], &L->exp_down[0]};
+    for (int k = 0; k < 3; k++) {
+      *bytes += idle * (double)t[k]->row_bytes * (double)t[k]->ne[1];
+      *params += idle * (double)t[k]->ne[0] * (double)t[k]->ne[1];
+    }
+  }
+}
+
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -214,8 +233,11 @@ int di_cmd_bench(int argc, char **argv) {
     di_engine_stats es;
     di_engine_stats_get(e, &es);
     /* Bytes decode must read per token: every matrix once (the embedding table
-     * only one row, unless it doubles as the classifier) plus the KV so far. */
-    double wbytes = (double)mdl->weight_bytes;
+     * only one row, unless it doubles as the classifier; of MoE layers only the
+     * active experts) plus the KV so far. */
+    double idle_bytes, idle_params;
+    moe_idle(mdl, &idle_bytes, &idle_params);
+    double wbytes = (double)mdl->weight_bytes - idle_bytes;
     if (mdl->output.data != mdl->tok_embd.data)
       wbytes -= (double)mdl->tok_embd.row_bytes * (double)(mdl->tok_embd.ne[1] - 1);
     double kv_tok = (double)es.kv_block_bytes / es.kv_block_size;
@@ -230,7 +252,7 @@ int di_cmd_bench(int argc, char **argv) {
     const bool tied = mdl->output.data == mdl->tok_embd.data;
     const double emb = (double)mdl->tok_embd.ne[0] * (double)mdl->tok_embd.ne[1];
     const double cls = tied ? emb : (double)mdl->output.ne[0] * (double)mdl->output.ne[1];
-    const double per_tok = (double)mdl->n_params - emb - (tied ? 0 : cls);
+    const double per_tok = (double)mdl->n_params - idle_params - emb - (tied ? 0 : cls);
     double mm_params = np > 0 ? per_tok + cls / (double)np : 0;
     di_dtype wt = mdl->layers[0].w_up.type;
     bool float_w = wt == DI_F32 || wt == DI_F16 || wt == DI_BF16;
@@ -250,9 +272,9 @@ int di_cmd_bench(int argc, char **argv) {
       printf("{\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"n_prompt\": %lld, "
              "\"n_gen\": %lld, \"depth\": %lld, \"reps\": %lld, \"pp_tok_s\": %.3f, \"tg_tok_s\": %.3f, "
              "\"tg_bytes_per_token\": %.0f, \"bw_gb_s\": %.3f, \"bw_share\": %.4f, \"peak_gops\": %.1f, "
-             "\"peak_kind\": %s, \"pp_peak_share\": %.4f",
+             "\"peak_kind\": %s, \"pp_peak_share\": %.4f, \"kv_bytes_per_token\": %.0f, \"active_weight_bytes\": %.0f",
              model, hp->arch, nthreads, di_cpu_isa_name(di_cpu_isa()), np, ng, depth, reps, pp_med, tg_med, bytes_tok,
-             bw, share, peak, kind, pp_share);
+             bw, share, peak, kind, pp_share, kv_tok, wbytes);
       if (di_dist_active())
         printf(", \"tp_ranks\": %d, \"tp_exchange_share\": %.4f, \"tp_exchanges\": %llu, \"tp_exchange_us\": %.2f, "
                "\"tp_exchange_bytes\": %.0f",
@@ -267,6 +289,10 @@ int di_cmd_bench(int argc, char **argv) {
       printf("model       %s (%s, %.1f M params, %.1f MiB weights)\n", model, hp->arch, (double)mdl->n_params / 1e6,
              (double)mdl->weight_bytes / 1048576.0);
       printf("threads     %d (%s)\n", nthreads, di_cpu_isa_name(di_cpu_isa()));
+      if (idle_bytes > 0)
+        printf("active      %.1f MiB of weights per token (%d of %d routed experts)\n", wbytes / 1048576.0,
+               hp->n_expert_used, hp->n_expert);
+      printf("kv cache    %.0f bytes per token\n", kv_tok);
       if (np) printf("pp%-8lld %.1f tok/s\n", np, pp_med);
       if (pp_share > 0)
         printf("compute     %.0f G%s/s peak (%s); prefill matmuls reach %.0f%% of it\n", peak, float_w ? "FLOP" : "OP",

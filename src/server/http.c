@@ -117,14 +117,24 @@ enum MHD_Result di_srv_reply_err(di_srv_req *r, const di_srv_err *e) {
 /* Framing checks on the headers (RFC 9112 section 6): a body is framed by
  * one Content-Length or by chunked Transfer-Encoding, never both, or the
  * bytes after it could be read as a second request (smuggling). */
+/* libmicrohttpd answers a request line or header block that overflows its
+ * per-connection memory pool itself, with an HTML page. The pool is set well
+ * above the limits below so that requests past them reach on_request and get
+ * OpenAI-style JSON errors; only headers past the pool itself (beyond any real
+ * client's) still get libmicrohttpd's page. */
+#define URL_LIMIT ((size_t)8 << 10)
+#define HEADER_LIMIT ((size_t)32 << 10)
+#define CONN_POOL ((size_t)128 << 10)
+
 typedef struct hdr_count {
   int n_cl, n_te;
+  size_t bytes;
 } hdr_count;
 
 static enum MHD_Result count_hdr(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
   hdr_count *h = cls;
   (void)kind;
-  (void)value;
+  h->bytes += strlen(key) + (value ? strlen(value) : 0) + 4; /* "K: V\r\n" */
   if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) h->n_cl++;
   if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) h->n_te++;
   return MHD_YES;
@@ -135,6 +145,13 @@ static bool check_framing(di_srv_req *r, di_srv_err *e) {
   MHD_get_connection_values(r->c, MHD_HEADER_KIND, count_hdr, &h);
   const char *cl = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   const char *te = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+  size_t url_len = strlen(r->raw_url ? r->raw_url : r->url);
+  if (url_len > URL_LIMIT)
+    return di_srv_fail(e, 414, "invalid_request_error", "uri_too_long",
+                       "the request target is %zu bytes; the limit is %zu", url_len, URL_LIMIT);
+  if (h.bytes > HEADER_LIMIT)
+    return di_srv_fail(e, 431, "invalid_request_error", "request_header_fields_too_large",
+                       "the request headers are %zu bytes; the limit is %zu", h.bytes, HEADER_LIMIT);
   if (h.n_cl > 1)
     return di_srv_bad(e, NULL, "more than one Content-Length header");
   if (h.n_te > 1 || (te && strcasecmp(te, "chunked")))
@@ -357,7 +374,7 @@ di_code di_server_start(const di_server_opts *o, const di_srv_backend *be, di_se
       MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)o->max_connections_per_ip,
       /* Small stacks: hundreds of idle keep-alive connections each hold a thread. */
       MHD_OPTION_THREAD_STACK_SIZE, (size_t)256 << 10, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-      MHD_OPTION_END);
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, CONN_POOL, MHD_OPTION_END);
   freeaddrinfo(ai);
   if (!s->d) {
     di_srv_guard_stop(s);

@@ -216,6 +216,21 @@ def test_url_invalid_utf8_error_is_whole(fake):
         assert error_of(body)["message"].endswith("%01abc/tail")
 
 
+def test_long_url_and_headers_are_json_errors(fake):
+    # limits the server sets answer in OpenAI's error shape, not libmicrohttpd's HTML pages
+    st, body = raw_request(fake.port, b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert st == 414 and error_of(body)["code"] == "uri_too_long"
+    st, body = raw_request(fake.port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: " +
+                           b"a" * 40000 + b"\r\n\r\n")
+    assert st == 431 and "32768" in error_of(body)["message"]
+    many = b"".join(b"X-%d: %s\r\n" % (i, b"b" * 100) for i in range(400))
+    st, body = raw_request(fake.port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + many + b"\r\n")
+    assert st == 431 and error_of(body)["code"] == "request_header_fields_too_large"
+    st, body = raw_request(fake.port, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: " +
+                           b"a" * 20000 + b"\r\n\r\n")
+    assert st == 200
+
+
 # ---- smaller: n past --max-seqs names the parameter ----
 
 def test_n_past_max_seqs_names_n(fake):
