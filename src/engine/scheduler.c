@@ -119,13 +119,12 @@ static di_seq *pick_victim(di_engine *e, const di_seq *except) {
 
 static int fits(di_engine *e, di_seq *s, int end) { return blocks_needed(e, s, end) <= di_kv_n_available(e->pool); }
 
-/* A sequence short of blocks with no one left to preempt lets its own
- * checkpoints go (they stay cached until evicted) before it gives up: that
- * costs a longer replay later. True if it freed any. */
-static bool unpin_ckpts(di_engine *e, di_seq *s) {
+/* A sequence's checkpoints go back to the cache (kept until evicted): a later
+ * hit or resume then replays further. True if it freed any. */
+static bool unpin_ckpts(di_engine *e, di_seq *s, bool keep_last) {
   int n = 0;
-  if (e->be.policy == DI_KV_POLICY_WINDOW) n += di_kv_table_unpin_ckpts(e->pool, &s->table);
-  for (int k = 0; k < e->be.n_swa_tables; k++) n += di_kv_table_unpin_ckpts(e->pool, &s->swa[k]);
+  if (e->be.policy == DI_KV_POLICY_WINDOW) n += di_kv_table_unpin_ckpts(e->pool, &s->table, keep_last);
+  for (int k = 0; k < e->be.n_swa_tables; k++) n += di_kv_table_unpin_ckpts(e->pool, &s->swa[k], keep_last);
   return n > 0;
 }
 
@@ -217,13 +216,18 @@ static bool schedule_running(di_engine *e, di_batch *b, int *budget, int *n_out,
       if (shrunk > s->n_computed) end = shrunk;
     }
     bool changed = false;
+    /* Checkpoints before a sequence's latest one are cache for other
+     * requests' prefix hits, live KV is not: every running sequence lets them
+     * go before anyone is preempted. The latest stays pinned (a preempted
+     * sequence resumes by replaying from it) until no one is left to preempt. */
+    for (int k = -1; k < e->running.n && !fits(e, s, end); k++) unpin_ckpts(e, k < 0 ? s : e->running.v[k], true);
     while (!fits(e, s, end)) {
       di_seq *v = pick_victim(e, s);
       if (!v) break;
       preempt(e, v);
       changed = true;
     }
-    if (!fits(e, s, end) && unpin_ckpts(e, s) && !decode && !fits(e, s, end)) {
+    if (!fits(e, s, end) && unpin_ckpts(e, s, false) && !decode && !fits(e, s, end)) {
       int shrunk = shrink_to_fit(e, s, end);
       if (shrunk > s->n_computed) end = shrunk;
     }

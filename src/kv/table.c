@@ -149,9 +149,17 @@ void di_kv_table_truncate(di_kv_pool *p, di_kv_table *t, int n_blocks) {
   if (t->n_released > n_blocks) t->n_released = n_blocks;
 }
 
-int di_kv_table_unpin_ckpts(di_kv_pool *p, di_kv_table *t) {
-  int n = 0;
-  for (int i = 0; i < t->n_released; i++)
+int di_kv_table_unpin_ckpts(di_kv_pool *p, di_kv_table *t, bool keep_last) {
+  int n = 0, end = t->n_released;
+  if (keep_last && t->ckpt > 0) {
+    int last = end - 1;
+    while (last >= 0 && t->blocks[last] < 0) last--;
+    if (last >= 0) {
+      long long c = ((long long)last * p->block_size / t->ckpt + 1) * t->ckpt;
+      end = di_kv_window_first(t->window, p->block_size, (int)c);
+    }
+  }
+  for (int i = 0; i < end; i++)
     if (t->blocks[i] >= 0) {
       di_kv_unref(p, t->blocks[i]);
       t->blocks[i] = -1;

@@ -103,8 +103,10 @@ static inline int di_kv_window_first(int window, int block_size, int pos) {
 bool di_kv_table_ckpt_block(const di_kv_table *t, int block_size, int i);
 
 /* Gives back the checkpoint blocks a window table still maps before its
- * window (they stay cached, evictable); returns how many. */
-int di_kv_table_unpin_ckpts(di_kv_pool *p, di_kv_table *t);
+ * window (they stay cached, evictable); returns how many. keep_last keeps the
+ * latest checkpoint's blocks: the one a resume after preemption replays from
+ * (the earlier ones only serve prefix hits of other requests). */
+int di_kv_table_unpin_ckpts(di_kv_pool *p, di_kv_table *t, bool keep_last);
 /* WINDOW policy: releases blocks wholly before position lo, except those of
  * checkpoints (t->ckpt > 0), which stay mapped. */
 void di_kv_table_release_before(di_kv_pool *p, di_kv_table *t, int lo);
