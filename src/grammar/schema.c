@@ -106,7 +106,7 @@ static int32_t compile_array(sc *c, const json_t *s) {
   int32_t after = rest == GX_NOTHING ? GX_EMPTY : gx_rep(g, gx_seq2(g, comma, rest), (int32_t)rlo, (int32_t)rhi);
   int32_t content;
   if (k == 0) {
-    if (rest == GX_NOTHING) content = GX_EMPTY;
+    if (rest == GX_NOTHING || mx == 0) content = GX_EMPTY; /* (mx - 1 below would read as unbounded) */
     else {
       int32_t more = gx_rep(g, gx_seq2(g, comma, rest), mn > 0 ? (int32_t)mn - 1 : 0, mx < 0 ? -1 : (int32_t)mx - 1);
       content = gx_seq2(g, rest, more);

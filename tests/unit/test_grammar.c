@@ -365,6 +365,8 @@ int main(void) {
          (const char *const[]){"{\"a\": 1, \"b\": 2, \"c\": 3}", "{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4}", NULL},
          (const char *const[]){"{}", "{\"a\": 1, \"b\": 2}", NULL});
   expect_error(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"object\",\"minProperties\":65}", "minProperties");
+  expect(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":[\"null\",\"array\"],\"maxItems\":0,\"items\":{\"type\":\"string\"}}",
+         (const char *const[]){"[]", "null", NULL}, (const char *const[]){"[\"a\"]", NULL});
   /* masks equal the matcher's own decisions, token by token */
   check_masks(obj, DI_GRAMMAR_JSON_SCHEMA, "{\"name\": \"bo\", \"age\": 150, \"tags\": [\"a\", \"b\"]}", 7);
   check_masks(rec, DI_GRAMMAR_JSON_SCHEMA, "{\"v\": 1.5, \"next\": {\"v\": -2, \"next\": null}}", 11);
