@@ -567,6 +567,12 @@ def main():
             r["bw_gbs"] = bw_t
             r.update(pp=a.pp, tg=a.tg, reps=a.reps, depth=a.depth, date=datetime.date.today().isoformat(),
                      loadavg=round(os.getloadavg()[0], 1))
+            # MoE: a token reads only its experts; DeepInfer's bench counts those bytes (both engines
+            # read the same ones), the file's size would overstate the work several times
+            active = (di.get("raw") or {}).get("tg_bytes_per_token") if isinstance(di, dict) else None
+            if active and (di.get("raw") or {}).get("active_weight_bytes"):
+                per_tok = active
+                r["bytes_per_token"] = per_tok
             if lc and lc.get("tg_tok_s") and bw_t:
                 r["llamacpp_share"] = lc["tg_tok_s"] * per_tok / (bw_t * 1e9)
             if di and di.get("tg_tok_s") and bw.get(t):
