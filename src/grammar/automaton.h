@@ -7,9 +7,24 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "grammar/gx.h"
 #include "util/status.h"
+
+/* Grows array p (capacity cap, in elements) to hold need elements, doubling;
+ * the compilers treat running out of memory as fatal. */
+#define GROW(p, cap, need)                                                                  \
+  do {                                                                                      \
+    if ((need) > (cap)) {                                                                   \
+      size_t nc_ = (cap) ? (cap)*2 : 64;                                                    \
+      while (nc_ < (need)) nc_ *= 2;                                                        \
+      void *q_ = realloc((p), nc_ * sizeof *(p));                                           \
+      if (!q_) abort();                                                                     \
+      (p) = q_;                                                                             \
+      (cap) = nc_;                                                                          \
+    }                                                                                       \
+  } while (0)
 
 typedef struct ga_range {
   uint8_t lo, hi;

@@ -23,18 +23,6 @@ typedef struct nfa {
   bool overflow;
 } nfa;
 
-#define GROW(p, cap, need)                                                                  \
-  do {                                                                                      \
-    if ((need) > (cap)) {                                                                   \
-      size_t nc_ = (cap) ? (cap)*2 : 64;                                                    \
-      while (nc_ < (need)) nc_ *= 2;                                                        \
-      void *q_ = realloc((p), nc_ * sizeof *(p));                                           \
-      if (!q_) abort();                                                                     \
-      (p) = q_;                                                                             \
-      (cap) = nc_;                                                                          \
-    }                                                                                       \
-  } while (0)
-
 static int32_t nst(nfa *n) {
   if ((uint32_t)n->n_st >= n->max_st) n->overflow = true;
   return n->n_st++;

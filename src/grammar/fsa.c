@@ -4,18 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GROW(p, cap, need)                                                                  \
-  do {                                                                                      \
-    if ((need) > (cap)) {                                                                   \
-      size_t nc_ = (cap) ? (cap)*2 : 64;                                                    \
-      while (nc_ < (need)) nc_ *= 2;                                                        \
-      void *q_ = realloc((p), nc_ * sizeof *(p));                                           \
-      if (!q_) abort();                                                                     \
-      (p) = q_;                                                                             \
-      (cap) = nc_;                                                                          \
-    }                                                                                       \
-  } while (0)
-
 /* pair (i, j) -> product state; j = -1 is b's dead state */
 typedef struct pmap {
   uint64_t *key;

@@ -8,32 +8,11 @@
 #include <sys/stat.h>
 
 #include "check.h"
+#include "test_tok.h"
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
 static di_tokenizer *tok;
-
-static di_tokenizer *load_llama3(void) {
-  const char *home = getenv("HOME");
-  char dir[1024], f[1200], src[1024], cmd[16384];
-  snprintf(dir, sizeof dir, "%s/.cache/deepinfer/tokenizers/llama3", home ? home : "/tmp");
-  snprintf(f, sizeof f, "%s/tokenizer.json", dir);
-  struct stat sb;
-  if (stat(f, &sb)) {
-    di_test_data("tokenizers/llama3", src, sizeof src);
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s' && cp '%s'/*.json '%s'/ 2>/dev/null; xz -dc '%s/tokenizer.json.xz' > '%s.tmp' && mv '%s.tmp' '%s'",
-             dir, src, dir, src, f, f, f);
-    if (system(cmd) != 0) return NULL;
-  }
-  di_tokenizer *t = NULL;
-  di_status st = {0};
-  if (di_tokenizer_load(dir, &t, &st)) {
-    fprintf(stderr, "llama3 tokenizer: %s\n", st.msg);
-    return NULL;
-  }
-  return t;
-}
 
 static di_grammar *compile(di_grammar_kind kind, const char *src, di_json_ws ws, di_status *st) {
   di_grammar *g = NULL;
@@ -120,7 +99,7 @@ static void check_masks(const char *schema, di_grammar_kind kind, const char *te
 }
 
 int main(void) {
-  tok = load_llama3();
+  tok = di_test_tokenizer("llama3");
   if (!tok) {
     fprintf(stderr, "test_grammar: llama3 tokenizer not available\n");
     return 77;

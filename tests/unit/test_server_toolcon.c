@@ -11,32 +11,11 @@
 #include <xxhash.h>
 
 #include "check.h"
+#include "test_tok.h"
 #include "server/toolcon.h"
 #include "tokenizer/tokenizer.h"
 
 static di_tokenizer *tok;
-
-static di_tokenizer *load_deepseek(void) {
-  const char *home = getenv("HOME");
-  char dir[1024], f[1200], src[1024], cmd[16384];
-  snprintf(dir, sizeof dir, "%s/.cache/deepinfer/tokenizers/deepseek-v3", home ? home : "/tmp");
-  snprintf(f, sizeof f, "%s/tokenizer.json", dir);
-  struct stat sb;
-  if (stat(f, &sb)) {
-    di_test_data("tokenizers/deepseek-v3", src, sizeof src);
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s' && cp '%s'/*.json '%s'/ 2>/dev/null; xz -dc '%s/tokenizer.json.xz' > '%s.tmp' && mv '%s.tmp' '%s'",
-             dir, src, dir, src, f, f, f);
-    if (system(cmd) != 0) return NULL;
-  }
-  di_tokenizer *t = NULL;
-  di_status st = {0};
-  if (di_tokenizer_load(dir, &t, &st)) {
-    fprintf(stderr, "deepseek-v3 tokenizer: %s\n", st.msg);
-    return NULL;
-  }
-  return t;
-}
 
 static di_code be_grammar(void *ctx, di_grammar_kind kind, const char *src, size_t len, const di_grammar_opts *o,
                           di_grammar **out, di_status *st) {
@@ -130,7 +109,7 @@ static di_srv_toolcon *walk(const di_srv_toolfmt *f, di_srv_tool_mode mode, cons
 }
 
 int main(void) {
-  tok = load_deepseek();
+  tok = di_test_tokenizer("deepseek-v3");
   if (!tok) {
     printf("test_server_toolcon: deepseek-v3 tokenizer unavailable, skipped\n");
     return 0;
