@@ -308,6 +308,18 @@ void di_fwd_par_tokens(stage_ctx *c, void (*fn)(stage_ctx *, int)) {
   par_rows(c, tokens_rows);
 }
 
+static void items_run(void *p, int ith, int nth) {
+  stage_ctx *c = p;
+  const int n = c->n_items, i1 = (int)((int64_t)n * (ith + 1) / nth);
+  for (int i = (int)((int64_t)n * ith / nth); i < i1; i++) c->fn(c, i);
+}
+
+void di_fwd_par_items(stage_ctx *c, int n, void (*fn)(stage_ctx *, int)) {
+  c->fn = fn;
+  c->n_items = n;
+  di_threadpool_run(c->f->tp, items_run, c);
+}
+
 /* the input norm of tokens [t0, t1) */
 static void norm_rows(stage_ctx *c, const di_tensor *w, int t0, int t1) {
   const di_hparams *hp = &c->f->m->hp;

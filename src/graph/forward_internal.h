@@ -112,11 +112,15 @@ typedef struct stage_ctx {
   const di_hparams *ahp;
   int head0;
   int64_t c0, c1; /* st_glu: the rank's columns of the FFN (c1 <= c0: all) */
+  int n_items;     /* di_fwd_par_items */
 } stage_ctx;
 
 void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n, const float *x, int64_t M);
 void di_fwd_matmul(di_forward_ctx *f, const di_tensor *w, const float *x, int64_t M, float *y);
 void di_fwd_par_tokens(stage_ctx *c, void (*fn)(stage_ctx *, int));
+/* fn(c, i) for i in [0, n) spread over the threads even at decode: for
+ * per-(token, head) work heavy enough to pay a thread sync at one token. */
+void di_fwd_par_items(stage_ctx *c, int n, void (*fn)(stage_ctx *, int));
 
 di_code di_fwd_check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const di_batch *b, di_status *st);
 /* The batch's token embeddings into x ([T][n_embd]). */
