@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,12 +96,17 @@ static double now(void) {
 }
 
 /* Polls r to completion: spinning for 100 us (a step's exchanges are short),
- * then napping between polls (the timer's slack makes a nap ~50 us) so a rank
+ * then napping between polls so a rank
  * that shares a core with the one it waits for lets that one run (on this
  * loaded 2-core host, naps instead of sched_yield took a TP2 decode from 8 to
  * 13 tok/s; a 20 us spin was slower still), and in idle waits sleeping. */
 static di_code wait_req(MPI_Request *r, const char *what, bool idle, size_t bytes, di_status *st) {
   if (g.failed) return di_errorf(st, DI_ERR_IO, "tensor parallel: %s", g.err);
+  /* A nap overshoots by the thread's timer slack (50 us by default): the
+   * exchange then ends up to 50 us after its data arrived. 1 us keeps the
+   * nap a yield of the core without the overshoot. */
+  static _Thread_local bool slack_set;
+  if (!slack_set) slack_set = true, prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   double t0 = now(), t = t0;
   for (unsigned i = 0;; i++) {
     int done = 0;
@@ -187,6 +193,22 @@ di_code di_dist_allgatherv(const void *send, void *recv, const size_t *bytes, di
                               MPI_COMM_WORLD, &r),
                "all-gather", st);
   return rc ? rc : wait_req(&r, "all-gather", false, total, st);
+}
+
+di_code di_dist_gatherv(const void *send, void *recv, const size_t *bytes, di_status *st) {
+  if (!g.active) {
+    if (send && send != recv) memcpy(recv, send, bytes[0]);
+    return DI_OK;
+  }
+  if (g.failed) return di_errorf(st, DI_ERR_IO, "tensor parallel: %s", g.err);
+  size_t total;
+  di_code rc = counts(bytes, g.cnt, g.dsp, &total, st);
+  if (rc) return rc;
+  MPI_Request r;
+  const void *s = send ? send : g.rank == 0 ? MPI_IN_PLACE : recv;
+  rc = started(MPI_Igatherv(s, g.cnt[g.rank], MPI_BYTE, recv, g.cnt, g.dsp, MPI_BYTE, 0, MPI_COMM_WORLD, &r),
+               "gather", st);
+  return rc ? rc : wait_req(&r, "gather", false, g.rank == 0 ? total : bytes[g.rank], st);
 }
 
 di_code di_dist_alltoallv(const void *send, const size_t *sbytes, void *recv, const size_t *rbytes, di_status *st) {
@@ -285,6 +307,12 @@ di_code di_dist_agree(bool ok, bool *all_ok, di_status *st) {
 }
 
 di_code di_dist_allgatherv(const void *send, void *recv, const size_t *bytes, di_status *st) {
+  (void)st;
+  if (send && send != recv) memcpy(recv, send, bytes[0]);
+  return DI_OK;
+}
+
+di_code di_dist_gatherv(const void *send, void *recv, const size_t *bytes, di_status *st) {
   (void)st;
   if (send && send != recv) memcpy(recv, send, bytes[0]);
   return DI_OK;

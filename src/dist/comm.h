@@ -33,6 +33,9 @@ di_code di_dist_agree(bool ok, bool *all_ok, di_status *st);
 /* Every rank's send (bytes[rank] bytes) into recv in rank order on all ranks;
  * send NULL: this rank's part is already in place in recv. */
 di_code di_dist_allgatherv(const void *send, void *recv, const size_t *bytes, di_status *st);
+/* Every rank's send (bytes[rank] bytes) into recv in rank order on rank 0
+ * only (recv is not touched elsewhere); send NULL on rank 0: its part is in place. */
+di_code di_dist_gatherv(const void *send, void *recv, const size_t *bytes, di_status *st);
 /* send holds sbytes[r] bytes for each rank r in rank order; recv gets rbytes[r]
  * from each rank r in rank order. */
 di_code di_dist_alltoallv(const void *send, const size_t *sbytes, void *recv, const size_t *rbytes, di_status *st);

@@ -44,8 +44,8 @@ static void st_mla_qk(stage_ctx *c, int t) {
 static void st_mla_q(stage_ctx *c, int i) {
   di_forward_ctx *f = c->f;
   const di_hparams *hp = &f->m->hp;
-  const int H = hp->n_head, hd = hp->head_dim, nope = hp->qk_nope_dim, rd = hp->rope_dim, kvl = hp->kv_lora_rank;
-  const int lat = kvl + rd, vd = hp->v_head_dim, t = i / H, h = i % H;
+  const int H = c->ahp ? c->ahp->n_head : hp->n_head, hd = hp->head_dim, nope = hp->qk_nope_dim, rd = hp->rope_dim;
+  const int kvl = hp->kv_lora_rank, lat = kvl + rd, vd = hp->v_head_dim, t = i / H, h = c->head0 + i % H;
   float *q = f->q + (size_t)i * hd, *qm = f->qm + (size_t)i * lat;
   f->be->rope(q + nope, c->rope + (size_t)t * rd, rd, hp->rope_type);
   /* qm[0:kvl] = W_k^T q_nope */
@@ -57,38 +57,61 @@ static void st_mla_q(stage_ctx *c, int i) {
 static void st_mla_out(stage_ctx *c, int i) {
   di_forward_ctx *f = c->f;
   const di_hparams *hp = &f->m->hp;
-  const int H = hp->n_head, nope = hp->qk_nope_dim, rd = hp->rope_dim, kvl = hp->kv_lora_rank, vd = hp->v_head_dim;
-  const int lat = kvl + rd, h = i % H;
+  const int H = c->ahp ? c->ahp->n_head : hp->n_head, nope = hp->qk_nope_dim, rd = hp->rope_dim;
+  const int kvl = hp->kv_lora_rank, vd = hp->v_head_dim, lat = kvl + rd, h = c->head0 + i % H;
   const float *wv = c->L->kv_b + ((size_t)h * (nope + vd) + nope) * kvl;
   f->be->mla_out(f->attm + (size_t)i * lat, wv, vd, kvl, f->att + (size_t)i * vd);
 }
 
+/* Under tensor parallel (di_tp_mla_heads_split) each rank runs its own query
+ * heads: their rows of the query projection (held alone, f->tp_local), the
+ * absorbed queries, attention and value projections, and the heads' outputs
+ * are gathered for the column-split output projection. The latent rows
+ * (kv_a, column-split and gathered) and the cache stay whole on every rank:
+ * every head reads every latent value, so cutting the latent dimension would
+ * need a cross-rank sum of partial scores, not the same bits. */
 di_code di_fwd_attn_mla(stage_ctx *sc, di_status *st) {
   di_forward_ctx *f = sc->f;
   const di_hparams *hp = &f->m->hp;
   const di_layer_weights *L = sc->L;
   const int T = sc->b->n_tokens;
-  if (hp->q_lora_rank > 0) {
-    const di_tensor *w[] = {&L->wq_a, &L->wkv_a};
-    float *y[] = {f->qa, f->kva};
+  const bool split = f->tpar && di_tp_mla_heads_split(hp, f->m->tp_size);
+  di_hparams ahp = *hp; /* this rank's heads */
+  int h0 = 0, h1 = hp->n_head;
+  if (split) di_tp_heads(hp->n_head, f->m->tp_rank, f->m->tp_size, &h0, &h1);
+  ahp.n_head = h1 - h0;
+  const di_tensor *wq = hp->q_lora_rank > 0 ? &L->wq_a : &L->wq;
+  if (hp->q_lora_rank > 0 || !split) {
+    const di_tensor *w[] = {wq, &L->wkv_a};
+    float *y[] = {hp->q_lora_rank > 0 ? f->qa : f->q, f->kva};
     di_fwd_matmul_n(f, w, y, 2, f->xn, T);
-    di_fwd_par_tokens(sc, st_q_a_norm);
-    di_fwd_matmul(f, &L->wq_b, f->qa, T, f->q);
   } else {
-    const di_tensor *w[] = {&L->wq, &L->wkv_a};
-    float *y[] = {f->q, f->kva};
-    di_fwd_matmul_n(f, w, y, 2, f->xn, T);
+    di_fwd_matmul(f, &L->wkv_a, f->xn, T, f->kva);
   }
+  if (hp->q_lora_rank > 0) di_fwd_par_tokens(sc, st_q_a_norm);
+  f->tp_local = split; /* the rank's heads' rows, into f->q as [T][its heads * head_dim] */
+  if (hp->q_lora_rank > 0) di_fwd_matmul(f, &L->wq_b, f->qa, T, f->q);
+  else if (split) di_fwd_matmul(f, &L->wq, f->xn, T, f->q);
+  f->tp_local = false;
   di_fwd_par_tokens(sc, st_mla_qk);
-  di_fwd_par_items(sc, T * hp->n_head, st_mla_q);
+  sc->ahp = &ahp, sc->head0 = h0;
+  di_fwd_par_items(sc, T * ahp.n_head, st_mla_q);
   /* MQA over the latent rows: one KV "head" as wide as a row */
-  di_hparams view = *hp;
+  di_hparams view = ahp;
   view.n_head_kv = 1;
   view.head_dim = hp->kv_lora_rank + hp->rope_dim;
   view.sliding_window = 0;
   view.attn_softcap = 0;
   di_code rc = f->be->attn(f->attn, f->tp, &view, sc->kv, sc->b, sc->loc.table, sc->loc.layer, false, f->qm, f->attm, st);
-  if (rc) return rc;
-  di_fwd_par_items(sc, T * hp->n_head, st_mla_out);
-  return DI_OK;
+  float *att = f->att; /* the heads' outputs: [T][their heads * v_head_dim] under split */
+  if (!rc && split && !(f->att = di_fwd_tp_heads_buf(f, (size_t)T * hp->n_head * hp->v_head_dim))) {
+    f->att = att;
+    sc->ahp = NULL, sc->head0 = 0;
+    return DI_OK; /* the step has failed (di_fwd_tp_result says why) */
+  }
+  if (!rc) di_fwd_par_items(sc, T * ahp.n_head, st_mla_out);
+  f->att = att;
+  sc->ahp = NULL, sc->head0 = 0;
+  if (!rc && split) di_fwd_tp_gather_heads(f, f->att, T, hp->n_head, hp->v_head_dim);
+  return rc;
 }

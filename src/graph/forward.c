@@ -502,12 +502,29 @@ static bool split_plan(di_forward_ctx *f, const di_batch *b, float *logits, spli
   return true;
 }
 
+/* Token tok's embedding row. A tied classifier split by vocabulary
+ * (tp_slice.c) holds this rank's rows, prepared (packed) for the backend in
+ * place, so those are read through it; the rest of the embedding is as in
+ * the file. */
+static void embed_row(const di_forward_ctx *f, int32_t tok, float *dst) {
+  const di_tensor *e = &f->m->tok_embd, *o = &f->m->output;
+  if (o->sliced && o->data && o->type == e->type && o->row_bytes == e->row_bytes &&
+      (const uint8_t *)o->data == (const uint8_t *)e->data + (size_t)o->row0 * o->row_bytes && tok >= o->row0 &&
+      tok < o->row0 + o->nrows) {
+    di_tensor v = *o;
+    v.ne[1] = o->nrows, v.sliced = false, v.row0 = v.nrows = 0;
+    f->be->get_row(&v, tok - o->row0, dst);
+  } else {
+    f->be->get_row(e, tok, dst);
+  }
+}
+
 void di_fwd_embed(di_forward_ctx *f, const di_batch *b, float *x) {
   const di_model *m = f->m;
   const di_hparams *hp = &m->hp;
   const int D = hp->n_embd;
   for (int t = 0; t < b->n_tokens; t++) {
-    f->be->get_row(&m->tok_embd, b->tokens[t], x + (size_t)t * D);
+    embed_row(f, b->tokens[t], x + (size_t)t * D);
     if (hp->embd_scale) f->be->scale(x + (size_t)t * D, D, sqrtf((float)D));
   }
 }
@@ -554,10 +571,11 @@ static di_code attn_heads(stage_ctx *sc, bool swa, di_status *st) {
   sc->ahp = &ahp, sc->head0 = g0;
   di_fwd_par_tokens(sc, st_qk);
   sc->ahp = NULL, sc->head0 = 0;
-  float *att = di_fwd_tp_heads_buf(f, T);
+  const int64_t w = (int64_t)(hp->n_head / hp->n_head_kv) * hp->head_dim; /* a KV head's query heads' columns */
+  float *att = di_fwd_tp_heads_buf(f, (size_t)T * (size_t)(hp->n_head_kv * w));
   if (!att) return DI_OK; /* the step has failed (di_fwd_tp_result says why) */
   di_code rc = f->be->attn(f->attn, f->tp, &ahp, sc->kv, sc->b, sc->loc.table, sc->loc.layer, swa, f->q, att, st);
-  if (!rc) di_fwd_tp_gather_heads(f, f->att, T);
+  if (!rc) di_fwd_tp_gather_heads(f, f->att, T, hp->n_head_kv, w);
   return rc;
 }
 
@@ -650,7 +668,9 @@ static di_code forward_run(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b,
     n_out++;
   }
   if (n_out) {
+    f->tp_leader_only = true; /* the engine (rank 0's) reads logits; a follower's stay partial */
     di_fwd_matmul(f, &m->output, f->xn, n_out, logits);
+    f->tp_leader_only = false;
     if (hp->final_softcap > 0) f->be->softcap(logits, n_out * hp->n_vocab, hp->final_softcap);
   }
   return DI_OK;

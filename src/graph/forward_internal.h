@@ -45,6 +45,7 @@ struct di_forward_ctx {
   struct di_tp *tpar;       /* tensor parallel across ranks (forward_tp.c); NULL: this rank alone */
   bool tp_local;            /* matmuls of this rank's own (experts, attention heads), not split */
   bool tp_keep;             /* split matmuls leave each rank its own columns, ungathered (di_fwd_tp_gather) */
+  bool tp_leader_only;      /* split matmuls gather on rank 0 only (the classifier: no follower reads logits) */
 };
 
 #define MM_MAX_JOBS 3
@@ -79,10 +80,12 @@ void di_fwd_tp_free(di_forward_ctx *f);
  * under f->tp_keep. */
 void di_fwd_tp_gather(di_forward_ctx *f, const di_tensor *w, float *y, int64_t M);
 /* Attention split by heads: where this rank's heads' outputs go ([T][its
- * heads * head_dim]); NULL after an error. */
-float *di_fwd_tp_heads_buf(di_forward_ctx *f, int T);
-/* Every rank's heads' outputs (from the buffer above) into att ([T][n_head * head_dim]). */
-void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T);
+ * heads' width]); n: the floats of every rank's (the gather's size); NULL
+ * after an error. */
+float *di_fwd_tp_heads_buf(di_forward_ctx *f, size_t n);
+/* Every rank's heads' outputs (from the buffer above) into att ([T][G * w]):
+ * G head groups split by di_tp_heads, w columns each. */
+void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T, int G, int64_t w);
 /* Expert parallel: the experts [*e0, *e1) of E this rank computes (all without tensor parallel). */
 void di_fwd_ep_range(const di_forward_ctx *f, int E, int *e0, int *e1);
 /* y holds rows in expert order, expert e's rows at [cnt[e], cnt[e+1]) of D

@@ -17,6 +17,7 @@ typedef struct di_tp {
   bool leader;
   int rank, size;
   di_code rc; /* the step's first exchange error */
+  bool leader_only; /* the current exchange gathers on the leader only */
   di_status st;
   float *sbuf, *rbuf; /* gather buffers */
   size_t cap;         /* floats in each */
@@ -108,7 +109,9 @@ void di_fwd_tp_matmul(di_forward_ctx *f, mm_task *t) {
   const size_t need = exchange_sizes(p, t);
   for (int j = 0; j < t->n; j++) di_tp_cols(t->w[j]->ne[1], p->rank, p->size, &t->lo[j], &t->hi[j]);
   if (p->bytes[p->rank]) di_threadpool_run(f->tp, di_fwd_mm_run, t);
+  p->leader_only = f->tp_leader_only;
   if (!f->tp_keep) exchange(p, t, need);
+  p->leader_only = false;
 }
 
 void di_fwd_tp_gather(di_forward_ctx *f, const di_tensor *w, float *y, int64_t M) {
@@ -121,42 +124,37 @@ void di_fwd_tp_gather(di_forward_ctx *f, const di_tensor *w, float *y, int64_t M
 static void exchange(di_tp *p, const mm_task *t, size_t need) {
   if (p->rc || !grow_bufs(p, need)) return; /* the step has failed: finish it without exchanges */
   pack(t, p->rank, p->size, p->sbuf, true);
-  if ((p->rc = di_dist_allgatherv(p->sbuf, p->rbuf, p->bytes, &p->st))) return;
+  if (p->leader_only) {
+    if ((p->rc = di_dist_gatherv(p->sbuf, p->rbuf, p->bytes, &p->st)) || !p->leader) return;
+  } else if ((p->rc = di_dist_allgatherv(p->sbuf, p->rbuf, p->bytes, &p->st))) {
+    return;
+  }
   size_t off = 0;
   for (int r = 0; r < p->size; off += p->bytes[r] / sizeof(float), r++)
     if (r != p->rank) pack(t, r, p->size, p->rbuf + off, false);
 }
 
-/* rank r's query heads' columns [*c0, *c1) of a [T][n_head * head_dim] output */
-static void head_cols(const di_hparams *hp, int r, int size, int64_t *c0, int64_t *c1) {
-  int g0, g1;
-  di_tp_heads(hp->n_head_kv, r, size, &g0, &g1);
-  const int64_t w = (int64_t)(hp->n_head / hp->n_head_kv) * hp->head_dim;
-  *c0 = g0 * w, *c1 = g1 * w;
-}
-
-float *di_fwd_tp_heads_buf(di_forward_ctx *f, int T) {
+float *di_fwd_tp_heads_buf(di_forward_ctx *f, size_t n) {
   di_tp *p = f->tpar;
-  const di_hparams *hp = &f->m->hp;
-  if (p->rc || !grow_bufs(p, (size_t)T * hp->n_head * hp->head_dim)) return NULL;
+  if (p->rc || !grow_bufs(p, n)) return NULL;
   return p->sbuf;
 }
 
-void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T) {
+void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T, int G, int64_t w) {
   di_tp *p = f->tpar;
-  const di_hparams *hp = &f->m->hp;
-  const int64_t N = (int64_t)hp->n_head * hp->head_dim;
+  const int64_t N = G * w;
   if (p->rc) return;
   for (int r = 0; r < p->size; r++) {
-    int64_t c0, c1;
-    head_cols(hp, r, p->size, &c0, &c1);
-    p->bytes[r] = (size_t)T * (size_t)(c1 - c0) * sizeof(float);
+    int g0, g1;
+    di_tp_heads(G, r, p->size, &g0, &g1);
+    p->bytes[r] = (size_t)T * (size_t)((g1 - g0) * w) * sizeof(float);
   }
   if ((p->rc = di_dist_allgatherv(p->sbuf, p->rbuf, p->bytes, &p->st))) return;
   const float *in = p->rbuf;
   for (int r = 0; r < p->size; r++) {
-    int64_t c0, c1;
-    head_cols(hp, r, p->size, &c0, &c1);
+    int g0, g1;
+    di_tp_heads(G, r, p->size, &g0, &g1);
+    const int64_t c0 = g0 * w, c1 = g1 * w;
     for (int t = 0; t < T; t++, in += c1 - c0) memcpy(att + t * N + c0, in, (size_t)(c1 - c0) * sizeof *in);
   }
 }

@@ -222,6 +222,12 @@ static inline void di_tp_experts(int E, int rank, int size, int *e0, int *e1) {
 static inline bool di_tp_heads_split(const di_hparams *hp, int size) {
   return size > 1 && hp->attn_kind == DI_ATTN_GQA && hp->n_head_kv >= size;
 }
+/* MLA (DeepSeek-V2/V3) split by query heads, every rank at least one: each
+ * head's absorbed query, attention over the shared latent rows and value
+ * projection are its own; the latent cache, read by every head, stays whole. */
+static inline bool di_tp_mla_heads_split(const di_hparams *hp, int size) {
+  return size > 1 && hp->attn_kind == DI_ATTN_MLA && hp->n_head >= size;
+}
 static inline void di_tp_heads(int G, int rank, int size, int *g0, int *g1) {
   const int q = G / size, r = G % size;
   *g0 = rank * q + (rank < r ? rank : r);

@@ -3,7 +3,8 @@
  * it of every matmul it splits and the routed experts di_tp_experts gives it,
  * so those are the only rows of those matrices r ever reads: the rest are cut
  * off here, before the backend prepares (packs) the weights. Where attention
- * is split by heads (di_tp_heads_split), Q/K/V keep the rank's heads' rows. */
+ * is split by heads (di_tp_heads_split), Q/K/V keep the rank's heads' rows;
+ * MLA's query projection likewise (di_tp_mla_heads_split). */
 #include <stdint.h>
 
 #include "model/model.h"
@@ -44,6 +45,16 @@ static void cut_heads(plan *p, const di_hparams *hp, di_layer_weights *L) {
   cut_range(p, &L->wv, g0 * hd, g1 * hd);
 }
 
+/* MLA's query projection split by query heads (di_tp_mla_heads_split): the
+ * rank's heads' rows of wq_b (wq without a query LoRA) */
+static const di_tensor *cut_mla_heads(plan *p, const di_hparams *hp, di_layer_weights *L) {
+  int h0, h1;
+  di_tp_heads(hp->n_head, p->rank, p->size, &h0, &h1);
+  di_tensor *q = hp->q_lora_rank > 0 ? &L->wq_b : &L->wq;
+  cut_range(p, q, h0 * (int64_t)hp->head_dim, h1 * (int64_t)hp->head_dim);
+  return q;
+}
+
 static void cut_experts(plan *p, const di_hparams *hp, di_tensor *ts) {
   if (!ts) return;
   int e0, e1;
@@ -56,20 +67,28 @@ static void cut_experts(plan *p, const di_hparams *hp, di_tensor *ts) {
   }
 }
 
-/* The matrices the forward column-splits (the classifier unless tied to the
- * embedding, which the lookup reads whole) and the routed experts. DeepSeek-V4
+/* The matrices the forward column-splits (the classifier, tied or not) and
+ * the routed experts. DeepSeek-V4
  * layers stay whole: their attention multiplies views it builds from the
  * weights (grouped output), and their experts are column-split, not placed. */
 static size_t walk(di_model *m, plan *p) {
-  if (m->output.data != m->tok_embd.data) cut_rows(p, &m->output);
+  /* A tied classifier too: the embedding lookup (graph/forward.c) reads the
+   * rank's own rows through the classifier's slice and the others' from the
+   * file's mapping, which brings in only the pages of the tokens looked up.
+   * Not in DeepSeek-V4's forward, whose lookup reads the embedding alone. */
+  if (m->output.data != m->tok_embd.data || m->hp.attn_kind != DI_ATTN_DSV4) cut_rows(p, &m->output);
   for (int il = 0; il < m->hp.n_layer; il++) {
     di_layer_weights *L = &m->layers[il];
     if (L->attn == DI_ATTN_DSV4) continue;
     const bool heads = L->attn == DI_ATTN_GQA && di_tp_heads_split(&m->hp, p->size);
     if (heads) cut_heads(p, &m->hp, L);
+    const di_tensor *mla_q = NULL; /* cut by heads, not by columns */
+    if (L->attn == DI_ATTN_MLA && di_tp_mla_heads_split(&m->hp, p->size))
+      mla_q = cut_mla_heads(p, &m->hp, L);
     di_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wq_a, &L->wq_b, &L->wkv_a, &L->w_gate, &L->w_up,
                        &L->w_down, &L->router, &L->sh_gate, &L->sh_up, &L->sh_down};
-    for (size_t i = heads ? 3 : 0; i < sizeof ts / sizeof *ts; i++) cut_rows(p, ts[i]);
+    for (size_t i = heads ? 3 : 0; i < sizeof ts / sizeof *ts; i++)
+      if (ts[i] != mla_q) cut_rows(p, ts[i]);
     if (L->ffn == DI_FFN_MOE) {
       cut_experts(p, &m->hp, L->exp_gate);
       cut_experts(p, &m->hp, L->exp_up);

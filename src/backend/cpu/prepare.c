@@ -70,7 +70,8 @@ static di_code pack_one(di_model *m, di_tensor *t, bool mmapped, di_status *st) 
   if (!di_cpu_pack(t->type, data, di_tensor_rows(t), t->ne[0]))
     return di_errorf(st, DI_ERR_NOMEM, "%s: tensor %s: out of memory packing weights", m->path, t->name);
   t->packed = true;
-  if (t->data == m->tok_embd.data) m->tok_embd.packed = true;
+  /* a tied classifier's tensor-parallel slice leaves the other rows unpacked */
+  if (t->data == m->tok_embd.data && !t->sliced) m->tok_embd.packed = true;
   return DI_OK;
 }
 
