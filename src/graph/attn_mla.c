@@ -112,6 +112,6 @@ di_code di_fwd_attn_mla(stage_ctx *sc, di_status *st) {
   if (!rc) di_fwd_par_items(sc, T * ahp.n_head, st_mla_out);
   f->att = att;
   sc->ahp = NULL, sc->head0 = 0;
-  if (!rc && split) di_fwd_tp_gather_heads(f, f->att, T, hp->n_head, hp->v_head_dim);
+  if (!rc && split) di_fwd_tp_gather_heads(f, f->att, T, hp->n_head, hp->v_head_dim, &L->wo);
   return rc;
 }

@@ -422,7 +422,7 @@ static void ffn_dense_tp(stage_ctx *sc) {
   di_tp_cols(f->m->hp.n_ff, f->m->tp_rank, f->m->tp_size, &sc->c0, &sc->c1);
   if (sc->c1 > sc->c0) par_rows(sc, st_glu);
   sc->c0 = sc->c1 = 0;
-  di_fwd_tp_gather(f, &L->w_gate, f->gate, T);
+  di_fwd_tp_gather(f, &L->w_gate, f->gate, T, &L->w_down);
   di_fwd_matmul(f, &L->w_down, f->gate, T, f->tmp);
 }
 
@@ -575,7 +575,7 @@ static di_code attn_heads(stage_ctx *sc, bool swa, di_status *st) {
   float *att = di_fwd_tp_heads_buf(f, (size_t)T * (size_t)(hp->n_head_kv * w));
   if (!att) return DI_OK; /* the step has failed (di_fwd_tp_result says why) */
   di_code rc = f->be->attn(f->attn, f->tp, &ahp, sc->kv, sc->b, sc->loc.table, sc->loc.layer, swa, f->q, att, st);
-  if (!rc) di_fwd_tp_gather_heads(f, f->att, T, hp->n_head_kv, w);
+  if (!rc) di_fwd_tp_gather_heads(f, f->att, T, hp->n_head_kv, w, &L->wo);
   return rc;
 }
 

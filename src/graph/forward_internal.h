@@ -77,15 +77,17 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
 di_code di_fwd_tp_result(di_forward_ctx *f, di_status *st);
 void di_fwd_tp_free(di_forward_ctx *f);
 /* All-gathers the columns of y ([M][w's rows]) that each rank computed of w
- * under f->tp_keep. */
-void di_fwd_tp_gather(di_forward_ctx *f, const di_tensor *w, float *y, int64_t M);
+ * under f->tp_keep. next: the matmul that reads y next, whose prepared
+ * activation (f->xq) the gather then fills instead of y where it can (int8
+ * blocks: fewer bytes); NULL: y in f32. */
+void di_fwd_tp_gather(di_forward_ctx *f, const di_tensor *w, float *y, int64_t M, const di_tensor *next);
 /* Attention split by heads: where this rank's heads' outputs go ([T][its
  * heads' width]); n: the floats of every rank's (the gather's size); NULL
  * after an error. */
 float *di_fwd_tp_heads_buf(di_forward_ctx *f, size_t n);
 /* Every rank's heads' outputs (from the buffer above) into att ([T][G * w]):
- * G head groups split by di_tp_heads, w columns each. */
-void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T, int G, int64_t w);
+ * G head groups split by di_tp_heads, w columns each; next as for di_fwd_tp_gather. */
+void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T, int G, int64_t w, const di_tensor *next);
 /* Expert parallel: the experts [*e0, *e1) of E this rank computes (all without tensor parallel). */
 void di_fwd_ep_range(const di_forward_ctx *f, int E, int *e0, int *e1);
 /* y holds rows in expert order, expert e's rows at [cnt[e], cnt[e+1]) of D

@@ -21,6 +21,9 @@ typedef struct di_tp {
   di_status st;
   float *sbuf, *rbuf; /* gather buffers */
   size_t cap;         /* floats in each */
+  uint8_t *qbuf;      /* this rank's prepared activation rows (di_fwd_tp_gather_prepared) */
+  size_t qcap;
+  int64_t *c0, *c1;   /* [size] each rank's columns of the activation being gathered */
   size_t *bytes;      /* [size] each rank's part of the current exchange */
   /* follower: the pool copy, the logits nobody reads, the step's batch */
   di_kv_pool *pool;
@@ -36,11 +39,13 @@ static di_code tp_attach(di_forward_ctx *f, bool leader, di_status *st) {
   di_tp *t = calloc(1, sizeof *t);
   int n = di_dist_size();
   if (t) t->bytes = calloc((size_t)n, sizeof *t->bytes);
-  if (!t || !t->bytes) {
+  if (t) t->c0 = calloc(2 * (size_t)n, sizeof *t->c0);
+  if (!t || !t->bytes || !t->c0) {
+    if (t) free(t->bytes);
     free(t);
     return di_errorf(st, DI_ERR_NOMEM, "tensor parallel: out of memory");
   }
-  t->leader = leader, t->rank = di_dist_rank(), t->size = n;
+  t->leader = leader, t->rank = di_dist_rank(), t->size = n, t->c1 = t->c0 + n;
   f->tpar = t;
   return DI_OK;
 }
@@ -48,7 +53,7 @@ static di_code tp_attach(di_forward_ctx *f, bool leader, di_status *st) {
 void di_fwd_tp_free(di_forward_ctx *f) {
   di_tp *t = f->tpar;
   if (!t) return;
-  free(t->sbuf), free(t->rbuf), free(t->bytes), free(t->logits), free(t->seqs);
+  free(t->sbuf), free(t->rbuf), free(t->bytes), free(t->logits), free(t->seqs), free(t->qbuf), free(t->c0);
   di_kv_pool_destroy(t->pool);
   free(t);
   f->tpar = NULL;
@@ -93,6 +98,8 @@ static size_t pack(const mm_task *t, int r, int size, float *buf, bool to_buf) {
 }
 
 static void exchange(di_tp *p, const mm_task *t, size_t need);
+static bool gather_prepared(di_forward_ctx *f, const di_tensor *w, const float *src, const float *x, int T,
+                            int64_t K);
 
 /* Each rank's part of t's outputs into p->bytes; returns the floats of all. */
 static size_t exchange_sizes(di_tp *p, const mm_task *t) {
@@ -114,9 +121,18 @@ void di_fwd_tp_matmul(di_forward_ctx *f, mm_task *t) {
   p->leader_only = false;
 }
 
-void di_fwd_tp_gather(di_forward_ctx *f, const di_tensor *w, float *y, int64_t M) {
+void di_fwd_tp_gather(di_forward_ctx *f, const di_tensor *w, float *y, int64_t M, const di_tensor *next) {
   di_tp *p = f->tpar;
   mm_task t = {.w = {w}, .y = {y}, .n = 1, .M = M};
+  if (next) { /* this rank's columns of y, compact, for gather_prepared */
+    const int64_t N = w->ne[1];
+    for (int r = 0; r < p->size; r++) di_tp_cols(N, r, p->size, &p->c0[r], &p->c1[r]);
+    const int64_t c0 = p->c0[p->rank], n = p->c1[p->rank] - c0;
+    if (!p->rc && grow_bufs(p, (size_t)M * (size_t)n + 1)) {
+      for (int64_t m = 0; m < M; m++) memcpy(p->sbuf + m * n, y + m * N + c0, (size_t)n * sizeof(float));
+      if (gather_prepared(f, next, p->sbuf, y, (int)M, N)) return;
+    }
+  }
   exchange(p, &t, exchange_sizes(p, &t));
 }
 
@@ -140,10 +156,63 @@ float *di_fwd_tp_heads_buf(di_forward_ctx *f, size_t n) {
   return p->sbuf;
 }
 
-void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T, int G, int64_t w) {
+/* The gather of the activation x ([T][K], rank r's columns [p->c0[r],
+ * p->c1[r]) in rank order, this rank's in src as [T][its columns]) in the
+ * format the next matmul (of w) reads (int8 blocks for quantized weights),
+ * straight into f->xq, so that matmul skips its own preparation: a quarter
+ * of the f32 bytes. Each rank prepares its own columns; a prepared row is a
+ * sequence of independent blocks (the per-row quantization is per block), so
+ * where every rank's columns are whole blocks the gathered rows have the
+ * bytes of the whole row's preparation. False where they are not (the f32
+ * gather then runs) or after an error. */
+static bool gather_prepared(di_forward_ctx *f, const di_tensor *w, const float *src, const float *x, int T,
+                            int64_t K) {
+  di_tp *p = f->tpar;
+  const di_backend *be = f->be;
+  const size_t rb = be->act_bytes(w->type, 1, K);
+  static int f32 = -1; /* DI_TP_F32=1: f32 exchanges (to measure the difference) */
+  if (f32 < 0) f32 = getenv("DI_TP_F32") && atoi(getenv("DI_TP_F32")) > 0;
+  if (p->rc) return true;
+  if (!rb || f32) return false;
+  size_t need = 0;
+  for (int r = 0; r < p->size; r++) {
+    const int64_t n = p->c1[r] - p->c0[r];
+    const size_t b = be->act_bytes(w->type, 1, n);
+    if (b * (size_t)K != rb * (size_t)n) return false; /* not whole blocks */
+    p->bytes[r] = (size_t)T * b;
+    need += p->bytes[r];
+  }
+  const int64_t n = p->c1[p->rank] - p->c0[p->rank];
+  const size_t own = be->act_bytes(w->type, 1, n);
+  if (!grow((void **)&p->qbuf, &p->qcap, p->bytes[p->rank] + 1, 1)) {
+    p->rc = di_errorf(&p->st, DI_ERR_NOMEM, "tensor parallel: out of memory for a %zu-byte exchange", need);
+    return true;
+  }
+  for (int t = 0; t < T && own; t++) be->act_prepare(w->type, src + (size_t)t * n, 1, n, p->qbuf + (size_t)t * own);
+  /* src (p->sbuf) is read: the buffers may move now */
+  if (!grow_bufs(p, need / sizeof(float) + 1) || (p->rc = di_dist_allgatherv(p->qbuf, p->rbuf, p->bytes, &p->st)))
+    return true;
+  const uint8_t *in = (const uint8_t *)p->rbuf;
+  size_t at = 0; /* the rank's first byte in a row */
+  for (int r = 0; r < p->size; r++) {
+    const size_t b = p->bytes[r] / (size_t)T;
+    for (int t = 0; t < T && b; t++, in += b) memcpy((uint8_t *)f->xq + (size_t)t * rb + at, in, b);
+    at += b;
+  }
+  f->xq_src = x, f->xq_fmt = be->act_format(w->type);
+  return true;
+}
+
+void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T, int G, int64_t w, const di_tensor *next) {
   di_tp *p = f->tpar;
   const int64_t N = G * w;
   if (p->rc) return;
+  for (int r = 0; r < p->size; r++) {
+    int g0, g1;
+    di_tp_heads(G, r, p->size, &g0, &g1);
+    p->c0[r] = g0 * w, p->c1[r] = g1 * w;
+  }
+  if (next && gather_prepared(f, next, p->sbuf, att, T, N)) return;
   for (int r = 0; r < p->size; r++) {
     int g0, g1;
     di_tp_heads(G, r, p->size, &g0, &g1);
