@@ -13,7 +13,6 @@
 #include <limits.h>
 #include <mpi.h>
 #include <pthread.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -96,17 +95,14 @@ static double now(void) {
 }
 
 /* Polls r to completion: spinning for 100 us (a step's exchanges are short),
- * then napping between polls so a rank
+ * then napping between polls (the timer's slack makes a nap ~50 us; a 1 us
+ * slack, PR_SET_TIMERSLACK, made TP2 decode 5-8x slower here: the waiting
+ * rank then polls ~20x as often against the rank it waits for) so a rank
  * that shares a core with the one it waits for lets that one run (on this
  * loaded 2-core host, naps instead of sched_yield took a TP2 decode from 8 to
  * 13 tok/s; a 20 us spin was slower still), and in idle waits sleeping. */
 static di_code wait_req(MPI_Request *r, const char *what, bool idle, size_t bytes, di_status *st) {
   if (g.failed) return di_errorf(st, DI_ERR_IO, "tensor parallel: %s", g.err);
-  /* A nap overshoots by the thread's timer slack (50 us by default): the
-   * exchange then ends up to 50 us after its data arrived. 1 us keeps the
-   * nap a yield of the core without the overshoot. */
-  static _Thread_local bool slack_set;
-  if (!slack_set) slack_set = true, prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   double t0 = now(), t = t0;
   for (unsigned i = 0;; i++) {
     int done = 0;
