@@ -50,11 +50,11 @@ def tp(n):
     return MPIRUN + ["-np", str(n)] if n > 1 else []
 
 
-def run_logits(tmp_path, model, n, *extra):
+def run_logits(tmp_path, model, n, *extra, env=None):
     out = tmp_path / f"logits{n}.bin"
-    argv = tp(n) + [str(BIN), "run", "-m", str(model), "-p", PROMPT, "-n", "8", "--temp", "0", "--threads", "1",
+    argv = tp(n) + [a for k in (env or {}) for a in ("-x", k)] + [str(BIN), "run", "-m", str(model), "-p", PROMPT, "-n", "8", "--temp", "0", "--threads", "1",
                     "--ignore-eos", "--dump-logits", str(out), "--print-ids", "--stats", *extra] + (["--tp", str(n)] if n > 1 else [])
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=dict(os.environ, **(env or {})))
     assert r.returncode == 0, r.stderr
     data = out.read_bytes()
     assert len(data) > 0
@@ -110,6 +110,15 @@ def test_logits_smollm2(tmp_path):
         # least half of what it no longer holds (the file is mapped, not read, at --tp)
         assert all(rss <= one["rss_bytes"][0] - 0.5 * (total - w) for rss, w in zip(st["rss_bytes"], held)), (
             st["rss_bytes"], one["rss_bytes"])
+        # the tied embedding/classifier is split by vocabulary too: only the norms are on every rank
+        assert repl < total / 100, (repl, total)
+    # the heads' and GLU's gathers move int8 blocks (Q4_1's activation format), not f32: fewer
+    # bytes for the same exchanges and the same bits as the f32 gather (DI_TP_F32=1)
+    ref, _, _ = run_logits(tmp_path, SMOL, 1)
+    f32, _, st32 = run_logits(tmp_path, SMOL, 2, env={"DI_TP_F32": "1"})
+    assert f32 == ref
+    assert st32["exchanges"] == stats[2]["exchanges"] and st32["exchange_bytes"] > 1.3 * stats[2]["exchange_bytes"], (
+        st32, stats[2])
 
 
 def test_logits_gemma3(tmp_path):
