@@ -39,6 +39,7 @@ static void grammar_destroy(di_grammar *g) {
     for (uint32_t i = 0; i < g->a.n_st; i++)
       if (g->cache[i] && !g->cache[i]->shared) gcache_free(g->cache[i]);
   free(g->local);
+  free(g->chain);
   free(g->cache);
   if (g->memo)
     for (size_t i = 0; i < MEMO_SLOTS; i++) free(g->memo[i].mask);

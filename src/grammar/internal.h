@@ -27,6 +27,13 @@ typedef struct gvocab {
                           sorted[tok_cum[j] .. tok_cum[end[j]]) */
   uint32_t *rare_cum;  /* per node (+1): earlier "rare" nodes (see vocab.c) */
   uint8_t *u8;         /* per node: UTF-8 decoding state after it, from the token's start */
+  uint32_t *spec_cum;  /* per node (+1): earlier "special" nodes: '"', '\\' or invalid UTF-8 */
+  uint8_t *ccn;        /* per node: characters completed from the token's start (saturating) */
+  uint8_t *mcc;        /* per node: the most characters of a token in its subtree (partial: 1) */
+  uint8_t *cct;        /* per sorted position: the token's characters (a partial last one: 1) */
+  uint32_t max_cc;     /* the most characters of a plain token */
+  uint32_t **plain;    /* [K], K <= max_cc: bitmap of the plain tokens (no rare node from the
+                          start) of at most K characters */
   const uint8_t **tb; /* per token id: bytes (NULL if left out) */
   uint32_t *tlen;
   int32_t *eos;
@@ -61,6 +68,7 @@ struct di_grammar {
   gp scratch;
   size_t cache_bytes;
   int32_t *local; /* per state, -1: scratch numbering for state keys */
+  int16_t *chain; /* per state: string-character chain length (mask.c), allocated on first use */
   /* Whole masks by the matcher configuration they were made for (the stacks
    * as state sequences, and whether the output is complete): a mask is a
    * function of that alone, and decoding revisits the same configuration
@@ -76,6 +84,11 @@ typedef struct gmemo {
 
 const gcache *grammar_state_cache(di_grammar *g, int32_t state);
 void gcache_free(gcache *c);
+/* A state's decisions computed afresh, not cached (tests: with and without
+ * the whole-subtree shortcuts, which must agree); free with gcache_free. */
+gcache *grammar_state_cache_fresh(di_grammar *g, int32_t state, bool shortcuts);
+/* The mask from node-by-node walks made now, bypassing every cache (tests). */
+void gmatcher_fill_mask_fresh(di_gmatcher *m, uint32_t *mask);
 
 /* Front ends: build the rules into g and return the root rule, or -1 with st set. */
 int32_t gfe_json_schema(gx *g, const char *src, size_t len, const di_grammar_opts *o, di_status *st);

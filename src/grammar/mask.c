@@ -63,33 +63,120 @@ static bool seq_to(const ga *a, int32_t st, const uint8_t (*rng)[2], int n, int3
   return true;
 }
 
-/* Whether state s comes back to itself after any one string character:
- * printable ASCII but '"' and '\\', or any valid UTF-8 sequence of a code
- * point >= 0x80 (the inside of a JSON string, between characters);
- * memo[s]: 0 unknown, 1 yes, 2 no. */
-static bool plain_loop(const ga *a, uint8_t *memo, int32_t s) {
-  static const uint8_t seqs[][4][2] = {
-      {{0xC2, 0xDF}, {0x80, 0xBF}},
-      {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
-      {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}},
-      {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}},
-      {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}},
-      {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
-      {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
-      {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
-  };
-  static const int len[] = {2, 3, 3, 3, 3, 4, 4, 4};
-  if (!memo[s]) {
-    bool yes = true;
-    for (unsigned b = 0x20; b < 0x7F && yes; b++)
-      if (b != '"' && b != '\\') yes = ga_step(a, s, (uint8_t)b) == s;
-    for (size_t k = 0; k < sizeof len / sizeof len[0] && yes; k++) yes = seq_to(a, s, seqs[k], len[k], s);
-    memo[s] = yes ? 1 : 2;
-  }
-  return memo[s] == 1;
+/* String characters: printable ASCII but '"' and '\\', and every valid
+ * UTF-8 sequence of a code point >= 0x80, as byte-range sequences. */
+static const uint8_t ascii_chars[][2] = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7E}};
+static const uint8_t u8_seqs[][4][2] = {
+    {{0xC2, 0xDF}, {0x80, 0xBF}},
+    {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
+    {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}},
+    {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+};
+static const int u8_len[] = {2, 3, 3, 3, 3, 4, 4, 4};
+
+/* The one state every string character leads to from s, or -1 (one is
+ * undefined, or two lead to different states). */
+static int32_t char_step(const ga *a, int32_t s) {
+  int32_t to = ga_step(a, s, 0x20);
+  if (to < 0) return -1;
+  for (size_t r = 0; r < 3; r++)
+    for (unsigned b = ascii_chars[r][0]; b <= ascii_chars[r][1]; b++)
+      if (ga_step(a, s, (uint8_t)b) != to) return -1;
+  for (size_t k = 0; k < sizeof u8_len / sizeof u8_len[0]; k++)
+    if (!seq_to(a, s, u8_seqs[k], u8_len[k], to)) return -1;
+  return to;
 }
 
-static gcache *compute(di_grammar *g, int32_t state) {
+/* Whether some byte edge of s reads a byte in [lo, hi]. */
+static bool reads_any(const ga *a, int32_t s, unsigned lo, unsigned hi) {
+  const ga_state *S = &a->st[s];
+  for (uint32_t j = 0; j < S->r_n; j++) {
+    const ga_range *r = &a->ranges[S->r_off + j];
+    if (r->lo <= hi && r->hi >= lo) return true;
+  }
+  return false;
+}
+
+enum { CHAIN_INF = 255 }; /* "at least 255": more than any token has characters */
+
+/* The string-character chain from state s: K >= 0 when s, and the states
+ * every string character leads through from it, are plain (not final, no
+ * calls) and, after exactly K characters, a state reads no string character
+ * nor the first byte of one (CHAIN_INF: the chain goes on past any token).
+ * Then a token of string characters only is accepted from s iff it has at
+ * most K characters (a partial last one counting as one): it cannot leave
+ * the rule, and every state on the way reads all of them. *ctl_ok: none of
+ * these states reads a control byte (0x00-0x1F, 0x7F), so tokens holding one
+ * among string characters are refused too. -1: no such chain.
+ * Memoised per grammar state in g->chain: 0 unknown, -1 none, -2 on the
+ * current path, else 1 + (K << 1 | ctl_ok). Caller holds g->mu. */
+static int chain_len(di_grammar *g, int32_t s, bool *ctl_ok) {
+  const ga *a = &g->a;
+  if (!g->chain && !(g->chain = calloc(a->n_st, sizeof *g->chain))) return -1;
+  int32_t path[CHAIN_INF + 1];
+  bool okp[CHAIN_INF + 1];
+  int n = 0, k_end = -1;
+  bool ok_end = true, truncated = false;
+  for (int32_t t = s;;) {
+    int16_t m = g->chain[t];
+    if (m > 0) {
+      k_end = (m - 1) >> 1;
+      ok_end = (m - 1) & 1;
+      break;
+    }
+    if (m == -1) break;
+    if (m == -2) { /* a cycle: the chain never ends */
+      k_end = CHAIN_INF;
+      break;
+    }
+    if (n == CHAIN_INF) { /* verified far enough for path[0] only */
+      k_end = CHAIN_INF;
+      truncated = true;
+      break;
+    }
+    const ga_state *S = &a->st[t];
+    if (S->final || S->c_n) break;
+    bool ctl = !reads_any(a, t, 0x00, 0x1F) && !reads_any(a, t, 0x7F, 0x7F);
+    if (!reads_any(a, t, 0x20, 0x21) && !reads_any(a, t, 0x23, 0x5B) && !reads_any(a, t, 0x5D, 0x7E) &&
+        !reads_any(a, t, 0x80, 0xFF)) {
+      g->chain[t] = (int16_t)(1 + ctl);
+      k_end = 0;
+      ok_end = ctl;
+      break;
+    }
+    int32_t u = char_step(a, t);
+    if (u < 0) {
+      g->chain[t] = -1;
+      break;
+    }
+    g->chain[t] = -2;
+    path[n] = t;
+    okp[n++] = ctl;
+    t = u;
+  }
+  bool ok = ok_end;
+  for (int j = n; j-- > 0;) {
+    ok = ok && okp[j];
+    int K = k_end < 0 ? -1 : (k_end + (n - j) > CHAIN_INF ? CHAIN_INF : k_end + (n - j));
+    if (truncated && j > 0) g->chain[path[j]] = 0;
+    else g->chain[path[j]] = (int16_t)(K < 0 ? -1 : 1 + (K << 1 | ok));
+  }
+  if (n == 0) {
+    if (k_end < 0 && g->chain[s] == 0) g->chain[s] = -1;
+    *ctl_ok = ok_end;
+    return k_end;
+  }
+  *ctl_ok = ok;
+  return k_end < 0 ? -1 : (k_end + n > CHAIN_INF ? CHAIN_INF : k_end + n);
+}
+
+/* The context-free decisions of one state: a walk of the vocabulary trie
+ * from it. shortcuts false: node by node only (tests compare the two). */
+static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   const gvocab *v = g->v;
   const ga *a = &g->a;
   gp *p = &g->scratch;
@@ -97,18 +184,31 @@ static gcache *compute(di_grammar *g, int32_t state) {
   uint32_t D = v->max_len + 1;
   gset *sets = calloc(D, sizeof *sets);
   bool *esc = calloc(D, 1);
+  bool *pp = calloc(D, 1); /* the path from the root reads string characters only */
   int32_t *simple = malloc(sizeof *simple * D);
-  uint8_t *loop = calloc(a->n_st, 1);
   simple[0] = state; /* the start is read from directly, without closure */
   gset one = {0};
   tokbuf unc = {0};
-  size_t words = ((size_t)v->n_vocab + 31) / 32, n_acc = 0;
+  size_t words = ((size_t)v->n_vocab + 31) / 32;
   uint32_t *acc = calloc(words, sizeof *acc); /* accepted tokens as bits: a walk may accept most of them */
-#define ACCEPT(t) (acc[(t) >> 5] |= 1u << ((t) & 31), n_acc++)
+#define ACCEPT(t) (acc[(t) >> 5] |= 1u << ((t) & 31))
+  /* From a state at the head of a string-character chain of K, the plain
+   * tokens of at most K characters are accepted (one bitmap) and every
+   * subtree below a plain path that holds no '"', '\\' or invalid UTF-8 is
+   * decided by that bitmap alone: its other tokens have more characters or a
+   * control byte, which the chain refuses. */
+  bool ctl_ok = false;
+  int k0 = shortcuts ? chain_len(g, state, &ctl_ok) : -1;
+  pp[0] = k0 >= 0 && ctl_ok;
   unc_rec ur = {.b = &unc, .min_depth = 0};
   for (uint32_t i = 0; i < v->n_nodes;) {
     uint32_t d = v->depth[i];
     if (d - 1 < ur.min_depth) ur.min_depth = d - 1;
+    pp[d] = pp[d - 1] && v->rare_cum[i + 1] == v->rare_cum[i];
+    if (pp[d] && v->spec_cum[v->end[i]] == v->spec_cum[i + 1]) {
+      i = v->end[i];
+      continue;
+    }
     bool popped = false;
     /* Fast path: while the walk is one plain state of a regular stretch
      * (no calls, not final) there is no stack to build. */
@@ -119,11 +219,20 @@ static gcache *compute(di_grammar *g, int32_t state) {
       if (t >= 0 && !a->st[t].c_n && !a->st[t].final) {
         simple[d] = t;
         /* a subtree of whole or partial string characters, below a node
-         * that ends one, in a state that comes back to itself after every
-         * string character: all its tokens are accepted, without a walk */
-        if (v->u8[i] == U8_BOUNDARY && v->end[i] > i + 1 && v->rare_cum[v->end[i]] == v->rare_cum[i + 1] &&
-            plain_loop(a, loop, t)) {
-          for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++) ACCEPT(v->sorted[k]);
+         * that ends one, from a state at the head of a string-character
+         * chain of K: its tokens of at most K more characters are accepted,
+         * the others refused, without a walk */
+        bool ok;
+        int K;
+        if (shortcuts && v->u8[i] == U8_BOUNDARY && v->end[i] > i + 1 &&
+            v->rare_cum[v->end[i]] == v->rare_cum[i + 1] && (K = chain_len(g, t, &ok)) >= 0) {
+          uint32_t base = v->ccn[i];
+          if (K == CHAIN_INF || v->mcc[i] <= base + (uint32_t)K) {
+            for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++) ACCEPT(v->sorted[k]);
+          } else {
+            for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++)
+              if (v->cct[k] <= base + (uint32_t)K) ACCEPT(v->sorted[k]);
+          }
           i = v->end[i];
           continue;
         }
@@ -154,14 +263,20 @@ static gcache *compute(di_grammar *g, int32_t state) {
       }
     i = v->end[i];
   }
+  if (pp[0]) {
+    const uint32_t *pl = v->plain[(uint32_t)k0 < v->max_cc ? (uint32_t)k0 : v->max_cc];
+    for (size_t w = 0; w < words; w++) acc[w] |= pl[w];
+  }
   for (uint32_t d = 0; d < D; d++) gset_free(&sets[d]);
   free(sets);
   free(simple);
-  free(loop);
+  free(pp);
   gset_free(&one);
   free(esc);
   gp_truncate(p, mark);
 #undef ACCEPT
+  size_t n_acc = 0;
+  for (size_t w = 0; w < words; w++) n_acc += (size_t)__builtin_popcount(acc[w]);
   gcache *c = calloc(1, sizeof *c);
   c->n_acc = (uint32_t)n_acc;
   if (n_acc * 32 > (size_t)v->n_vocab) {
@@ -182,13 +297,21 @@ static gcache *compute(di_grammar *g, int32_t state) {
   return c;
 }
 
+gcache *grammar_state_cache_fresh(di_grammar *g, int32_t state, bool shortcuts) {
+  pthread_mutex_lock(&g->mu);
+  gcache *c = compute(g, state, shortcuts);
+  pthread_mutex_unlock(&g->mu);
+  return c;
+}
+
 /* ---- sharing between grammars ----
  * A state's decisions depend only on the automaton reachable from it (its
  * rule's states and everything they call) and the vocabulary, so states with
  * the same canonical structure share one cache: JSON strings, numbers and
  * "any value" are computed once per process, not once per schema. */
 
-enum { SHARE_MAX_STATES = 4096, SHARE_SLOTS = 1 << 14 };
+/* Larger automata are schema-specific: hashing them costs more than sharing saves. */
+enum { SHARE_MAX_STATES = 512, SHARE_SLOTS = 1 << 14 };
 static const size_t SHARE_MAX_BYTES = (size_t)512 << 20;
 
 typedef struct share_ent {
@@ -288,7 +411,7 @@ const gcache *grammar_state_cache(di_grammar *g, int32_t state) {
       pthread_mutex_unlock(&share_mu);
     }
     if (!c) {
-      c = compute(g, state);
+      c = compute(g, state, true);
       if (keyed) {
         pthread_mutex_lock(&share_mu);
         gcache *other = share_find(key);

@@ -225,7 +225,7 @@ static void config_key(di_gmatcher *m, uint64_t key[2]) {
   key[1] = d.high64;
 }
 
-static void fill_mask_walk(di_gmatcher *m, uint32_t *mask);
+static void fill_mask_walk(di_gmatcher *m, uint32_t *mask, bool fresh);
 
 void di_gmatcher_fill_mask(di_gmatcher *m, uint32_t *mask) {
   di_grammar *g = m->g;
@@ -244,7 +244,7 @@ void di_gmatcher_fill_mask(di_gmatcher *m, uint32_t *mask) {
     }
   }
   pthread_mutex_unlock(&g->mu);
-  fill_mask_walk(m, mask);
+  fill_mask_walk(m, mask, false);
   if (!e) return;
   pthread_mutex_lock(&g->mu);
   if (!e->mask) e->mask = malloc(bytes);
@@ -256,7 +256,15 @@ void di_gmatcher_fill_mask(di_gmatcher *m, uint32_t *mask) {
   pthread_mutex_unlock(&g->mu);
 }
 
-static void fill_mask_walk(di_gmatcher *m, uint32_t *mask) {
+void gmatcher_fill_mask_fresh(di_gmatcher *m, uint32_t *mask) { fill_mask_walk(m, mask, true); }
+
+/* The state's cached decisions, or (fresh) a node-by-node walk made now. */
+static const gcache *state_cache(di_grammar *g, int32_t s, bool fresh, gcache **own) {
+  if (!fresh) return grammar_state_cache(g, s);
+  return *own = grammar_state_cache_fresh(g, s, false);
+}
+
+static void fill_mask_walk(di_gmatcher *m, uint32_t *mask, bool fresh) {
   di_grammar *g = m->g;
   const gvocab *v = g->v;
   memset(mask, 0, di_grammar_mask_words(g) * sizeof *mask);
@@ -271,17 +279,21 @@ static void fill_mask_walk(di_gmatcher *m, uint32_t *mask) {
     int32_t s = m->pool.state[m->sets[h->off + i]];
     if (m->stamp_state[s] == m->stamp) continue;
     m->stamp_state[s] = m->stamp;
-    const gcache *c = grammar_state_cache(g, s);
+    gcache *own = NULL;
+    const gcache *c = state_cache(g, s, fresh, &own);
     if (c->acc_bits)
       for (size_t w = 0; w < words; w++) mask[w] |= c->acc_bits[w];
     else
       for (uint32_t k = 0; k < c->n_acc; k++) mask[c->acc_list[k] >> 5] |= 1u << (c->acc_list[k] & 31);
+    gcache_free(own);
   }
   size_t mark = m->pool.n;
   for (uint32_t i = 0; i < h->n; i++) {
     int32_t x = m->sets[h->off + i];
-    const gcache *c = grammar_state_cache(g, m->pool.state[x]);
+    gcache *own = NULL;
+    const gcache *c = state_cache(g, m->pool.state[x], fresh, &own);
     if (c->n_unc) walk_uncertain(m, c, x, mask);
+    gcache_free(own);
   }
   gp_truncate(&m->pool, mark);
   if (h->accepting)

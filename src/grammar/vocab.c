@@ -45,6 +45,66 @@ static uint8_t u8_step(uint8_t s, uint8_t b) {
   }
 }
 
+/* Character counts for the string-chain shortcuts in mask.c: in a state from
+ * which every string character leads on through a chain of exactly K more
+ * such states, a token made of string characters is accepted iff it has at
+ * most K characters (a partial last one counts as one). "Plain" tokens (no
+ * rare node from their start) of at most K characters are kept as one bitmap
+ * per K, so a walk from such a state ORs one bitmap instead of visiting them. */
+static void char_counts(gvocab *v) {
+  uint32_t nn = v->n_nodes;
+  size_t words = ((size_t)v->n_vocab + 31) / 32;
+  v->spec_cum = malloc(sizeof *v->spec_cum * (nn + 1));
+  v->ccn = malloc(nn ? nn : 1);
+  v->mcc = malloc(nn ? nn : 1);
+  v->cct = malloc(v->tok_cum[nn] ? v->tok_cum[nn] : 1);
+  uint8_t *cc = malloc(v->max_len + 1); /* characters completed per depth along the walk */
+  bool *plain = malloc(v->max_len + 1); /* no rare node so far, per depth */
+  cc[0] = 0;
+  plain[0] = true;
+  v->spec_cum[0] = 0;
+  v->max_cc = 0;
+  for (uint32_t i = 0; i < nn; i++) {
+    uint32_t d = v->depth[i];
+    uint8_t b = v->byte[i];
+    bool rare = v->rare_cum[i + 1] > v->rare_cum[i];
+    v->spec_cum[i + 1] = v->spec_cum[i] + (v->u8[i] == U8_INVALID || b == '"' || b == '\\');
+    cc[d] = (uint8_t)(cc[d - 1] + (v->u8[i] == U8_BOUNDARY && cc[d - 1] < 255));
+    v->ccn[i] = cc[d];
+    plain[d] = plain[d - 1] && !rare;
+    uint8_t tc = (uint8_t)(cc[d] + (v->u8[i] != U8_BOUNDARY && cc[d] < 255));
+    for (uint32_t k = 0; k < v->t_n[i]; k++) v->cct[v->t_off[i] + k] = tc;
+    if (v->t_n[i] && plain[d] && tc > v->max_cc) v->max_cc = tc;
+  }
+  /* subtree maxima, children before parents: nodes are in preorder */
+  for (uint32_t i = nn; i-- > 0;) {
+    uint8_t m = v->t_n[i] ? v->cct[v->t_off[i]] : 0;
+    for (uint32_t j = i + 1; j < v->end[i]; j = v->end[j])
+      if (v->mcc[j] > m) m = v->mcc[j];
+    v->mcc[i] = m;
+  }
+  v->plain = calloc(v->max_cc + 1, sizeof *v->plain);
+  uint32_t *bits = calloc(words * (v->max_cc + 1), sizeof *bits);
+  for (uint32_t i = 0; i < nn; i++) {
+    uint32_t d = v->depth[i];
+    bool ok = v->rare_cum[i + 1] == v->rare_cum[i] && (d == 1 || plain[d - 1]);
+    plain[d] = ok;
+    if (!ok) continue;
+    for (uint32_t k = 0; k < v->t_n[i]; k++) {
+      int32_t t = v->sorted[v->t_off[i] + k];
+      uint8_t c = v->cct[v->t_off[i] + k];
+      bits[(size_t)c * words + ((uint32_t)t >> 5)] |= 1u << (t & 31);
+    }
+  }
+  for (uint32_t K = 0; K <= v->max_cc; K++) {
+    v->plain[K] = bits + (size_t)K * words;
+    if (K)
+      for (size_t w = 0; w < words; w++) v->plain[K][w] |= v->plain[K - 1][w];
+  }
+  free(cc);
+  free(plain);
+}
+
 static gvocab *build(const di_tokenizer *tok, di_status *st) {
   gvocab *v = calloc(1, sizeof *v);
   v->tok = tok;
@@ -118,6 +178,7 @@ static gvocab *build(const di_tokenizer *tok, di_status *st) {
     v->rare_cum[i + 1] = v->rare_cum[i] + rare;
   }
   free(at);
+  char_counts(v);
   const int32_t *eos;
   v->n_eos = di_tokenizer_eos(tok, &eos);
   v->eos = malloc(sizeof *v->eos * (v->n_eos + 1));

@@ -1,0 +1,128 @@
+/* Grammar mask caches are exact: for grammars built to exercise the
+ * whole-subtree shortcuts of mask.c (strings with length bounds and
+ * patterns, escapes, Unicode, byte classes that admit control bytes), every
+ * state's cached decisions equal a node-by-node walk of the vocabulary trie,
+ * and along random token walks (with rollbacks, so memoised configurations
+ * come back) each mask the matcher gives equals one computed afresh without
+ * any cache. Llama 3 tokenizer. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "test_tok.h"
+#include "grammar/internal.h"
+
+static di_tokenizer *tok;
+
+/* Same accepted set and the same uncertain tokens in the same order. */
+static bool same_cache(const gcache *a, const gcache *b, int32_t V) {
+  if (a->n_acc != b->n_acc || a->n_unc != b->n_unc) return false;
+  size_t words = ((size_t)V + 31) / 32;
+  uint32_t *x = calloc(words, 4), *y = calloc(words, 4);
+  const gcache *c[2] = {a, b};
+  uint32_t *m[2] = {x, y};
+  for (int i = 0; i < 2; i++) {
+    if (c[i]->acc_bits) memcpy(m[i], c[i]->acc_bits, words * 4);
+    else
+      for (uint32_t k = 0; k < c[i]->n_acc; k++) m[i][c[i]->acc_list[k] >> 5] |= 1u << (c[i]->acc_list[k] & 31);
+  }
+  bool ok = !memcmp(x, y, words * 4) && (!a->n_unc || (!memcmp(a->unc, b->unc, a->n_unc * sizeof *a->unc) &&
+                                                       !memcmp(a->unc_lcp, b->unc_lcp, a->n_unc * sizeof *a->unc_lcp)));
+  free(x);
+  free(y);
+  return ok;
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (uint32_t)(rng >> 11);
+}
+
+static void check_grammar(di_grammar_kind kind, const char *src, int walks, int steps) {
+  di_grammar *g = NULL;
+  di_grammar_opts o = {.ws = DI_JSON_WS_PYTHON};
+  di_status st = {0};
+  CHECKF(!di_grammar_compile(tok, kind, src, src ? strlen(src) : 0, &o, &g, &st), "%s: %s", src, st.msg);
+  if (!g) return;
+  int32_t V = di_grammar_n_vocab(g);
+  /* every state: cached (shortcuts, shared between grammars) == node-by-node walk */
+  int bad = 0;
+  for (uint32_t s = 0; s < g->a.n_st && s < 400; s++) {
+    const gcache *c = grammar_state_cache(g, (int32_t)s);
+    gcache *f = grammar_state_cache_fresh(g, (int32_t)s, false);
+    if (!same_cache(c, f, V) && bad++ < 3)
+      fprintf(stderr, "%s: state %u: cached %u accepted / %u uncertain, walk %u / %u\n", src ? src : "(any)", s,
+              c->n_acc, c->n_unc, f->n_acc, f->n_unc);
+    gcache_free(f);
+  }
+  CHECKF(bad == 0, "%s: %d states whose cached decisions differ from a walk", src ? src : "(any)", bad);
+  /* random walks: the matcher's masks (memoised, cached) == masks made afresh */
+  size_t words = di_grammar_mask_words(g);
+  uint32_t *mask = malloc(words * 4), *ref = malloc(words * 4);
+  int32_t *allowed = malloc(sizeof *allowed * (size_t)V);
+  int diff = 0;
+  for (int w = 0; w < walks; w++) {
+    di_gmatcher *m = NULL;
+    di_gmatcher_new(g, &m, &st);
+    for (int k = 0; k < steps; k++) {
+      di_gmatcher_fill_mask(m, mask);
+      gmatcher_fill_mask_fresh(m, ref);
+      if (memcmp(mask, ref, words * 4) && diff++ < 3)
+        fprintf(stderr, "%s: walk %d step %d: mask differs from a fresh one\n", src ? src : "(any)", w, k);
+      size_t n = 0;
+      for (int32_t t = 0; t < V; t++)
+        if (mask[t >> 5] >> (t & 31) & 1 && di_tokenizer_token_bytes(tok, t, &(size_t){0}) &&
+            !di_tokenizer_is_special(tok, t))
+          allowed[n++] = t;
+      if (!n) break;
+      /* short tokens now and then, so long strings and their bounds are reached */
+      int32_t t = allowed[rnd() % n];
+      if (rnd() % 2) {
+        int32_t u = allowed[rnd() % n];
+        size_t lt, lu;
+        di_tokenizer_token_bytes(tok, t, &lt);
+        di_tokenizer_token_bytes(tok, u, &lu);
+        if (lu < lt) t = u;
+      }
+      CHECK(di_gmatcher_accept_token(m, t));
+      if (k > 2 && rnd() % 5 == 0) di_gmatcher_rollback(m, 1 + rnd() % 2);
+    }
+    di_gmatcher_free(m);
+  }
+  CHECKF(diff == 0, "%s: %d masks differ from fresh ones", src ? src : "(any)", diff);
+  free(mask);
+  free(ref);
+  free(allowed);
+  di_grammar_release(g);
+}
+
+int main(void) {
+  tok = di_test_tokenizer("llama3");
+  if (!tok) {
+    fprintf(stderr, "test_grammar_cache: llama3 tokenizer not available\n");
+    return 77;
+  }
+  /* length-bounded strings: chains of states, one per character */
+  check_grammar(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"maxLength\":6}", 6, 12);
+  check_grammar(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"minLength\":3,\"maxLength\":20}", 4, 16);
+  check_grammar(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":2}}", 4, 20);
+  check_grammar(DI_GRAMMAR_JSON_SCHEMA,
+                "{\"type\":\"object\",\"properties\":{\"k\":{\"type\":\"string\",\"minLength\":1},"
+                "\"v\":{\"type\":\"string\",\"pattern\":\"^[a-z\\u00e9]{0,3}$\"}},\"required\":[\"k\",\"v\"]}",
+                4, 16);
+  /* plain strings, escapes and "any JSON" */
+  check_grammar(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\"}", 4, 16);
+  check_grammar(DI_GRAMMAR_JSON_ANY, NULL, 4, 16);
+  /* byte classes that read control bytes, a chain that ends in a letter class,
+   * and a bounded repetition of any character */
+  check_grammar(DI_GRAMMAR_GBNF, "root ::= \"<\" [^>]* \">\"", 3, 12);
+  check_grammar(DI_GRAMMAR_GBNF, "root ::= [^\\x00-\\x1f\"\\\\]{0,4} [a-z]+", 3, 12);
+  check_grammar(DI_GRAMMAR_REGEX, ".{0,7}x", 3, 10);
+  check_grammar(DI_GRAMMAR_REGEX, "[ -~]{2,9}", 3, 10);
+  di_tokenizer_free(tok);
+  return di_test_finish("test_grammar_cache");
+}
