@@ -356,7 +356,7 @@ static void st_qk(stage_ctx *c, int t) {
   const di_layer_weights *L = c->L;
   const di_backend *be = f->be;
   const int H = hp->n_head, HKV = hp->n_head_kv, hd = hp->head_dim, kvd = HKV * hd, rd = hp->rope_dim;
-  const size_t qo = (size_t)c->head0 * (H / HKV) * hd, ko = (size_t)c->head0 * hd; /* into the biases */
+  const size_t qo = ((size_t)c->head0 * (H / HKV) + c->qhead0) * hd, ko = (size_t)c->head0 * hd; /* into the biases */
   float *q = f->q + (size_t)t * H * hd, *k = f->k + (size_t)t * kvd, *v = f->v + (size_t)t * kvd;
   if (L->bq.data) be->add(q, (const float *)L->bq.data + qo, H * hd);
   if (L->bk.data) be->add(k, (const float *)L->bk.data + ko, kvd);
@@ -552,30 +552,34 @@ static const di_tensor *first_matmul(const di_hparams *hp, const di_layer_weight
  * weight rows, unsplit), their cache (the rank's pool holds only its KV
  * heads) and attention, then every rank's heads gathered into f->att for
  * the column-split output projection. Heads are independent, so each one's
- * values are those of one rank. */
+ * values are those of one rank. With a single KV head (di_tp_qheads_split)
+ * the rank's query heads instead, over K/V computed and cached whole. */
 static di_code attn_heads(stage_ctx *sc, bool swa, di_status *st) {
   di_forward_ctx *f = sc->f;
   const di_hparams *hp = &f->m->hp;
   const di_layer_weights *L = sc->L;
   const int T = sc->b->n_tokens;
-  int g0, g1;
-  di_tp_heads(hp->n_head_kv, f->m->tp_rank, f->m->tp_size, &g0, &g1);
+  const bool mqa = di_tp_qheads_split(hp, f->m->tp_size);
+  int g0, g1; /* KV heads, or query heads under mqa */
+  di_tp_heads(mqa ? hp->n_head : hp->n_head_kv, f->m->tp_rank, f->m->tp_size, &g0, &g1);
   di_hparams ahp = *hp;
-  ahp.n_head_kv = g1 - g0;
-  ahp.n_head = ahp.n_head_kv * (hp->n_head / hp->n_head_kv);
+  ahp.n_head_kv = mqa ? 1 : g1 - g0;
+  ahp.n_head = mqa ? g1 - g0 : ahp.n_head_kv * (hp->n_head / hp->n_head_kv);
   const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};
   float *qkv_y[] = {f->q, f->k, f->v};
-  f->tp_local = true;
+  f->tp_local = true; /* under mqa wk and wv are whole: all their columns */
   di_fwd_matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
   f->tp_local = false;
-  sc->ahp = &ahp, sc->head0 = g0;
+  sc->ahp = &ahp, sc->head0 = mqa ? 0 : g0, sc->qhead0 = mqa ? g0 : 0;
   di_fwd_par_tokens(sc, st_qk);
-  sc->ahp = NULL, sc->head0 = 0;
-  const int64_t w = (int64_t)(hp->n_head / hp->n_head_kv) * hp->head_dim; /* a KV head's query heads' columns */
-  float *att = di_fwd_tp_heads_buf(f, (size_t)T * (size_t)(hp->n_head_kv * w));
+  sc->ahp = NULL, sc->head0 = sc->qhead0 = 0;
+  /* the columns of one gathered group: a KV head's query heads, or one query head */
+  const int G = mqa ? hp->n_head : hp->n_head_kv;
+  const int64_t w = (int64_t)(hp->n_head / G) * hp->head_dim;
+  float *att = di_fwd_tp_heads_buf(f, (size_t)T * (size_t)(G * w));
   if (!att) return DI_OK; /* the step has failed (di_fwd_tp_result says why) */
   di_code rc = f->be->attn(f->attn, f->tp, &ahp, sc->kv, sc->b, sc->loc.table, sc->loc.layer, swa, f->q, att, st);
-  if (!rc) di_fwd_tp_gather_heads(f, f->att, T, hp->n_head_kv, w, &L->wo);
+  if (!rc) di_fwd_tp_gather_heads(f, f->att, T, G, w, &L->wo);
   return rc;
 }
 
@@ -590,7 +594,7 @@ di_code di_fwd_layer(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const
   if (first) par_rows_prep(&sc, st_attn_norm, first_matmul(hp, L), f->xn);
   if (L->attn == DI_ATTN_MLA) {
     if ((rc = di_fwd_attn_mla(&sc, st))) return rc;
-  } else if (f->tpar && di_tp_heads_split(hp, f->m->tp_size)) {
+  } else if (f->tpar && (di_tp_heads_split(hp, f->m->tp_size) || di_tp_qheads_split(hp, f->m->tp_size))) {
     if ((rc = attn_heads(&sc, swa, st))) return rc;
   } else {
     const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};

@@ -116,6 +116,7 @@ typedef struct stage_ctx {
    * n_head_kv) and its first KV head; NULL: the model's */
   const di_hparams *ahp;
   int head0;
+  int qhead0; /* split by query heads alone (di_tp_qheads_split): the rank's first one */
   int64_t c0, c1; /* st_glu: the rank's columns of the FFN (c1 <= c0: all) */
   int n_items;     /* di_fwd_par_items */
 } stage_ctx;

@@ -222,6 +222,12 @@ static inline void di_tp_experts(int E, int rank, int size, int *e0, int *e1) {
 static inline bool di_tp_heads_split(const di_hparams *hp, int size) {
   return size > 1 && hp->attn_kind == DI_ATTN_GQA && hp->n_head_kv >= size;
 }
+/* GQA with a single KV head (MQA; Gemma 3 270M) split by query heads, every
+ * rank at least one: K/V are computed and cached whole on every rank (one
+ * head, small), each rank's query heads attend over them. */
+static inline bool di_tp_qheads_split(const di_hparams *hp, int size) {
+  return size > 1 && hp->attn_kind == DI_ATTN_GQA && hp->n_head_kv == 1 && hp->n_head >= size;
+}
 /* MLA (DeepSeek-V2/V3) split by query heads, every rank at least one: each
  * head's absorbed query, attention over the shared latent rows and value
  * projection are its own; the latent cache, read by every head, stays whole. */

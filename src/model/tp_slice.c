@@ -4,7 +4,8 @@
  * so those are the only rows of those matrices r ever reads: the rest are cut
  * off here, before the backend prepares (packs) the weights. Where attention
  * is split by heads (di_tp_heads_split), Q/K/V keep the rank's heads' rows;
- * MLA's query projection likewise (di_tp_mla_heads_split). */
+ * MLA's query projection likewise (di_tp_mla_heads_split), and a single KV
+ * head's query projection (di_tp_qheads_split; its K/V stay whole). */
 #include <stdint.h>
 
 #include "model/model.h"
@@ -81,13 +82,19 @@ static size_t walk(di_model *m, plan *p) {
     di_layer_weights *L = &m->layers[il];
     if (L->attn == DI_ATTN_DSV4) continue;
     const bool heads = L->attn == DI_ATTN_GQA && di_tp_heads_split(&m->hp, p->size);
+    const bool qheads = L->attn == DI_ATTN_GQA && di_tp_qheads_split(&m->hp, p->size); /* K/V whole */
     if (heads) cut_heads(p, &m->hp, L);
+    if (qheads) {
+      int h0, h1;
+      di_tp_heads(m->hp.n_head, p->rank, p->size, &h0, &h1);
+      cut_range(p, &L->wq, h0 * (int64_t)m->hp.head_dim, h1 * (int64_t)m->hp.head_dim);
+    }
     const di_tensor *mla_q = NULL; /* cut by heads, not by columns */
     if (L->attn == DI_ATTN_MLA && di_tp_mla_heads_split(&m->hp, p->size))
       mla_q = cut_mla_heads(p, &m->hp, L);
     di_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wq_a, &L->wq_b, &L->wkv_a, &L->w_gate, &L->w_up,
                        &L->w_down, &L->router, &L->sh_gate, &L->sh_up, &L->sh_down};
-    for (size_t i = heads ? 3 : 0; i < sizeof ts / sizeof *ts; i++)
+    for (size_t i = heads || qheads ? 3 : 0; i < sizeof ts / sizeof *ts; i++)
       if (ts[i] != mla_q) cut_rows(p, ts[i]);
     if (L->ffn == DI_FFN_MOE) {
       cut_experts(p, &m->hp, L->exp_gate);

@@ -122,7 +122,9 @@ def test_logits_smollm2(tmp_path):
 
 
 def test_logits_gemma3(tmp_path):
-    check_logits(tmp_path, GEMMA, [2])
+    # one KV head: split by query heads (2+2, 2+1+1) over K/V computed and cached on every rank
+    one, stats = check_logits(tmp_path, GEMMA, [2, 3])
+    assert all(st["kv_bytes"] == one["kv_bytes"] * len(st["kv_bytes"]) for st in stats.values())
 
 
 def test_logits_deepseek_v3_tiny(tmp_path):
