@@ -26,6 +26,7 @@ def write_safetensors(path, tensors):
         blobs.append(b)
         off += len(b)
     h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)  # as safetensors pads it: the f32 data 4-byte aligned where the file is mapped
     Path(path).write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
