@@ -66,8 +66,20 @@ void di_fwd_ffn_moe(stage_ctx *sc) {
   if (hp->n_expert_shared > 0) {
     const di_tensor *gu[] = {&L->sh_gate, &L->sh_up};
     float *gy[] = {f->gate, f->up};
-    di_fwd_matmul_n(f, gu, gy, 2, f->xn, T);
-    glu_rows(f, T, hp->n_ff_shexp);
+    const int64_t FS = hp->n_ff_shexp;
+    if (f->tpar) { /* as a dense FFN under tensor parallel: the GLU on the rank's columns, one gather */
+      f->tp_keep = true;
+      di_fwd_matmul_n(f, gu, gy, 2, f->xn, T);
+      f->tp_keep = false;
+      int64_t c0, c1;
+      di_tp_cols(FS, f->m->tp_rank, f->m->tp_size, &c0, &c1);
+      for (int t = 0; t < T && c1 > c0; t++)
+        f->be->glu(f->gate + t * FS + c0, f->up + t * FS + c0, (int)(c1 - c0), hp->act);
+      di_fwd_tp_gather(f, &L->sh_gate, f->gate, T, &L->sh_down);
+    } else {
+      di_fwd_matmul_n(f, gu, gy, 2, f->xn, T);
+      glu_rows(f, T, (int)FS);
+    }
     di_fwd_matmul(f, &L->sh_down, f->gate, T, f->tmp);
     for (int t = 0; t < T; t++) f->be->add(f->tmp + (size_t)t * D, f->acc + (size_t)t * D, D);
   } else {
