@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Paper model of --tp across hosts (issue 37), from the exchanges the code
-makes per decode token (graph/forward_tp.c, f32 values: per GQA layer the
-attention heads' outputs, o, the GLU output, down; MLA keeps its Q/K/V-side
-gathers; MoE layers: one all-gather of the experts' output rows), and the
-memory each host then holds (model/tp_slice.c: split matrices 1/N, the rest
-replicated; GQA KV cache 1/N by KV head, MLA's latent cache replicated).
+makes per decode token (graph/forward_tp.c: per GQA layer the attention heads'
+outputs, o, the GLU output, down; per MLA layer q_a + kv_a, the heads'
+outputs, o; MoE layers: the router, one all-gather of the experts' output
+rows, the shared expert's GLU output and down; the classifier's columns), and
+the memory each host then holds (model/tp_slice.c: split matrices 1/N, the
+rest replicated; GQA KV cache 1/N by KV head, MLA's latent cache replicated).
 
   t_token(N) = W_active / (N * B_mem) + sum over exchanges of ring_allgather(N, S)
   ring_allgather(N, S) = (N - 1) * alpha + (N - 1) / N * S / beta
@@ -12,26 +13,31 @@ replicated; GQA KV cache 1/N by KV head, MLA's latent cache replicated).
 Stated link and host: --alpha (one-way latency, default 5 us), --gbit (default
 25 GbE), --mem-gbs (each host's achievable read bandwidth, default 100 GB/s).
 Weights read per token: Q4_0-like 4.5 bits per parameter. One rank per host;
-prints predicted decode tok/s for 1-8 hosts, f32 exchanges (what the code does
-today) and int8 (the activation format the kernels consume, not done yet), and
-GB of weights per host plus KV bytes per token per host (f16 cache)."""
+prints predicted decode tok/s for 1-8 hosts with every exchange in f32 (the
+code before the int8 gathers) and as the code does now (the gathers that feed
+a matmul in its int8 activation blocks, 34 bytes per 32 values; the others,
+which feed norms, residuals, expert sums and logits, in f32), and GB of
+weights per host plus KV bytes per token per host (f16 cache)."""
 import argparse
+
+
+Q8 = 34 / 32  # bytes per value of an int8 activation block
 
 
 def llama70b():
     L, D, kv, F, V = 80, 8192, 1024, 28672, 128256
-    per_layer = [D, D, F, D]  # heads' outputs, o, GLU output, down
+    per_layer = [(D, Q8), (D, 4), (F, Q8), (D, 4)]  # heads' outputs, o, GLU output, down
     # replicated: the token embedding (untied: the classifier is split); KV: 8 heads, split
-    return dict(name="70B-shaped (Llama-3 70B)", params=70.6e9, exch=per_layer * L + [V], repl=V * D,
+    return dict(name="70B-shaped (Llama-3 70B)", params=70.6e9, exch=per_layer * L + [(V, 4)], repl=V * D,
                 kv_split=L * 2 * kv * 2, kv_repl=0)
 
 
 def deepseek_v3():
     L, dense, D, V = 61, 3, 7168, 129280
-    attn = [1536 + 576, 128 * 192, D]  # q_a + kv_a, q_b, o  (MLA, absorbed)
-    dense_ffn = [18432, D]  # GLU output, down
-    moe = [256, 8 * D, 2048, D]  # router, expert rows (8 per token), shared GLU output, shared down
-    ex = (attn + dense_ffn) * dense + (attn + moe) * (L - dense) + [V]
+    attn = [(1536 + 576, 4), (128 * 128, Q8), (D, 4)]  # q_a + kv_a, heads' outputs, o  (MLA, absorbed)
+    dense_ffn = [(18432, Q8), (D, 4)]  # GLU output, down
+    moe = [(256, 4), (8 * D, 4), (2048, Q8), (D, 4)]  # router, expert rows (8 per token), shared GLU, down
+    ex = (attn + dense_ffn) * dense + (attn + moe) * (L - dense) + [(V, 4)]
     # memory: all 671B parameters are held (experts placed 1/N); replicated: the embedding and
     # kv_b (file rows plus its f32 absorbed copy, 4 bytes a value: counted as 7.1 Q4 parameters)
     kv_b = 128 * 256 * 512
@@ -49,16 +55,19 @@ def main():
     print(f"link {a.gbit:g} Gbit/s, {a.alpha * 1e6:g} us one way; {a.mem_gbs:g} GB/s memory per host; Q4 weights")
     for m in (llama70b(), deepseek_v3()):
         w = m["params"] * 4.5 / 8
-        n_ex, vals = len(m["exch"]), sum(m["exch"])
-        print(f"\n{m['name']}: {w / 1e9:.1f} GB read per token, {n_ex} exchanges of {vals * 4 / 1e6:.1f} MB (f32) per token")
-        print("hosts  compute ms  exch ms f32  tok/s f32  speedup  exch ms int8  tok/s int8  speedup"
+        n_ex, vals = len(m["exch"]), sum(v for v, _ in m["exch"])
+        now = sum(v * b for v, b in m["exch"])
+        print(f"\n{m['name']}: {w / 1e9:.1f} GB read per token, {n_ex} exchanges per token: "
+              f"{vals * 4 / 1e6:.1f} MB in f32, {now / 1e6:.1f} MB now")
+        print("hosts  compute ms  exch ms f32  tok/s f32  speedup   exch ms now   tok/s now  speedup"
               "  GB/host  KV B/token/host")
         base = None
         for n in range(1, 9):
             comp = w / (n * a.mem_gbs * 1e9)
             row = [n, comp * 1e3]
-            for bpv in (4, 1):
-                comm = sum((n - 1) * a.alpha + (n - 1) / n * s * bpv / beta for s in m["exch"]) if n > 1 else 0
+            for f32 in (True, False):
+                comm = sum((n - 1) * a.alpha + (n - 1) / n * s * (4 if f32 else b) / beta
+                           for s, b in m["exch"]) if n > 1 else 0
                 row += [comm * 1e3, 1 / (comp + comm)]
             base = base or (row[3], row[5])
             held, repl = m.get("held", m["params"]), m["repl"]
