@@ -238,7 +238,7 @@ static di_code determinize(dfa_build *b, int32_t rule, int32_t ns, int32_t ne, o
     *S = (ga_state){.rule = rule, .r_off = (uint32_t)o->n_r, .c_off = (uint32_t)o->n_c};
     /* gather edges */
     size_t ne_ = 0;
-    bool bound[257] = {0};
+    uint64_t bound[5] = {1, 0, 0, 0, 1}; /* byte-interval boundaries as bits: 0 and 256 */
     for (uint32_t i = 0; i < b->set_len[id]; i++) {
       int32_t s = b->pool[b->set_off[id] + i];
       if (s == ne) S->final = true;
@@ -247,15 +247,20 @@ static di_code determinize(dfa_build *b, int32_t rule, int32_t ns, int32_t ne, o
         GROW(ed, cap_ed, ne_ + 1);
         ed[ne_++] = b->e[j];
         if (b->e[j].kind == E_BYTES) {
-          bound[b->e[j].lo] = true;
-          bound[b->e[j].hi + 1] = true;
+          unsigned lo = b->e[j].lo, hi = b->e[j].hi + 1u;
+          bound[lo >> 6] |= 1ull << (lo & 63);
+          bound[hi >> 6] |= 1ull << (hi & 63);
         }
       }
     }
-    /* byte intervals */
+    /* byte intervals: between consecutive boundaries, found by bit scans (a
+     * state has few edges; scanning all 256 bytes per state dominated compile
+     * time) */
     for (int lo = 0; lo < 256;) {
-      int hi = lo + 1;
-      while (hi < 256 && !bound[hi]) hi++;
+      int k = (lo + 1) >> 6; /* the next boundary above lo (256 always is one) */
+      uint64_t w = bound[k] & (~0ull << ((lo + 1) & 63));
+      while (!w) w = bound[++k];
+      int hi = (k << 6) + __builtin_ctzll(w);
       size_t nt = 0;
       for (size_t j = 0; j < ne_; j++)
         if (ed[j].kind == E_BYTES && ed[j].lo <= lo && lo <= ed[j].hi) {
@@ -297,11 +302,6 @@ static di_code determinize(dfa_build *b, int32_t rule, int32_t ns, int32_t ne, o
   }
   free(ed);
   return DI_OK;
-}
-
-static int cmp_from(const void *x, const void *y) {
-  const nedge *a = x, *c = y;
-  return a->from < c->from ? -1 : a->from > c->from;
 }
 
 /* ---- analysis ---- */
@@ -431,10 +431,21 @@ out:
 
 /* CSR adjacency of n's edges (sorted in place) and scratch for determinize. */
 static void dfa_build_init(dfa_build *b, nfa *n) {
-  if (n->n_e > 1) qsort(n->e, n->n_e, sizeof *n->e, cmp_from);
+  /* a counting sort by source state (stable: edges keep their build order) */
   b->off = calloc((size_t)n->n_st + 1, sizeof *b->off);
   for (size_t i = 0; i < n->n_e; i++) b->off[n->e[i].from + 1]++;
   for (int32_t i = 0; i < n->n_st; i++) b->off[i + 1] += b->off[i];
+  if (n->n_e > 1) {
+    nedge *sorted = malloc(n->n_e * sizeof *sorted);
+    uint32_t *at = malloc(((size_t)n->n_st + 1) * sizeof *at);
+    if (!sorted || !at) abort();
+    memcpy(at, b->off, ((size_t)n->n_st + 1) * sizeof *at);
+    for (size_t i = 0; i < n->n_e; i++) sorted[at[n->e[i].from]++] = n->e[i];
+    free(at);
+    free(n->e);
+    n->e = sorted;
+    n->cap_e = n->n_e;
+  }
   b->e = n->e;
   b->mark = calloc((size_t)n->n_st, sizeof *b->mark);
   GROW(b->tmp, b->cap_tmp, 16);
