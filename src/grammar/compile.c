@@ -103,8 +103,9 @@ static void build(nfa *n, const gx *g, int32_t x, int32_t from, int32_t to) {
 /* ---- subset construction ---- */
 
 typedef struct dfa_build {
-  /* NFA adjacency (CSR by from) */
-  uint32_t *off;
+  /* NFA adjacency (CSR by from): state s's epsilon edges are
+   * e[off[s] .. mid[s]), its byte and call edges e[mid[s] .. off[s + 1]) */
+  uint32_t *off, *mid;
   nedge *e;
   /* interned DFA state sets */
   int32_t *pool;
@@ -158,8 +159,8 @@ static int32_t intern_closure(dfa_build *b, size_t n, bool *is_new) {
     GROW(b->pool, b->cap_pool, b->n_pool + 1);
     b->pool[b->n_pool++] = s;
     outn++;
-    for (uint32_t j = b->off[s]; j < b->off[s + 1]; j++)
-      if (b->e[j].kind == E_EPS && b->mark[b->e[j].to] != b->stamp) {
+    for (uint32_t j = b->off[s]; j < b->mid[s]; j++)
+      if (b->mark[b->e[j].to] != b->stamp) {
         b->mark[b->e[j].to] = b->stamp;
         GROW(b->stack, b->cap_stack, sp + 1);
         b->stack[sp++] = b->e[j].to;
@@ -242,8 +243,7 @@ static di_code determinize(dfa_build *b, int32_t rule, int32_t ns, int32_t ne, o
     for (uint32_t i = 0; i < b->set_len[id]; i++) {
       int32_t s = b->pool[b->set_off[id] + i];
       if (s == ne) S->final = true;
-      for (uint32_t j = b->off[s]; j < b->off[s + 1]; j++) {
-        if (b->e[j].kind == E_EPS) continue;
+      for (uint32_t j = b->mid[s]; j < b->off[s + 1]; j++) {
         GROW(ed, cap_ed, ne_ + 1);
         ed[ne_++] = b->e[j];
         if (b->e[j].kind == E_BYTES) {
@@ -431,21 +431,35 @@ out:
 
 /* CSR adjacency of n's edges (sorted in place) and scratch for determinize. */
 static void dfa_build_init(dfa_build *b, nfa *n) {
-  /* a counting sort by source state (stable: edges keep their build order) */
-  b->off = calloc((size_t)n->n_st + 1, sizeof *b->off);
-  for (size_t i = 0; i < n->n_e; i++) b->off[n->e[i].from + 1]++;
-  for (int32_t i = 0; i < n->n_st; i++) b->off[i + 1] += b->off[i];
-  if (n->n_e > 1) {
-    nedge *sorted = malloc(n->n_e * sizeof *sorted);
-    uint32_t *at = malloc(((size_t)n->n_st + 1) * sizeof *at);
-    if (!sorted || !at) abort();
-    memcpy(at, b->off, ((size_t)n->n_st + 1) * sizeof *at);
-    for (size_t i = 0; i < n->n_e; i++) sorted[at[n->e[i].from]++] = n->e[i];
-    free(at);
-    free(n->e);
-    n->e = sorted;
-    n->cap_e = n->n_e;
+  /* a counting sort by source state, epsilon edges first (stable: edges
+   * keep their build order) */
+  size_t ns = (size_t)n->n_st;
+  b->off = calloc(ns + 1, sizeof *b->off);
+  b->mid = calloc(ns + 1, sizeof *b->mid);
+  uint32_t *at = malloc((ns + 1) * sizeof *at);
+  nedge *sorted = malloc((n->n_e ? n->n_e : 1) * sizeof *sorted);
+  if (!b->off || !b->mid || !at || !sorted) abort();
+  for (size_t i = 0; i < n->n_e; i++) {
+    b->off[n->e[i].from + 1]++;
+    if (n->e[i].kind == E_EPS) b->mid[n->e[i].from]++;
   }
+  for (size_t i = 0; i < ns; i++) b->off[i + 1] += b->off[i];
+  for (size_t i = 0; i < ns; i++) {
+    at[i] = b->off[i];                /* next epsilon edge */
+    b->mid[i] += b->off[i];           /* next other edge */
+  }
+  uint32_t *oat = malloc((ns + 1) * sizeof *oat);
+  if (!oat) abort();
+  memcpy(oat, b->mid, (ns + 1) * sizeof *oat);
+  for (size_t i = 0; i < n->n_e; i++) {
+    const nedge *x = &n->e[i];
+    sorted[x->kind == E_EPS ? at[x->from]++ : oat[x->from]++] = *x;
+  }
+  free(at);
+  free(oat);
+  free(n->e);
+  n->e = sorted;
+  n->cap_e = n->n_e ? n->n_e : 1;
   b->e = n->e;
   b->mark = calloc((size_t)n->n_st, sizeof *b->mark);
   GROW(b->tmp, b->cap_tmp, 16);
@@ -453,6 +467,7 @@ static void dfa_build_init(dfa_build *b, nfa *n) {
 
 static void dfa_build_free(dfa_build *b) {
   free(b->off);
+  free(b->mid);
   free(b->mark);
   free(b->pool);
   free(b->set_off);
