@@ -36,8 +36,9 @@ typedef struct di_backend {
   /* The weight types its matmul runs. */
   bool (*dtype_supported)(di_dtype t);
   /* After di_model_load: puts the weights in the backend's own layout (CPU:
-   * MLA's kv_b as f32 for absorption, then the quantized matrices packed in
-   * place; mmapped: the file is mapped, so packed pages become private). */
+   * MLA's kv_b as per-head matrices (m->layers[].mla_k / mla_v) that matmul
+   * runs, then the quantized matrices packed in place; mmapped: the file is
+   * mapped, so packed pages become private). */
   di_code (*prepare_weights)(di_model *m, bool mmapped, di_status *st);
   /* Frees what prepare_weights made outside the model (CPU: nothing). */
   void (*free_weights)(di_model *m);
@@ -94,10 +95,6 @@ typedef struct di_backend {
   di_code (*attn)(di_attn_sched *s, di_threadpool *tp, const di_hparams *hp, const di_kv_pool *kv,
                   const di_batch *b, int kv_table, int kv_layer, bool swa, const float *q, float *att,
                   di_status *st);
-  /* MLA absorption, per head: qm[kvl] = W_kᵀ q_nope (wk: nope rows of kvl),
-   * and o[vd] = W_v a (wv: vd rows of kvl). */
-  void (*mla_absorb_q)(const float *q_nope, const float *wk, int nope, int kvl, float *qm);
-  void (*mla_out)(const float *a, const float *wv, int vd, int kvl, float *o);
 
   /* ---- DeepSeek-V4 (backend/cpu/dsv4.c) ---- */
   /* y = x / rms(x) over n, no weight (y may alias x): the per-head query norm. */

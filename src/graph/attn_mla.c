@@ -10,7 +10,11 @@
  * so attention is MQA over [c | k_r] rows with queries [W_k^T q_nope | q_rope]
  * (kv_lora_rank + qk_rope wide), whose values are the same rows (the pool's
  * v_in_k), and W_v is applied once per head to the result's latent part. The
- * existing tile kernels and their row invariance carry over unchanged. */
+ * existing tile kernels and their row invariance carry over unchanged.
+ *
+ * W_kᵀ q_nope and W_v a are ordinary matmuls over each head's matrices
+ * (L->mla_k / mla_v, the backend's prepare_weights: in the file's type where
+ * its layout allows), with the head's rows of all tokens as M. */
 #include <string.h>
 
 #include "graph/forward_internal.h"
@@ -39,28 +43,51 @@ static void st_mla_qk(stage_ctx *c, int t) {
                   kv_row, lat, kv->type);
 }
 
-/* A head's absorbed query (item t * H + h): parallel over heads too, since
- * each reads the head's f32 W_k (nope x kv_lora), heavy even at decode. */
-static void st_mla_q(stage_ctx *c, int i) {
+/* The absorbed products of heads [H*ith/nth, H*(ith+1)/nth), each a matmul
+ * over the batch's tokens: query side qm[t][h][0:kvl] = W_kᵀ q_nope (and the
+ * rope part of the query roped into qm[t][h][kvl:]), or output side
+ * att[t][h] = W_v attm[t][h][0:kvl]. Split by heads even at decode, where one
+ * head's matrices are most of the work. Row invariance: each token's row is
+ * prepared and multiplied on its own (matmul.h), whatever T or the split. */
+typedef struct mla_heads {
+  stage_ctx *c;
+  int n_head; /* the heads run here: c->head0 on (a tensor-parallel rank's, else all) */
+  bool out;
+} mla_heads;
+
+static void mla_heads_run(void *p, int ith, int nth) {
+  const mla_heads *k = p;
+  stage_ctx *c = k->c;
   di_forward_ctx *f = c->f;
+  const di_backend *be = f->be;
   const di_hparams *hp = &f->m->hp;
-  const int H = c->ahp ? c->ahp->n_head : hp->n_head, hd = hp->head_dim, nope = hp->qk_nope_dim, rd = hp->rope_dim;
-  const int kvl = hp->kv_lora_rank, lat = kvl + rd, vd = hp->v_head_dim, t = i / H, h = c->head0 + i % H;
-  float *q = f->q + (size_t)i * hd, *qm = f->qm + (size_t)i * lat;
-  f->be->rope(q + nope, c->rope + (size_t)t * rd, rd, hp->rope_type);
-  /* qm[0:kvl] = W_k^T q_nope */
-  f->be->mla_absorb_q(q, c->L->kv_b + (size_t)h * (nope + vd) * kvl, nope, kvl, qm);
-  memcpy(qm + kvl, q + nope, (size_t)rd * sizeof(float));
+  const int H = k->n_head, hd = hp->head_dim, nope = hp->qk_nope_dim, rd = hp->rope_dim, kvl = hp->kv_lora_rank;
+  const int lat = kvl + rd, vd = hp->v_head_dim, T = c->b->n_tokens;
+  float *x = f->mla_x + (size_t)ith * f->mla_x_n;
+  void *xq = f->mla_xq + (size_t)ith * f->mla_xq_bytes;
+  for (int h = (int)((int64_t)H * ith / nth); h < (int)((int64_t)H * (ith + 1) / nth); h++) {
+    const di_tensor *w = k->out ? &c->L->mla_v[c->head0 + h] : &c->L->mla_k[c->head0 + h];
+    const int K = k->out ? kvl : nope;
+    for (int t = 0; t < T; t++) {
+      const size_t i = (size_t)t * H + h;
+      if (k->out) {
+        memcpy(x + (size_t)t * K, f->attm + i * lat, (size_t)K * sizeof(float));
+        continue;
+      }
+      float *q = f->q + i * hd;
+      be->rope(q + nope, c->rope + (size_t)t * rd, rd, hp->rope_type);
+      memcpy(f->qm + i * lat + kvl, q + nope, (size_t)rd * sizeof(float));
+      memcpy(x + (size_t)t * K, q, (size_t)K * sizeof(float));
+    }
+    be->act_prepare(w->type, x, T, K, xq);
+    if (k->out) be->matmul(w, xq, T, f->att + (size_t)h * vd, (int64_t)H * vd, 0, vd);
+    else be->matmul(w, xq, T, f->qm + (size_t)h * lat, (int64_t)H * lat, 0, kvl);
+  }
 }
 
-/* W_v applied to a head's latent output (item t * H + h) */
-static void st_mla_out(stage_ctx *c, int i) {
-  di_forward_ctx *f = c->f;
-  const di_hparams *hp = &f->m->hp;
-  const int H = c->ahp ? c->ahp->n_head : hp->n_head, nope = hp->qk_nope_dim, rd = hp->rope_dim;
-  const int kvl = hp->kv_lora_rank, vd = hp->v_head_dim, lat = kvl + rd, h = c->head0 + i % H;
-  const float *wv = c->L->kv_b + ((size_t)h * (nope + vd) + nope) * kvl;
-  f->be->mla_out(f->attm + (size_t)i * lat, wv, vd, kvl, f->att + (size_t)i * vd);
+static void mla_heads_par(stage_ctx *sc, int n_head, bool out) {
+  mla_heads k = {sc, n_head, out};
+  di_threadpool_run(sc->f->tp, mla_heads_run, &k);
 }
 
 /* Under tensor parallel (di_tp_mla_heads_split) each rank runs its own query
@@ -95,7 +122,7 @@ di_code di_fwd_attn_mla(stage_ctx *sc, di_status *st) {
   f->tp_local = false;
   di_fwd_par_tokens(sc, st_mla_qk);
   sc->ahp = &ahp, sc->head0 = h0;
-  di_fwd_par_items(sc, T * ahp.n_head, st_mla_q);
+  mla_heads_par(sc, ahp.n_head, false);
   /* MQA over the latent rows: one KV "head" as wide as a row */
   di_hparams view = ahp;
   view.n_head_kv = 1;
@@ -109,7 +136,7 @@ di_code di_fwd_attn_mla(stage_ctx *sc, di_status *st) {
     sc->ahp = NULL, sc->head0 = 0;
     return DI_OK; /* the step has failed (di_fwd_tp_result says why) */
   }
-  if (!rc) di_fwd_par_items(sc, T * ahp.n_head, st_mla_out);
+  if (!rc) mla_heads_par(sc, ahp.n_head, true);
   f->att = att;
   sc->ahp = NULL, sc->head0 = 0;
   if (!rc && split) di_fwd_tp_gather_heads(f, f->att, T, hp->n_head, hp->v_head_dim, &L->wo);

@@ -87,7 +87,20 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
     f->kva = malloc(T * lat * sizeof(float));
     f->qm = malloc(T * (size_t)hp->n_head * lat * sizeof(float));
     f->attm = malloc(T * (size_t)hp->n_head * lat * sizeof(float));
-    extra_ok = f->qa && f->kva && f->qm && f->attm;
+    const int nthr = f->tp ? di_threadpool_size(f->tp) : 1;
+    const int64_t kvl = hp->kv_lora_rank, nope = hp->qk_nope_dim;
+    f->mla_x_n = T * (size_t)max_z((size_t)kvl, (size_t)nope);
+    for (int il = 0; il <= hp->n_layer; il++) {
+      const di_layer_weights *L = il < hp->n_layer ? &m->layers[il] : m->mtp ? &m->mtp->layer : NULL;
+      if (!L || L->attn != DI_ATTN_MLA || !L->mla_k) continue;
+      f->mla_xq_bytes = max_z(f->mla_xq_bytes, f->be->act_bytes(L->mla_k[0].type, max_tokens, nope));
+      f->mla_xq_bytes = max_z(f->mla_xq_bytes, f->be->act_bytes(L->mla_v[0].type, max_tokens, kvl));
+    }
+    f->mla_xq_bytes = (f->mla_xq_bytes + 63) / 64 * 64;
+    f->mla_x = malloc(nthr * f->mla_x_n * sizeof(float));
+    f->mla_xq_total = nthr * f->mla_xq_bytes + 64;
+    f->mla_xq = di_alloc_aligned(f->mla_xq_total, false);
+    extra_ok = f->qa && f->kva && f->qm && f->attm && f->mla_x && f->mla_xq;
   }
   if (hp->n_expert > 0) {
     size_t TK = T * (size_t)hp->n_expert_used;
@@ -138,7 +151,8 @@ void di_forward_ctx_free(di_forward_ctx *f) {
   di_threadpool_free(f->tp);
   free(f->x), free(f->xn), free(f->q), free(f->k), free(f->v), free(f->att);
   free(f->gate), free(f->up), free(f->tmp), free(f->rope_g), free(f->rope_l);
-  free(f->qa), free(f->kva), free(f->qm), free(f->attm), free(f->cat);
+  free(f->qa), free(f->kva), free(f->qm), free(f->attm), free(f->cat), free(f->mla_x);
+  if (f->mla_xq) di_free_aligned(f->mla_xq, f->mla_xq_total);
   free(f->rlogit), free(f->selw), free(f->sel), free(f->bucket), free(f->bucket_w), free(f->xg), free(f->eo),
       free(f->ey), free(f->acc);
   di_free_aligned(f->xq, f->xq_bytes);
@@ -306,18 +320,6 @@ static void tokens_rows(stage_ctx *c, int t0, int t1) {
 void di_fwd_par_tokens(stage_ctx *c, void (*fn)(stage_ctx *, int)) {
   c->fn = fn;
   par_rows(c, tokens_rows);
-}
-
-static void items_run(void *p, int ith, int nth) {
-  stage_ctx *c = p;
-  const int n = c->n_items, i1 = (int)((int64_t)n * (ith + 1) / nth);
-  for (int i = (int)((int64_t)n * ith / nth); i < i1; i++) c->fn(c, i);
-}
-
-void di_fwd_par_items(stage_ctx *c, int n, void (*fn)(stage_ctx *, int)) {
-  c->fn = fn;
-  c->n_items = n;
-  di_threadpool_run(c->f->tp, items_run, c);
 }
 
 /* the input norm of tokens [t0, t1) */

@@ -19,6 +19,12 @@ struct di_forward_ctx {
   float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
   /* MLA: q_a rows, kv_a rows, absorbed queries and latent outputs */
   float *qa, *kva, *qm, *attm;
+  /* MLA's per-head absorbed matmuls: per thread, a head's inputs gathered
+   * ([T][qk_nope or kv_lora]) and prepared (attn_mla.c) */
+  float *mla_x;
+  uint8_t *mla_xq;
+  size_t mla_x_n, mla_xq_bytes; /* per thread */
+  size_t mla_xq_total;
   /* MoE: router logits, choices, gathered rows, per-token accumulators */
   float *rlogit, *selw, *xg, *eo, *acc;
   float *ey; /* [T * n_expert_used][n_embd]: the experts' output rows in expert order */
@@ -118,15 +124,11 @@ typedef struct stage_ctx {
   int head0;
   int qhead0; /* split by query heads alone (di_tp_qheads_split): the rank's first one */
   int64_t c0, c1; /* st_glu: the rank's columns of the FFN (c1 <= c0: all) */
-  int n_items;     /* di_fwd_par_items */
 } stage_ctx;
 
 void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n, const float *x, int64_t M);
 void di_fwd_matmul(di_forward_ctx *f, const di_tensor *w, const float *x, int64_t M, float *y);
 void di_fwd_par_tokens(stage_ctx *c, void (*fn)(stage_ctx *, int));
-/* fn(c, i) for i in [0, n) spread over the threads even at decode: for
- * per-(token, head) work heavy enough to pay a thread sync at one token. */
-void di_fwd_par_items(stage_ctx *c, int n, void (*fn)(stage_ctx *, int));
 
 di_code di_fwd_check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const di_batch *b, di_status *st);
 /* The batch's token embeddings into x ([T][n_embd]). */

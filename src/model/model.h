@@ -149,9 +149,10 @@ typedef struct di_layer_weights {
    * of one 3-D tensor in GGUF) */
   di_tensor router, router_bias, sh_gate, sh_up, sh_down;
   di_tensor *exp_gate, *exp_up, *exp_down;
-  /* MLA's kv_b_proj as f32 per head [H][qk_nope + v][kv_lora], absorbed into
-   * the query (k part) and the output (v part) */
-  const float *kv_b;
+  /* MLA's kv_b_proj absorbed into the query and the output, per head
+   * ([n_head] matrices the backend's prepare_weights makes): mla_k[h] = W_kᵀ
+   * (kv_lora rows of qk_nope), mla_v[h] = W_v (v_head_dim rows of kv_lora) */
+  di_tensor *mla_k, *mla_v;
   /* DeepSeek-V4: hyper-connection maps of the attention and FFN sites; the
    * single latent KV (wkv -> kv_norm, K = V); grouped output (wo_a per group,
    * wo_b); per-head sinks; the compressor (wkv/wgate/ape/norm) and the

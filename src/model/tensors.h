@@ -47,7 +47,7 @@ typedef enum di_wkind {
   DI_W_MAT,    /* a matmul weight (packable, checked for a kernel) */
   DI_W_NORM,   /* RMSNorm weight: f32, plus the architecture's HF offset */
   DI_W_BIAS,   /* bias / selection bias: f32 */
-  DI_W_ABSORB, /* MLA kv_b: converted to f32 per head for absorption */
+  DI_W_ABSORB, /* MLA kv_b: per-head matrices for absorption (the backend's prepare_weights) */
   DI_W_INDEX,  /* integer table (V4's tid2eid): int32 after load, range-checked */
 } di_wkind;
 

@@ -63,11 +63,13 @@ static bool make_models(void) {
 }
 
 /* GGUF forms of the v3 model as llama.cpp's converter lays them out
- * (tests/golden/deepseek/make_gguf.py): F32, and Q8_0 matrices. */
+ * (tests/golden/deepseek/make_gguf.py): F32, Q8_0 matrices (attn_v_b
+ * included), and Q8_0 with kv_b_proj as one matrix (older converters). The
+ * last file written is the one looked for, so an older cache is rewritten. */
 static bool make_gguf(void) {
   char p[700], cmd[4096], py[600] = "python3";
   struct stat sb;
-  snprintf(p, sizeof p, "%s/gguf/v3-q8_0.gguf", cache_dir);
+  snprintf(p, sizeof p, "%s/gguf/v3-q8_0-kvb.gguf", cache_dir);
   if (stat(p, &sb) == 0) return true;
   const char *src = getenv("DI_SOURCE_DIR");
   if (!src) src = "..";
@@ -272,8 +274,8 @@ static void check_gguf(void) {
   json_t *idx = json_load_file(di_test_data("models/deepseek-v3-tiny/refs/v3/index.json", p, sizeof p), 0, NULL);
   if (!idx) return;
   json_t *subset = json_object_get(idx, "subset_ids"), *seqs = json_object_get(idx, "sequences");
-  const char *names[] = {"v3-f32.gguf", "v3-q8_0.gguf"};
-  for (int f = 0; f < 2; f++) {
+  const char *names[] = {"v3-f32.gguf", "v3-q8_0.gguf", "v3-q8_0-kvb.gguf"};
+  for (int f = 0; f < 3; f++) {
     snprintf(p, sizeof p, "%s/gguf/%s", cache_dir, names[f]);
     runner r;
     if (!runner_open(&r, p, 128)) continue;
@@ -311,7 +313,7 @@ static void check_gguf(void) {
     /* F32: element-wise. Q8_0: a few routing decisions flip, which moves those
      * positions' logits by O(1) (as the data set's README shows for BF16), so
      * the mean difference and the argmax agreement are checked instead (measured:
-     * mean 0.035, 213/232 argmax; thresholds those the data set's README gives
+     * mean 0.035 / 0.039, 206 / 207 of 232 argmax; thresholds those the data set's README gives
      * for low-precision runs: mean <= 0.05, >= 85%) */
     if (f == 0) CHECKF(worst <= 1e-4, "%s: max |diff| %.3g", names[f], worst);
     else CHECKF(mean <= 0.05 && agree >= total * 85 / 100, "%s: mean |diff| %.3g, argmax %d/%d", names[f], mean, agree, total);

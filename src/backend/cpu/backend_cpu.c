@@ -1,7 +1,7 @@
 /* The CPU backend as a di_backend (backend/backend.h): the kernels of
  * matmul.h, ops.h, attention.h and route.h behind one table. The few ops
- * that were loops in graph/ (MoE gather and scatter, MLA's absorbed
- * products, V4's clipped SwiGLU) live here with the same loops, so the bits do not move. */
+ * that were loops in graph/ (MoE gather and scatter, V4's clipped SwiGLU)
+ * live here with the same loops, so the bits do not move. */
 #include "backend/cpu/backend_cpu.h"
 
 #include <string.h>
@@ -18,7 +18,7 @@ static void cpu_matmul(const di_tensor *w, const void *xq, int64_t M, float *Y, 
   else di_cpu_matmul(w->type, w->data, w->row_bytes, xq, M, w->ne[0], Y, ldy, n0, n1);
 }
 
-static void cpu_free_weights(di_model *m) { (void)m; /* packing is in place, absorption in the model's own buffers */ }
+static void cpu_free_weights(di_model *m) { (void)m; /* packing is in place, MLA's head views in the model's own buffers */ }
 
 static void cpu_get_row(const di_tensor *w, int64_t row, float *dst) {
   if (w->packed) di_cpu_packed_dequant_row(w->type, w->data, w->ne[1], w->ne[0], row, dst);
@@ -50,24 +50,6 @@ static void cpu_glu_clip(float *g, const float *u, size_t n, float lim) {
   }
 }
 
-/* rows of W_k scaled and summed in row order */
-static void cpu_mla_absorb_q(const float *q_nope, const float *wk, int nope, int kvl, float *qm) {
-  for (int i = 0; i < kvl; i++) qm[i] = 0;
-  for (int d = 0; d < nope; d++) {
-    const float qd = q_nope[d], *w = wk + (size_t)d * kvl;
-    for (int i = 0; i < kvl; i++) qm[i] += qd * w[i];
-  }
-}
-
-static void cpu_mla_out(const float *a, const float *wv, int vd, int kvl, float *o) {
-  for (int e = 0; e < vd; e++) {
-    const float *w = wv + (size_t)e * kvl;
-    float s = 0;
-    for (int i = 0; i < kvl; i++) s += w[i] * a[i];
-    o[e] = s;
-  }
-}
-
 static const di_backend cpu_backend = {
     .name = "cpu",
     .dtype_supported = di_cpu_dtype_supported,
@@ -94,8 +76,6 @@ static const di_backend cpu_backend = {
     .attn_create = di_attn_sched_create,
     .attn_free = di_attn_sched_free,
     .attn = di_attn_run,
-    .mla_absorb_q = cpu_mla_absorb_q,
-    .mla_out = cpu_mla_out,
     .moe_route = di_cpu_moe_route,
     .rms_norm_unit = di_cpu_rms_norm_unit,
     .rope_inv = di_cpu_rope_inv,

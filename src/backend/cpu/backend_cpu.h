@@ -5,8 +5,8 @@
 
 #include "backend/backend.h"
 
-/* MLA's kv_b as f32 for absorption (layers and MTP), then, for GGUF files,
- * every packable matrix packed in place (matmul.h). */
+/* MLA's kv_b as per-head matrices for absorption (layers and MTP), then, for
+ * GGUF files, every packable matrix packed in place (matmul.h). */
 di_code di_cpu_prepare_weights(di_model *m, bool mmapped, di_status *st);
 
 #endif

@@ -4,8 +4,10 @@ output) with the metadata keys and tensor layout llama.cpp's convert_hf_to_gguf.
 writes for `deepseek2` (kv_b_proj split into attn_k_b, transposed per head, and
 attn_v_b; routed experts stacked into 3-D tensors), using the gguf package only.
 
-  make_gguf.py MODEL_DIR OUT_DIR   -> OUT_DIR/v3-f32.gguf, OUT_DIR/v3-q8_0.gguf
-(q8_0: every 2-D/3-D matrix except the embedding and kv_b in Q8_0). A model with an MTP module
+  make_gguf.py MODEL_DIR OUT_DIR   -> OUT_DIR/v3-f32.gguf, OUT_DIR/v3-q8_0.gguf, OUT_DIR/v3-q8_0-kvb.gguf
+(q8_0: every 2-D/3-D matrix except the embedding in Q8_0 where its rows are whole
+blocks: attn_v_b is, attn_k_b's rows of qk_nope_head_dim 16 stay F32; q8_0-kvb: the
+same with kv_b_proj unsplit, one Q8_0 attn_kv_b as older converters wrote it). A model with an MTP module
 (add_mtp.py) gets it as block num_hidden_layers with nextn_predict_layers. The files carry
 no vocabulary: tests load them with the model loader, not the tokenizer."""
 import json
@@ -32,7 +34,7 @@ def load_safetensors(path):
     return out
 
 
-def write(model_dir, out, quant):
+def write(model_dir, out, quant, split_kvb=True):
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
     w = load_safetensors(Path(model_dir) / "model.safetensors")
     H, nope, vd, kvl = cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"]
@@ -102,9 +104,12 @@ def write(model_dir, out, quant):
         for hf, gg in names.items():
             if p + f"self_attn.{hf}.weight" in w:
                 put(f"blk.{i}.{gg}.weight", w[p + f"self_attn.{hf}.weight"], True)
-        kvb = w[p + "self_attn.kv_b_proj.weight"].reshape(H, nope + vd, kvl)
-        put(f"blk.{i}.attn_k_b.weight", kvb[:, :nope, :].transpose(0, 2, 1))  # [H][kvl][nope]
-        put(f"blk.{i}.attn_v_b.weight", kvb[:, nope:, :])                    # [H][vd][kvl]
+        if not split_kvb:
+            put(f"blk.{i}.attn_kv_b.weight", w[p + "self_attn.kv_b_proj.weight"], True)
+        else:
+            kvb = w[p + "self_attn.kv_b_proj.weight"].reshape(H, nope + vd, kvl)
+            put(f"blk.{i}.attn_k_b.weight", kvb[:, :nope, :].transpose(0, 2, 1), True)  # [H][kvl][nope]
+            put(f"blk.{i}.attn_v_b.weight", kvb[:, nope:, :], True)                    # [H][vd][kvl]
         if p + "mlp.gate.weight" in w:
             put(f"blk.{i}.ffn_gate_inp.weight", w[p + "mlp.gate.weight"])
             if p + "mlp.gate.e_score_correction_bias" in w:
@@ -125,7 +130,8 @@ def write(model_dir, out, quant):
 if __name__ == "__main__":
     model_dir, out_dir = sys.argv[1], Path(sys.argv[2])
     out_dir.mkdir(parents=True, exist_ok=True)
-    for quant, name in ((False, "v3-f32.gguf"), (True, "v3-q8_0.gguf")):
+    for quant, split, name in ((False, True, "v3-f32.gguf"), (True, True, "v3-q8_0.gguf"),
+                               (True, False, "v3-q8_0-kvb.gguf")):
         tmp = out_dir / (name + ".tmp")
-        write(model_dir, tmp, quant)
+        write(model_dir, tmp, quant, split)
         tmp.rename(out_dir / name)
