@@ -378,10 +378,62 @@ static void check_missing_experts(bool gguf) {
   rmdir(dir);
 }
 
+/* transformers' deepseek_v2 goldens (tests/golden/make_goldens_deepseek_v2.py):
+ * tiny unit-scale checkpoints with and without q_lora_rank, plain RoPE, greedy
+ * and group-limited routing (tests/golden/deepseek_v2/gen_tiny.py regenerates
+ * them here, numpy only). Every position within 1e-4 for one full prefill
+ * and for a prefill of 80 then decode steps. */
+static void check_transformers_v2(void) {
+  const char *src = getenv("DI_SOURCE_DIR");
+  if (!src) src = "..";
+  char dir[700], py[600], cmd[4096], p[1024];
+  snprintf(dir, sizeof dir, "%s-v2hf", cache_dir);
+  snprintf(py, sizeof py, "%s/.venv/bin/python", src);
+  if (access(py, X_OK) != 0) snprintf(py, sizeof py, "python3");
+  snprintf(cmd, sizeof cmd, "'%s' '%s/tests/golden/deepseek_v2/gen_tiny.py' --out '%s' >/dev/null", py, src, dir);
+  int rc = system(cmd);
+  CHECKF(rc == 0, "generating the deepseek_v2 models failed: %s", cmd);
+  if (rc) return;
+  const char *names[] = {"qlora", "noqlora"};
+  for (int k = 0; k < 2; k++) {
+    snprintf(p, sizeof p, "%s/tests/golden/deepseek_v2/%s.json", src, names[k]);
+    json_t *g = json_load_file(p, 0, NULL);
+    CHECKF(g != NULL, "%s", p);
+    if (!g) continue;
+    json_t *tj = json_object_get(g, "tokens");
+    const int n = (int)json_array_size(tj), V = (int)json_integer_value(json_object_get(g, "vocab"));
+    int32_t ids[128];
+    for (int i = 0; i < n && i < 128; i++) ids[i] = (int32_t)json_integer_value(json_array_get(tj, i));
+    snprintf(p, sizeof p, "%s/tests/golden/deepseek_v2/%s.logits.f32", src, names[k]);
+    size_t nref = 0;
+    float *ref = read_f32(p, &nref);
+    snprintf(p, sizeof p, "%s/%s", dir, names[k]);
+    runner r;
+    if (n <= 128 && ref && nref == (size_t)n * V && runner_open(&r, p, 128)) {
+      CHECKF(r.m->hp.n_vocab == V, "%s: vocab %d", names[k], r.m->hp.n_vocab);
+      float *out = malloc((size_t)n * V * sizeof(float));
+      for (int mode = 0; mode < 2; mode++) {
+        run(&r, ids, n, mode ? n - 16 : n, 1, out);
+        double d = 0;
+        for (size_t i = 0; i < (size_t)n * V; i++) d = fmax(d, fabs(out[i] - ref[i]));
+        CHECKF(d <= 1e-4, "deepseek_v2 %s %s: max |diff| %.3g", names[k], mode ? "prefill + decode" : "prefill", d);
+        printf("deepseek_v2 %-8s (transformers) %-16s max |diff| %.2e\n", names[k], mode ? "prefill + decode" : "prefill", d);
+      }
+      free(out);
+      runner_close(&r);
+    } else {
+      CHECKF(false, "%s: golden logits (%zu values) or model missing", names[k], nref);
+    }
+    free(ref);
+    json_decref(g);
+  }
+}
+
 int main(void) {
   if (!make_models()) return 1;
   check_config("v3");
   check_config("v2lite");
+  check_transformers_v2();
   bool gguf = make_gguf();
   if (gguf) check_gguf();
   check_missing_experts(gguf);
