@@ -17,8 +17,77 @@ static void st_route(stage_ctx *c, int t) {
                    f->selw + (size_t)t * K);
 }
 
-static void glu_rows(di_forward_ctx *f, int n, int F) {
-  for (int r = 0; r < n; r++) f->be->glu(f->gate + (size_t)r * F, f->up + (size_t)r * F, F, f->m->hp.act);
+static void glu_rows(di_forward_ctx *f, float *g, const float *u, int n, int F) {
+  for (int r = 0; r < n; r++) f->be->glu(g + (size_t)r * F, u + (size_t)r * F, F, f->m->hp.act);
+}
+
+/* Small batches (decode above all): the chosen experts' matmuls as one task,
+ * threads splitting the concatenated output columns of every expert's matrix
+ * (16-column chunks, as di_fwd_mm_run), so a step syncs twice per layer, not
+ * twice per expert. Each expert's rows are its tokens' activations prepared
+ * row by row, so every output has the bits of the per-expert path. */
+typedef struct moe_job {
+  const di_tensor *w;
+  const void *xq;
+  int64_t M;
+  float *y;
+} moe_job;
+
+typedef struct moe_task {
+  const di_backend *be;
+  moe_job job[2 * DI_MOE_MAX_EXPERTS];
+  int n;
+  int64_t total;
+} moe_task;
+
+static void moe_run(void *p, int ith, int nth) {
+  const moe_task *t = p;
+  const int64_t per = ((t->total + nth - 1) / nth + 15) / 16 * 16;
+  const int64_t c0 = per * ith, c1 = c0 + per < t->total ? c0 + per : t->total;
+  int64_t base = 0;
+  for (int j = 0; j < t->n && base < c1; j++) {
+    const moe_job *b = &t->job[j];
+    const int64_t len = b->w->ne[1], n0 = c0 > base ? c0 - base : 0, n1 = c1 - base < len ? c1 - base : len;
+    base += len;
+    if (n0 < n1) t->be->matmul(b->w, b->xq, b->M, b->y, b->w->ne[1], n0, n1);
+  }
+}
+
+static void moe_add(moe_task *t, const di_tensor *w, const void *xq, int64_t M, float *y) {
+  t->job[t->n++] = (moe_job){w, xq, M, y};
+  t->total += w->ne[1];
+}
+
+static void experts_grouped(di_forward_ctx *f, const di_layer_weights *L, const int *cnt) {
+  const di_hparams *hp = &f->m->hp;
+  const di_backend *be = f->be;
+  const int E = hp->n_expert, D = hp->n_embd, F = hp->n_ff_exp, R = cnt[E];
+  const di_dtype gt = L->exp_gate[0].type, dt = L->exp_down[0].type;
+  const size_t rb = be->act_bytes(gt, 1, D), rbd = be->act_bytes(dt, 1, F);
+  for (int r = 0; r < R; r++) be->act_prepare(gt, f->xn + (size_t)f->bucket[r] * D, 1, D, f->moe_xq + (size_t)r * rb);
+  moe_task t = {.be = be};
+  for (int e = 0; e < E; e++) {
+    const int n = cnt[e + 1] - cnt[e];
+    if (!n) continue;
+    moe_add(&t, &L->exp_gate[e], f->moe_xq + (size_t)cnt[e] * rb, n, f->moe_g + (size_t)cnt[e] * F);
+    moe_add(&t, &L->exp_up[e], f->moe_xq + (size_t)cnt[e] * rb, n, f->moe_u + (size_t)cnt[e] * F);
+  }
+  di_threadpool_run(f->tp, moe_run, &t);
+  glu_rows(f, f->moe_g, f->moe_u, R, F);
+  be->act_prepare(dt, f->moe_g, R, F, f->moe_xq);
+  t.n = 0, t.total = 0;
+  for (int e = 0; e < E; e++) {
+    const int n = cnt[e + 1] - cnt[e];
+    if (n) moe_add(&t, &L->exp_down[e], f->moe_xq + (size_t)cnt[e] * rbd, n, f->ey + (size_t)cnt[e] * D);
+  }
+  di_threadpool_run(f->tp, moe_run, &t);
+}
+
+/* The grouped path needs one activation format for gate and up (the same
+ * prepared rows feed both) and no expert parallelism. */
+static bool can_group(const di_forward_ctx *f, const di_layer_weights *L, int T) {
+  return !f->tpar && T <= DI_MOE_GROUP_TOKENS && f->moe_xq &&
+         f->be->act_format(L->exp_gate[0].type) == f->be->act_format(L->exp_up[0].type);
 }
 
 void di_fwd_ffn_moe(stage_ctx *sc) {
@@ -47,6 +116,7 @@ void di_fwd_ffn_moe(stage_ctx *sc) {
    * the one-rank order, so the sum has the same bits. */
   int e0, e1;
   di_fwd_ep_range(f, E, &e0, &e1);
+  if (can_group(f, L, T)) e1 = e0, experts_grouped(f, L, cnt);
   f->tp_local = f->tpar != NULL;
   for (int e = e0; e < e1; e++) {
     const int n = cnt[e + 1] - cnt[e];
@@ -56,7 +126,7 @@ void di_fwd_ffn_moe(stage_ctx *sc) {
     const di_tensor *gu[] = {&L->exp_gate[e], &L->exp_up[e]};
     float *gy[] = {f->gate, f->up};
     di_fwd_matmul_n(f, gu, gy, 2, f->xg, n);
-    glu_rows(f, n, F);
+    glu_rows(f, f->gate, f->up, n, F);
     di_fwd_matmul(f, &L->exp_down[e], f->gate, n, f->ey + (size_t)cnt[e] * D);
   }
   f->tp_local = false;
@@ -78,7 +148,7 @@ void di_fwd_ffn_moe(stage_ctx *sc) {
       di_fwd_tp_gather(f, &L->sh_gate, f->gate, T, &L->sh_down);
     } else {
       di_fwd_matmul_n(f, gu, gy, 2, f->xn, T);
-      glu_rows(f, T, (int)FS);
+      glu_rows(f, f->gate, f->up, T, (int)FS);
     }
     di_fwd_matmul(f, &L->sh_down, f->gate, T, f->tmp);
     for (int t = 0; t < T; t++) f->be->add(f->tmp + (size_t)t * D, f->acc + (size_t)t * D, D);

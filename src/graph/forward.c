@@ -114,6 +114,14 @@ di_code di_forward_ctx_create(const di_model *m, int max_tokens, int threads, di
     f->ey = malloc(TK * hp->n_embd * sizeof(float));
     f->acc = malloc(T * hp->n_embd * sizeof(float));
     extra_ok = extra_ok && f->rlogit && f->selw && f->sel && f->bucket && f->bucket_w && f->xg && f->eo && f->ey && f->acc;
+    /* grouped experts: f32 activations (4 bytes a value) bound every format */
+    const size_t R = (size_t)(max_tokens < DI_MOE_GROUP_TOKENS ? max_tokens : DI_MOE_GROUP_TOKENS) * hp->n_expert_used;
+    const size_t FE = (size_t)hp->n_ff_exp > 0 ? (size_t)hp->n_ff_exp : 1;
+    f->moe_xq_bytes = R * max_z((size_t)hp->n_embd, FE) * 4 + 64;
+    f->moe_xq = di_alloc_aligned(f->moe_xq_bytes, false);
+    f->moe_g = malloc(R * FE * sizeof(float));
+    f->moe_u = malloc(R * FE * sizeof(float));
+    extra_ok = extra_ok && f->moe_xq && f->moe_g && f->moe_u;
   }
   if (m->mtp) {
     f->cat = malloc(T * 2 * (size_t)hp->n_embd * sizeof(float));
@@ -154,7 +162,8 @@ void di_forward_ctx_free(di_forward_ctx *f) {
   free(f->qa), free(f->kva), free(f->qm), free(f->attm), free(f->cat), free(f->mla_x);
   if (f->mla_xq) di_free_aligned(f->mla_xq, f->mla_xq_total);
   free(f->rlogit), free(f->selw), free(f->sel), free(f->bucket), free(f->bucket_w), free(f->xg), free(f->eo),
-      free(f->ey), free(f->acc);
+      free(f->ey), free(f->acc), free(f->moe_g), free(f->moe_u);
+  if (f->moe_xq) di_free_aligned(f->moe_xq, f->moe_xq_bytes);
   di_free_aligned(f->xq, f->xq_bytes);
   di_fwd_v4_free(f);
   di_fwd_tp_free(f);

@@ -28,6 +28,11 @@ struct di_forward_ctx {
   /* MoE: router logits, choices, gathered rows, per-token accumulators */
   float *rlogit, *selw, *xg, *eo, *acc;
   float *ey; /* [T * n_expert_used][n_embd]: the experts' output rows in expert order */
+  /* MoE batches of up to DI_MOE_GROUP_TOKENS tokens (ffn_moe.c): every chosen
+   * expert's rows prepared at once (moe_xq) and their GLU rows (moe_g, moe_u) */
+  uint8_t *moe_xq;
+  size_t moe_xq_bytes;
+  float *moe_g, *moe_u;
   int32_t *sel, *bucket;
   float *bucket_w;
   float *rope_g, *rope_l; /* [T][rope_dim] (cos, sin) pairs per token */
@@ -55,6 +60,9 @@ struct di_forward_ctx {
 };
 
 #define MM_MAX_JOBS 3
+/* Largest batch whose routed experts run as one parallel task each for
+ * gate/up and down (decode, small batches: one sync instead of one per expert). */
+#define DI_MOE_GROUP_TOKENS 64
 
 /* Several matrices that read the same input (Q/K/V, gate/up) run as one
  * parallel task over their concatenated output columns: one sync instead of
