@@ -205,6 +205,10 @@ typedef struct di_engine_stats {
   int kv_ckpt_blocks;            /* cached sliding-window blocks that belong to a checkpoint */
   /* blocks in use by layer group, now and at most: full-attention, sliding-window */
   int kv_blocks_used_full, kv_blocks_used_window, kv_blocks_high_full, kv_blocks_high_window;
+  /* preempted sequences hold their latest checkpoint's windows while they wait:
+   * blocks held now; holds given up under memory pressure (longer replays) */
+  int swa_held_blocks;
+  uint64_t swa_hold_drops;
 } di_engine_stats;
 void di_engine_stats_get(di_engine *e, di_engine_stats *s);
 

@@ -237,6 +237,7 @@ static void seq_free(di_engine *e, di_seq *s) {
   di_spec_model_seq_free(e, s);
   di_kv_table_free(&s->table);
   for (int k = 0; k < DI_KV_MAX_SWA_TABLES; k++) di_kv_table_free(&s->swa[k]);
+  free(s->pins);
   if (s->detok && e->be.detok_free) e->be.detok_free(s->detok);
   free(s->tokens);
   free(s->pending);
@@ -808,6 +809,8 @@ static void publish_stats(di_engine *e) {
   s.kv_blocks_used_window = e->pool->used_by_group[DI_KV_GROUP_WINDOW];
   s.kv_blocks_high_full = e->pool->high_by_group[DI_KV_GROUP_FULL];
   s.kv_blocks_high_window = e->pool->high_by_group[DI_KV_GROUP_WINDOW];
+  s.swa_held_blocks = 0;
+  for (int i = 0; i < e->waiting.n; i++) s.swa_held_blocks += e->waiting.v[i]->n_pins;
   s.kv_block_size = e->pool->block_size;
   s.kv_block_bytes = e->pool->block_bytes;
   s.spec_drafter = e->spec.on ? e->spec.drafter.name : NULL;

@@ -87,6 +87,8 @@ typedef struct di_seq {
                              positions [n_computed, replay_end) are a bounded replay (replay.c) */
   di_kv_table table;
   di_kv_table swa[DI_KV_MAX_SWA_TABLES]; /* [be.n_swa_tables] */
+  int32_t *pins;          /* while preempted: blocks of its latest checkpoint's windows it holds (replay.c) */
+  int n_pins;
   uint64_t rng;
   void *detok;
   char *pending;          /* decoded text held back while it may start a stop string */
@@ -235,6 +237,14 @@ void di_spec_verify(di_engine *e, di_seq *s, const float *rows);
  * (s->n_computed); positions [that, s->replay_end) are a bounded replay, whose
  * length (also for models without full-attention layers) goes to *replayed. */
 int di_replay_match(di_engine *e, di_seq *s, int *replayed);
+/* A sequence being preempted (tables still mapped) takes a reference on the
+ * windows of its latest checkpoint, all window tables or none, so that they
+ * outlive its wait and its resume replays at most C positions: O(window)
+ * blocks per waiting sequence. */
+void di_replay_hold(di_engine *e, di_seq *s);
+/* Gives those references back (blocks a table maps again stay; the others
+ * are parked, evictable); returns how many. */
+int di_replay_drop(di_engine *e, di_seq *s);
 
 /* scheduler.c */
 /* A sequence's tables (main + sliding-window ones): drop every block / share src's. */

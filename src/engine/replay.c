@@ -22,6 +22,8 @@
  * of the known prefix count as replayed. */
 #include "engine/engine_internal.h"
 
+#include <stdlib.h>
+
 #include "kv/prefix.h"
 
 /* The window tables of a sequence: its sliding-window tables, and its main
@@ -90,4 +92,27 @@ int di_replay_match(di_engine *e, di_seq *s, int *replayed) {
    * simply start at S. */
   s->replay_end = full ? n * bs : sb * bs;
   return sb * bs;
+}
+
+void di_replay_hold(di_engine *e, di_seq *s) {
+  di_kv_table *wt[DI_KV_MAX_SWA_TABLES + 1];
+  const int n_wt = window_tables(e, s, wt), per = e->be.window / e->pool->block_size + 2;
+  di_replay_drop(e, s);
+  if (n_wt == 0 || e->swa_ckpt <= 0) return;
+  if (!s->pins && !(s->pins = malloc((size_t)n_wt * per * sizeof *s->pins)))
+    return; /* without the hold the resume replays from an earlier checkpoint: longer, still exact */
+  for (int k = 0; k < n_wt; k++) {
+    int n = di_kv_table_hold_ckpt(e->pool, wt[k], s->n_computed, s->pins + s->n_pins);
+    s->n_pins += n;
+    if (n == 0) { /* a window table without that checkpoint: nothing to replay from */
+      di_replay_drop(e, s);
+      return;
+    }
+  }
+}
+
+int di_replay_drop(di_engine *e, di_seq *s) {
+  int n = s->n_pins;
+  while (s->n_pins > 0) di_kv_unref(e->pool, s->pins[--s->n_pins]);
+  return n;
 }

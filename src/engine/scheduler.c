@@ -63,10 +63,16 @@ void di_seq_list_remove(di_seq_list *l, di_seq *s) {
     }
 }
 
-void di_seq_kv_release(di_engine *e, di_seq *s) {
+/* The blocks its tables map (a preempted sequence's held checkpoint stays). */
+static void release_tables(di_engine *e, di_seq *s) {
   di_kv_table *t[DI_KV_MAX_SWA_TABLES + 1] = {&s->table};
   for (int k = 0; k < e->be.n_swa_tables; k++) t[k + 1] = &s->swa[k];
   di_kv_tables_release(e->pool, t, 1 + e->be.n_swa_tables, s->tokens);
+}
+
+void di_seq_kv_release(di_engine *e, di_seq *s) {
+  di_replay_drop(e, s);
+  release_tables(e, s);
 }
 
 void di_seq_kv_fork(di_engine *e, di_seq *dst, const di_seq *src) {
@@ -88,7 +94,7 @@ static int blocks_needed(di_engine *e, di_seq *s, int end) {
 /* Gives back all of a running sequence's blocks and returns it to the
  * waiting queue with its token history (resumed, it recomputes). */
 static void to_waiting(di_engine *e, di_seq *s) {
-  di_seq_kv_release(e, s);
+  release_tables(e, s);
   s->n_computed = s->replay_end = 0;
   s->state = DI_SEQ_WAITING;
   s->queued_at = e->acc.steps;
@@ -97,6 +103,7 @@ static void to_waiting(di_engine *e, di_seq *s) {
 }
 
 static void preempt(di_engine *e, di_seq *s) {
+  di_replay_hold(e, s); /* its latest checkpoint's windows outlive the wait */
   to_waiting(e, s);
   s->n_preempted++;
   e->acc.preemptions++;
@@ -118,6 +125,20 @@ static di_seq *pick_victim(di_engine *e, const di_seq *except) {
 }
 
 static int fits(di_engine *e, di_seq *s, int end) { return blocks_needed(e, s, end) <= di_kv_n_available(e->pool); }
+
+/* Waiting sequences give back their held checkpoints, lowest-ranked first,
+ * until s fits [.., end) (end < 0: all of them); their resumes then replay
+ * from whatever checkpoint the cache still has (longer, still exact). True
+ * if any was given back. */
+static bool drop_waiting_holds(di_engine *e, di_seq *s, int end) {
+  bool any = false;
+  for (int i = e->waiting.n - 1; i >= 0 && (end < 0 || !fits(e, s, end)); i--)
+    if (di_replay_drop(e, e->waiting.v[i]) > 0) {
+      e->acc.swa_hold_drops++;
+      any = true;
+    }
+  return any;
+}
 
 /* A sequence's checkpoints go back to the cache (kept until evicted): a later
  * hit or resume then replays further. True if it freed any. */
@@ -227,7 +248,10 @@ static bool schedule_running(di_engine *e, di_batch *b, int *budget, int *n_out,
       preempt(e, v);
       changed = true;
     }
-    if (!fits(e, s, end) && unpin_ckpts(e, s, false) && !decode && !fits(e, s, end)) {
+    drop_waiting_holds(e, s, end);
+    /* Alone, its latest checkpoint goes too; beside others (all in this
+     * step's batch) it yields instead, holding that checkpoint. */
+    if (!fits(e, s, end) && e->running.n == 1 && unpin_ckpts(e, s, false) && !decode && !fits(e, s, end)) {
       int shrunk = shrink_to_fit(e, s, end);
       if (shrunk > s->n_computed) end = shrunk;
     }
@@ -289,12 +313,15 @@ static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
     int end = s->n_computed + want;
     if (!fits(e, s, end)) end = shrink_to_fit(e, s, end);
     if (end <= s->n_computed) {
-      di_seq_kv_release(e, s); /* give back the prefix hits; retry later */
+      release_tables(e, s); /* give back the prefix hits; retry later */
       s->n_computed = s->replay_end = 0;
-      if (e->running.n == 0 && b->n_tokens == 0)
+      if (e->running.n == 0 && b->n_tokens == 0) {
+        if (drop_waiting_holds(e, s, -1)) continue; /* nothing runs: held checkpoints must not block it */
         di_engine_finish_seq(e, s, DI_FINISH_ERROR, "the KV pool is too small for this sequence");
+      }
       break;
     }
+    di_replay_drop(e, s); /* its tables map what it held */
     if (!r->admitted_once && s->index == 0) { /* hits count once per request, at first admission */
       r->t_admit = di_engine_now();
       r->cached_tokens = s->n_computed;
@@ -303,7 +330,7 @@ static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
       e->acc.prefix_hit_tokens += (uint64_t)s->n_computed;
       r->replayed_tokens = replayed;
     }
-    if (replayed > 0) { /* a hit's or a resume's */
+      if (replayed > 0) { /* a hit's or a resume's */
       e->acc.swa_replays++;
       e->acc.swa_replay_tokens += (uint64_t)replayed;
       if (replayed > e->acc.swa_replay_max) e->acc.swa_replay_max = replayed;

@@ -168,6 +168,20 @@ int di_kv_table_unpin_ckpts(di_kv_pool *p, di_kv_table *t, bool keep_last) {
   return n;
 }
 
+int di_kv_table_hold_ckpt(di_kv_pool *p, const di_kv_table *t, int n_computed, int32_t *out) {
+  if (t->window <= 0 || t->ckpt <= 0) return 0;
+  int c = n_computed / t->ckpt * t->ckpt, bs = p->block_size;
+  int first = di_kv_window_first(t->window, bs, c), end = c / bs;
+  if (c == 0 || end > t->n_hashed) return 0;
+  for (int i = first; i < end; i++)
+    if (t->blocks[i] < 0) return 0;
+  for (int i = first; i < end; i++) {
+    di_kv_ref(p, t->blocks[i]);
+    out[i - first] = t->blocks[i];
+  }
+  return end - first;
+}
+
 bool di_kv_table_ckpt_block(const di_kv_table *t, int block_size, int i) {
   if (t->window <= 0 || t->ckpt <= 0) return false;
   /* The first checkpoint after the block's start; later ones see later blocks

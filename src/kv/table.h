@@ -107,6 +107,13 @@ bool di_kv_table_ckpt_block(const di_kv_table *t, int block_size, int i);
  * latest checkpoint's blocks: the one a resume after preemption replays from
  * (the earlier ones only serve prefix hits of other requests). */
 int di_kv_table_unpin_ckpts(di_kv_pool *p, di_kv_table *t, bool keep_last);
+/* Takes a reference on every block of the window that ends at the latest
+ * checkpoint <= n_computed (positions [S - W + 1, S), S a multiple of
+ * t->ckpt) and writes the blocks to out (room for window / block size + 2);
+ * returns how many. 0, holding nothing, when there is no such checkpoint or
+ * the table no longer maps all of its blocks (a partial window is useless to
+ * replay from). A preempted sequence holds them while it waits (engine/replay.c). */
+int di_kv_table_hold_ckpt(di_kv_pool *p, const di_kv_table *t, int n_computed, int32_t *out);
 /* WINDOW policy: releases blocks wholly before position lo, except those of
  * checkpoints (t->ckpt > 0), which stay mapped. */
 void di_kv_table_release_before(di_kv_pool *p, di_kv_table *t, int lo);

@@ -185,12 +185,14 @@ static void test_replay_outputs(void) {
 
 /* Preemption: a long sequence decoding when a higher-priority one arrives
  * in a pool that cannot hold both; the first is preempted, and resumes from
- * its cached full-attention prefix plus a replay from its last surviving
- * checkpoint (its windows went first), with the cold outputs. Older
- * checkpoints are given back before anyone is preempted, so the pool (85
- * blocks) is one where that is not enough and the victim's latest checkpoint
- * still survives in the cache until it resumes; 88 and more need no
- * preemption at all. */
+ * its cached full-attention prefix plus a replay from its latest checkpoint,
+ * with the cold outputs. A preempted sequence holds that checkpoint's window
+ * blocks while it waits, and a sequence that cannot grow beside others in
+ * this step's batch yields (holding it) rather than letting it go, so under
+ * any pressure every resume replays at most C positions. Without the hold,
+ * pools of 68-80 blocks ping-ponged: the victim's checkpoint was evicted
+ * while it waited and resumes replayed 68-136 positions. 88 blocks and more
+ * need no preemption at all (older checkpoints are given back first). */
 static void run_preempt(di_engine *e, out *o) {
   submit(e, doc, DOC, &o[0]);
   for (int i = 0; i < 12 && o[0].n < 8; i++) di_engine_step(e);
@@ -217,19 +219,73 @@ static void test_preemption(void) {
   di_engine *e = make(false, 0, 0, 400, 2, &st);
   run_preempt(e, ref);
   di_engine_destroy(e);
-  e = make(true, 24, 0, 85, 2, &st);
-  CHECKF(e, "%s", st.msg);
-  if (!e) return;
-  run_preempt(e, got);
-  di_engine_stats_get(e, &s);
-  CHECKF(same(&ref[0], &got[0]) && same(&ref[1], &got[1]), "n %d %d", got[0].n, got[1].n);
-  printf("preemption: %llu preemptions, %llu replays (longest %d, %llu positions)\n",
-         (unsigned long long)s.preemptions, (unsigned long long)s.swa_replays, s.swa_replay_max,
-         (unsigned long long)s.swa_replay_tokens);
-  CHECKF(s.preemptions > 0 && s.swa_replays > 0 && s.swa_replay_max <= 24, "preemptions %llu, replays %llu, max %d",
-         (unsigned long long)s.preemptions, (unsigned long long)s.swa_replays, s.swa_replay_max);
-  CHECK(s.kv_blocks_used == 0);
-  di_engine_destroy(e);
+  const int pools[] = {48, 56, 64, 72, 76, 80, 84, 85};
+  uint64_t held_resumes = 0;
+  for (size_t k = 0; k < sizeof pools / sizeof *pools; k++) {
+    e = make(true, 24, 0, (size_t)pools[k], 2, &st);
+    CHECKF(e, "%s", st.msg);
+    if (!e) return;
+    run_preempt(e, got);
+    di_engine_stats_get(e, &s);
+    CHECKF(same(&ref[0], &got[0]) && same(&ref[1], &got[1]), "pool %d: n %d %d", pools[k], got[0].n, got[1].n);
+    printf("preemption, pool %d: %llu preemptions, %llu replays (longest %d, %llu positions), %llu holds given up, "
+           "%llu positions computed (286 without preemption)\n",
+           pools[k], (unsigned long long)s.preemptions, (unsigned long long)s.swa_replays, s.swa_replay_max,
+           (unsigned long long)s.swa_replay_tokens, (unsigned long long)s.swa_hold_drops,
+           (unsigned long long)s.batch_tokens);
+    CHECKF(s.preemptions > 0 && s.swa_replay_max <= 24 && s.swa_replay_tokens <= 24 * s.swa_replays,
+           "pool %d: preemptions %llu, replays %llu, longest %d", pools[k], (unsigned long long)s.preemptions,
+           (unsigned long long)s.swa_replays, s.swa_replay_max);
+    held_resumes += s.swa_replays;
+    CHECKF(s.kv_blocks_used == 0 && s.swa_held_blocks == 0, "pool %d: %d blocks used, %d held", pools[k],
+           s.kv_blocks_used, s.swa_held_blocks);
+    di_engine_destroy(e);
+  }
+  CHECK(held_resumes >= 8);
+}
+
+/* Held checkpoints give way: three long requests, two at a time, in a pool
+ * where a running sequence alone needs what the waiting ones hold; their
+ * holds go (counted), the resumes replay further back, outputs stay exact. */
+static void test_hold_fallback(void) {
+  di_status st = {0};
+  out ref[3], got[3];
+  di_engine_stats s;
+  const int32_t *ids[3] = {doc, other, doc + 7};
+  for (int pass = 0; pass < 2; pass++) {
+    di_engine *e = pass ? make(true, 24, 0, 60, 2, &st) : make(false, 0, 0, 400, 3, &st);
+    CHECKF(e, "%s", st.msg);
+    if (!e) return;
+    out *o = pass ? got : ref;
+    for (int i = 0; i < 3; i++) {
+      memset(&o[i], 0, sizeof o[i]);
+      di_request_params p;
+      di_request_params_default(&p);
+      p.ignore_eos = 1;
+      p.prompt_ids = ids[i];
+      p.n_prompt = DOC;
+      p.max_tokens = GEN;
+      p.logprobs = 1;
+      p.priority = i;
+      p.cb = on_event;
+      p.user = &o[i];
+      char err[256];
+      CHECKF(di_engine_submit(e, &p, NULL, err, sizeof err) == DI_OK, "%s", err);
+      for (int k = 0; k < 6; k++) di_engine_step(e);
+    }
+    run_all(e);
+    di_engine_stats_get(e, &s);
+    if (pass) {
+      printf("three at once, pool 60: %llu preemptions, %llu replays (longest %d), %llu holds given up\n",
+             (unsigned long long)s.preemptions, (unsigned long long)s.swa_replays, s.swa_replay_max,
+             (unsigned long long)s.swa_hold_drops);
+      for (int i = 0; i < 3; i++) CHECKF(same(&ref[i], &got[i]), "request %d: n %d", i, got[i].n);
+      CHECKF(s.preemptions > 0 && s.swa_hold_drops > 0 && s.kv_blocks_used == 0 && s.swa_held_blocks == 0,
+             "%llu preemptions, %d used, %d held",
+             (unsigned long long)s.preemptions, s.kv_blocks_used, s.swa_held_blocks);
+    }
+    di_engine_destroy(e);
+  }
 }
 
 /* Pool accounting of one long sequence (prompt 120 + 24 generated, chunks of
@@ -292,6 +348,7 @@ int main(void) {
   test_eviction_order();
   test_replay_outputs();
   test_preemption();
+  test_hold_fallback();
   test_accounting();
   test_bad_settings();
   return di_test_finish("test_replay");
