@@ -154,7 +154,10 @@ def main():
     ap.add_argument("--questions", type=int, default=3)
     ap.add_argument("--gen", type=int, default=8)
     ap.add_argument("--kv-mem", default="160M")
-    ap.add_argument("--checkpoint", default="1024")
+    ap.add_argument("--checkpoint", default="1024", help="C, or several separated by commas (one server each)")
+    ap.add_argument("--skip-no-replay", action="store_true", help="leave out the --no-replay server")
+    ap.add_argument("--skip-llama-default", action="store_true",
+                    help="leave out llama.cpp with its default 8 GiB host cache (run only at equal memory)")
     ap.add_argument("--threads", default="2")
     ap.add_argument("--llama-server", help="llama-server binary to compare (see above)")
     a = ap.parse_args()
@@ -162,7 +165,9 @@ def main():
     docs = [[rng.randrange(100, 200000) for _ in range(a.doc_tokens)] for _ in range(a.docs)]
     work = [(d, q, docs[d] + [rng.randrange(100, 200000) for _ in range(20)])
             for q in range(a.questions) for d in range(a.docs)]
-    configs = {f"replay C={a.checkpoint}": ["--swa-checkpoint", a.checkpoint], "--no-replay": ["--no-replay"]}
+    configs = {f"replay C={c}": ["--swa-checkpoint", c] for c in a.checkpoint.split(",")}
+    if not a.skip_no_replay:
+        configs["--no-replay"] = ["--no-replay"]
     outs = {}
     for name, extra in configs.items():
         p, base = start(a.bin, a.model, ["--threads", a.threads, "--kv-mem", a.kv_mem, *extra])
@@ -182,7 +187,7 @@ def main():
     if a.llama_server:
         mib = int(a.kv_mem.rstrip("MmKkGg")) * {"M": 1, "K": 1 / 1024, "G": 1024}.get(a.kv_mem[-1].upper(), 1 / 2**20)
         ctx = a.doc_tokens + 20 + a.gen + 16
-        configs = {"llama.cpp default cache (8 GiB)": []}
+        configs = {} if a.skip_llama_default else {"llama.cpp default cache (8 GiB)": []}
         for label, extra in {"": [], " --swa-full": ["--swa-full"]}.items():
             # Equal memory: the slot's own KV plus its host prompt cache add up to our --kv-mem.
             rest = int(mib - llama_kv_bytes(a.llama_server, a.model, ctx, extra) / 2**20)

@@ -17,7 +17,9 @@
  * continues exactly where it stopped: it samples nothing during recompute, so
  * its RNG stream and outputs are unchanged. If no other victim exists the
  * sequence itself yields; a sequence alone in the pool that still cannot grow
- * finishes with "length". Admission never preempts.
+ * finishes with "length". Admission never preempts, and readmits a
+ * preempted sequence beside running ones only when the rest of it fits
+ * (resume_fits), so that it is not the next victim at its next block.
  *
  * Resumption and prefix hits go through replay.c: a sequence whose
  * sliding-window blocks were evicted while it waited replays from the last
@@ -125,6 +127,25 @@ static di_seq *pick_victim(di_engine *e, const di_seq *except) {
 }
 
 static int fits(di_engine *e, di_seq *s, int end) { return blocks_needed(e, s, end) <= di_kv_n_available(e->pool); }
+
+/* Whether a preempted sequence can come back and reach its next token: the
+ * main table's blocks up to len + 1, each window table's window and a chunk.
+ * Readmitted with less, it would be the first victim again at the next
+ * block (two sequences ping-ponging, each resume replaying). */
+static bool resume_fits(di_engine *e, di_seq *s) {
+  const int bs = e->pool->block_size;
+  int n = di_kv_table_blocks_needed(e->pool, &s->table, main_start(s), s->len + 1);
+  if (e->be.policy == DI_KV_POLICY_WINDOW && e->be.window > 0) {
+    int cap = (e->be.window + e->max_batch_tokens) / bs + 2;
+    n = n < cap ? n : cap;
+  }
+  for (int k = 0; k < e->be.n_swa_tables; k++) {
+    int w = di_kv_table_blocks_needed(e->pool, &s->swa[k], s->n_computed, s->len + 1);
+    int cap = (e->be.window + e->max_batch_tokens) / bs + 2;
+    n += w < cap ? w : cap;
+  }
+  return n <= di_kv_n_available(e->pool);
+}
 
 /* Waiting sequences give back their held checkpoints, lowest-ranked first,
  * until s fits [.., end) (end < 0: all of them); their resumes then replay
@@ -312,6 +333,7 @@ static void admit(di_engine *e, di_batch *b, int *budget, int *n_out) {
     if (!di_engine_logit_rows(e, *n_out + (all ? want : 1))) break;
     int end = s->n_computed + want;
     if (!fits(e, s, end)) end = shrink_to_fit(e, s, end);
+    if (s->n_preempted > 0 && e->running.n > 0 && !resume_fits(e, s)) end = s->n_computed;
     if (end <= s->n_computed) {
       release_tables(e, s); /* give back the prefix hits; retry later */
       s->n_computed = s->replay_end = 0;
