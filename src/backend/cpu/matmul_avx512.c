@@ -116,20 +116,30 @@ AI void fl_tile_cv(di_dtype t, int MT, const float *cw, const uint8_t *w, size_t
     Y[i * ldy + j] = fl_finish(t, half_of(acc[i][j / 2], j & 1), w + j * wrow, (const float *)(x + i * xrow), nb, K);
 }
 
-#define CV_CASE(R)                                                                                             \
-  case R:                                                                                                      \
+/* One function per (type, row tile) over a panel's ntiles converted tiles, as
+ * the tile sets of matmul_tiles.h. */
+typedef void (*fl_cv_fn)(const float *cw, const uint8_t *w, size_t wrow, const uint8_t *x, size_t xrow,
+                         int64_t nb, int64_t K, float *Y, int64_t ldy, int64_t ntiles);
+#define CV_FN(NAME, T, R)                                                                                      \
+  static __attribute__((noinline)) void NAME##_cv##R(const float *cw, const uint8_t *w, size_t wrow,           \
+                                                     const uint8_t *x, size_t xrow, int64_t nb, int64_t K,     \
+                                                     float *Y, int64_t ldy, int64_t ntiles) {                  \
     for (int64_t c = 0; c < ntiles; c++)                                                                       \
-      fl_tile_cv(t, R, cw + c * nb * 64, w + (size_t)(p0 + 8 * c) * wrow, wrow, xm, xrow, nb, K, ym + p0 + 8 * c, ldy); \
-    break;
+      fl_tile_cv(T, R, cw + c * nb * 64, w + (size_t)(8 * c) * wrow, wrow, x, xrow, nb, K, Y + 8 * c, ldy);    \
+  }
+#define DEFINE_CV_SET(NAME, T)                                                                                 \
+  CV_FN(NAME, T, 1) CV_FN(NAME, T, 2) CV_FN(NAME, T, 3) CV_FN(NAME, T, 4) CV_FN(NAME, T, 5) CV_FN(NAME, T, 6)   \
+  static const fl_cv_fn NAME##_cv[FL_MT + 1] = {NULL,          NAME##_cv1, NAME##_cv2, NAME##_cv3,            \
+                                                NAME##_cv4,    NAME##_cv5, NAME##_cv6};
 
-static void fl_mm_cv(di_dtype t, const void *W, size_t wrow, const void *X, size_t xrow, int64_t M, int64_t K,
-                     float *Y, int64_t ldy, int64_t n0, int64_t n1) {
+AI void fl_mm_cv(di_dtype t, const tile_set *ts, const fl_cv_fn *cv, const void *W, size_t wrow, const void *X,
+                 size_t xrow, int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   const int64_t nb = K / fl_QK;
   int64_t panel = (int64_t)(PANEL_BYTES / (wrow ? wrow : 1)) / 8 * 8;
   if (panel < 8) panel = 8;
   float *cw = M >= FL_CV_ROWS && nb ? di_cpu_scratch(DI_SCRATCH_FL, (size_t)(panel * nb * 8) * sizeof(float)) : NULL;
   if (!cw) {
-    fl_mm(t, W, wrow, X, xrow, M, K, Y, ldy, n0, n1);
+    tiles_mm(ts, W, wrow, X, xrow, M, K, Y, ldy, n0, n1);
     return;
   }
   const uint8_t *w = W, *x = X;
@@ -140,28 +150,24 @@ static void fl_mm_cv(di_dtype t, const void *W, size_t wrow, const void *X, size
       const int64_t mt = M - m < FL_MT ? M - m : FL_MT;
       const uint8_t *xm = x + m * xrow;
       float *ym = Y + m * ldy;
-      switch (mt) {
-        CV_CASE(6)
-        CV_CASE(5)
-        CV_CASE(4)
-        CV_CASE(3)
-        CV_CASE(2)
-        CV_CASE(1)
-      }
-      if (c1 < p1) fl_mm(t, W, wrow, xm, xrow, mt, K, ym, ldy, c1, p1); /* columns past the whole tiles */
+      cv[mt](cw, w + (size_t)p0 * wrow, wrow, xm, xrow, nb, K, ym + p0, ldy, ntiles);
+      if (c1 < p1) tiles_mm(ts, W, wrow, xm, xrow, mt, K, ym, ldy, c1, p1); /* columns past the whole tiles */
     }
   }
 }
-#undef CV_CASE
 
 DEFINE_WRAP(mm_f32, fl, DI_F32)
+DEFINE_TILE_SET(f16, fl, DI_F16)
+DEFINE_TILE_SET(bf16, fl, DI_BF16)
+DEFINE_CV_SET(f16, DI_F16)
+DEFINE_CV_SET(bf16, DI_BF16)
 static void mm_f16(const void *W, size_t wrow, const void *x, size_t xrow, int64_t M, int64_t K, float *Y,
                    int64_t ldy, int64_t n0, int64_t n1) {
-  fl_mm_cv(DI_F16, W, wrow, x, xrow, M, K, Y, ldy, n0, n1);
+  fl_mm_cv(DI_F16, &f16_set, f16_cv, W, wrow, x, xrow, M, K, Y, ldy, n0, n1);
 }
 static void mm_bf16(const void *W, size_t wrow, const void *x, size_t xrow, int64_t M, int64_t K, float *Y,
                     int64_t ldy, int64_t n0, int64_t n1) {
-  fl_mm_cv(DI_BF16, W, wrow, x, xrow, M, K, Y, ldy, n0, n1);
+  fl_mm_cv(DI_BF16, &bf16_set, bf16_cv, W, wrow, x, xrow, M, K, Y, ldy, n0, n1);
 }
 
 di_cpu_mm_fn FL512_ENTRY(di_dtype t) {

@@ -37,11 +37,21 @@ AI float fl_scalar(di_dtype t, const uint8_t *row, int64_t k) {
   return t == DI_F16 ? _cvtsh_ss(h) : di_cpu_bf16_to_f32(h);
 }
 
-/* One output from its 8-lane chain over the first nb*8 elements: the lanes'
- * sum plus the K % 8 tail elements in order. */
-AI float fl_finish(di_dtype t, __m256 acc, const uint8_t *wrow, const float *x, int64_t nb, int64_t K) {
+/* The K % 8 tail elements of one output, in order. Out of line: a tile ends
+ * with one finish per output (48 in the AVX-512 6 x 8 tile), and an inlined
+ * loop in each of them multiplied the kernel files' code for a case no model
+ * shape has. */
+static __attribute__((noinline, unused)) float fl_tail(di_dtype t, const uint8_t *wrow, const float *x, int64_t nb,
+                                                      int64_t K) {
   float tail = 0;
   for (int64_t k = nb * 8; k < K; k++) tail += fl_scalar(t, wrow, k) * x[k];
+  return tail;
+}
+
+/* One output from its 8-lane chain over the first nb*8 elements: the lanes'
+ * sum plus the tail. */
+AI float fl_finish(di_dtype t, __m256 acc, const uint8_t *wrow, const float *x, int64_t nb, int64_t K) {
+  const float tail = nb * 8 < K ? fl_tail(t, wrow, x, nb, K) : 0.0f;
   return hsum8(acc) + tail;
 }
 

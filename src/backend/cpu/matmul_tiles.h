@@ -55,6 +55,8 @@ AI void gemv_prefetch(const uint8_t *p, size_t step, size_t l1_ahead) {
  * from memory once per panel rather than once per row tile. */
 #define PANEL_BYTES (192 * 1024)
 
+/* A family's column walk over [n0, n1): whole NT-column tiles, then one
+ * column at a time. */
 #define DEFINE_COLS(PFX)                                                                         \
   AI void PFX##_cols(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const uint8_t *x, \
                      size_t xrow, int64_t nb, int64_t K, float *Y, int64_t ldy, int64_t n0,      \
@@ -64,49 +66,81 @@ AI void gemv_prefetch(const uint8_t *p, size_t step, size_t l1_ahead) {
     for (; n < n1; n++) PFX##_tile(t, MT, 1, w + n * wrow, wrow, x, xrow, nb, K, Y + n, ldy);     \
   }
 
+/* Code shape (as matmul_pack_tiles.h): the tile is inlined only into one
+ * ordinary function per (weight type, row tile), and tiles_mm picks that
+ * function from the type's table for each row tile. Every (type, MT) body is
+ * compiled on its own, so a kernel file is many small functions rather than
+ * one unrolled giant per type (which took GCC minutes under the sanitizers). */
+typedef void (*tile_cols_fn)(const uint8_t *w, size_t wrow, const uint8_t *x, size_t xrow, int64_t nb,
+                             int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
+typedef struct {
+  tile_cols_fn gemv;    /* one activation row, the family's GEMV column tile */
+  tile_cols_fn rows[9]; /* rows[r]: r activation rows (1 <= r <= mtm), the GEMM column tile */
+  int64_t qk;           /* elements per weight block */
+  int mtm, nt_gemm;
+} tile_set;
+
+/* GEMV walks all columns at once; GEMM walks PANEL_BYTES column panels and
+ * every row tile of M over each. */
+static inline void tiles_mm(const tile_set *s, const void *W, size_t wrow, const void *X, size_t xrow,
+                            int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
+  const uint8_t *w = W, *x = X;
+  const int64_t nb = K / s->qk;
+  if (M == 1) {
+    s->gemv(w, wrow, x, xrow, nb, K, Y, ldy, n0, n1);
+    return;
+  }
+  int64_t panel = (int64_t)(PANEL_BYTES / (wrow ? wrow : 1)) / s->nt_gemm * s->nt_gemm;
+  if (panel < s->nt_gemm) panel = s->nt_gemm;
+  for (int64_t p0 = n0; p0 < n1; p0 += panel) {
+    const int64_t p1 = n1 - p0 < panel ? n1 : p0 + panel;
+    for (int64_t m = 0; m < M; m += s->mtm) {
+      const int64_t mt = M - m < s->mtm ? M - m : s->mtm;
+      s->rows[mt](w, wrow, x + m * xrow, xrow, nb, K, Y + m * ldy, ldy, p0, p1);
+    }
+  }
+}
+
 /* Row tiles of up to MT_MAX rows; DEFINE_DRIVER_MT takes up to MTM (<= 8)
  * rows where a family has the registers for it. */
 #define DEFINE_DRIVER(PFX, NT_GEMV, NT_GEMM) DEFINE_DRIVER_MT(PFX, NT_GEMV, NT_GEMM, MT_MAX)
-/* (a case past MTM never runs; it names a 1-row tile so no MT > MTM is built) */
-#define DRIVER_CASE(PFX, MTM, R, NT_GEMM)                                                       \
-  case R: PFX##_cols(t, MTM >= R ? R : 1, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;
 #define DEFINE_DRIVER_MT(PFX, NT_GEMV, NT_GEMM, MTM)                                             \
   DEFINE_COLS(PFX)                                                                               \
-  AI void PFX##_mm(di_dtype t, const void *W, size_t wrow, const void *X, size_t xrow,           \
-                   int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {         \
-    const uint8_t *w = W, *x = X;                                                                \
-    int64_t nb = K / PFX##_QK;                                                                   \
-    if (M == 1) {                                                                                \
-      PFX##_cols(t, 1, NT_GEMV, w, wrow, x, xrow, nb, K, Y, ldy, n0, n1);                        \
-      return;                                                                                    \
-    }                                                                                            \
-    int64_t panel = (int64_t)(PANEL_BYTES / (wrow ? wrow : 1)) / NT_GEMM * NT_GEMM;              \
-    if (panel < NT_GEMM) panel = NT_GEMM;                                                        \
-    for (int64_t p0 = n0; p0 < n1; p0 += panel) {                                                \
-      int64_t p1 = n1 - p0 < panel ? n1 : p0 + panel;                                            \
-      for (int64_t m = 0; m < M; m += MTM) {                                                     \
-        int64_t mt = M - m < MTM ? M - m : MTM;                                                  \
-        const uint8_t *xm = x + m * xrow;                                                        \
-        float *ym = Y + m * ldy;                                                                 \
-        switch (mt) {                                                                            \
-          DRIVER_CASE(PFX, MTM, 8, NT_GEMM)                                                      \
-          DRIVER_CASE(PFX, MTM, 7, NT_GEMM)                                                      \
-          DRIVER_CASE(PFX, MTM, 6, NT_GEMM)                                                      \
-          DRIVER_CASE(PFX, MTM, 5, NT_GEMM)                                                      \
-          DRIVER_CASE(PFX, MTM, 4, NT_GEMM)                                                      \
-          DRIVER_CASE(PFX, MTM, 3, NT_GEMM)                                                      \
-          DRIVER_CASE(PFX, MTM, 2, NT_GEMM)                                                      \
-        default: PFX##_cols(t, 1, NT_GEMM, w, wrow, xm, xrow, nb, K, ym, ldy, p0, p1); break;    \
-        }                                                                                        \
-      }                                                                                          \
-    }                                                                                            \
-  }
+  enum { PFX##_NT_GEMV = (NT_GEMV), PFX##_NT_GEMM = (NT_GEMM), PFX##_MTM = (MTM) };
 
-/* An exported-signature (di_cpu_mm_fn) wrapper binding a family to one type. */
+/* The function for R rows of type T (R past the family's MTM is never called:
+ * its body folds away). */
+#define TILE_FN(NAME, PFX, T, R, ROWS, NT)                                                        \
+  static __attribute__((noinline)) void NAME##_##R(const uint8_t *w, size_t wrow, const uint8_t *x, \
+                                                   size_t xrow, int64_t nb, int64_t K, float *Y,  \
+                                                   int64_t ldy, int64_t n0, int64_t n1) {         \
+    if ((ROWS) > PFX##_MTM) return;                                                              \
+    PFX##_cols(T, (ROWS) > PFX##_MTM ? 1 : (ROWS), NT, w, wrow, x, xrow, nb, K, Y, ldy, n0, n1);  \
+  }
+/* Family PFX's table for type T, as NAME##_set. */
+#define DEFINE_TILE_SET(NAME, PFX, T)                                                            \
+  TILE_FN(NAME, PFX, T, g, 1, PFX##_NT_GEMV)                                                     \
+  TILE_FN(NAME, PFX, T, 1, 1, PFX##_NT_GEMM)                                                     \
+  TILE_FN(NAME, PFX, T, 2, 2, PFX##_NT_GEMM)                                                     \
+  TILE_FN(NAME, PFX, T, 3, 3, PFX##_NT_GEMM)                                                     \
+  TILE_FN(NAME, PFX, T, 4, 4, PFX##_NT_GEMM)                                                     \
+  TILE_FN(NAME, PFX, T, 5, 5, PFX##_NT_GEMM)                                                     \
+  TILE_FN(NAME, PFX, T, 6, 6, PFX##_NT_GEMM)                                                     \
+  TILE_FN(NAME, PFX, T, 7, 7, PFX##_NT_GEMM)                                                     \
+  TILE_FN(NAME, PFX, T, 8, 8, PFX##_NT_GEMM)                                                     \
+  static const tile_set NAME##_set = {NAME##_g,                                                  \
+                                      {NULL, NAME##_1, NAME##_2, NAME##_3, NAME##_4, NAME##_5,   \
+                                       NAME##_6, NAME##_7, NAME##_8},                            \
+                                      PFX##_QK,                                                  \
+                                      PFX##_MTM,                                                 \
+                                      PFX##_NT_GEMM};
+
+/* An exported-signature (di_cpu_mm_fn) kernel: family PFX bound to type T. */
 #define DEFINE_WRAP(NAME, PFX, T)                                                                \
+  DEFINE_TILE_SET(NAME##_t, PFX, T)                                                              \
   static void NAME(const void *W, size_t wrow, const void *x, size_t xrow, int64_t M, int64_t K,  \
                    float *Y, int64_t ldy, int64_t n0, int64_t n1) {                              \
-    PFX##_mm(T, W, wrow, x, xrow, M, K, Y, ldy, n0, n1);                                         \
+    tiles_mm(&NAME##_t_set, W, wrow, x, xrow, M, K, Y, ldy, n0, n1);                             \
   }
 
 #endif
