@@ -175,15 +175,24 @@ di_code di_dist_agree(bool ok, bool *all_ok, di_status *st) {
   return rc;
 }
 
-di_code di_dist_allgatherv(const void *send, void *recv, const size_t *bytes, di_status *st) {
-  if (!g.active) {
+/* The start of the variable-size gathers: with one rank its own part is the
+ * whole result (*local); otherwise the failure check and MPI's counts. */
+static di_code gather_start(const void *send, void *recv, const size_t *bytes, size_t *total, bool *local,
+                            di_status *st) {
+  *local = !g.active;
+  if (*local) {
     if (send && send != recv) memcpy(recv, send, bytes[0]);
     return DI_OK;
   }
   if (g.failed) return di_errorf(st, DI_ERR_IO, "tensor parallel: %s", g.err);
+  return counts(bytes, g.cnt, g.dsp, total, st);
+}
+
+di_code di_dist_allgatherv(const void *send, void *recv, const size_t *bytes, di_status *st) {
   size_t total;
-  di_code rc = counts(bytes, g.cnt, g.dsp, &total, st);
-  if (rc) return rc;
+  bool local;
+  di_code rc = gather_start(send, recv, bytes, &total, &local, st);
+  if (rc || local) return rc;
   MPI_Request r;
   rc = started(MPI_Iallgatherv(send ? send : MPI_IN_PLACE, g.cnt[g.rank], MPI_BYTE, recv, g.cnt, g.dsp, MPI_BYTE,
                               MPI_COMM_WORLD, &r),
@@ -192,14 +201,10 @@ di_code di_dist_allgatherv(const void *send, void *recv, const size_t *bytes, di
 }
 
 di_code di_dist_gatherv(const void *send, void *recv, const size_t *bytes, di_status *st) {
-  if (!g.active) {
-    if (send && send != recv) memcpy(recv, send, bytes[0]);
-    return DI_OK;
-  }
-  if (g.failed) return di_errorf(st, DI_ERR_IO, "tensor parallel: %s", g.err);
   size_t total;
-  di_code rc = counts(bytes, g.cnt, g.dsp, &total, st);
-  if (rc) return rc;
+  bool local;
+  di_code rc = gather_start(send, recv, bytes, &total, &local, st);
+  if (rc || local) return rc;
   MPI_Request r;
   const void *s = send ? send : g.rank == 0 ? MPI_IN_PLACE : recv;
   rc = started(MPI_Igatherv(s, g.cnt[g.rank], MPI_BYTE, recv, g.cnt, g.dsp, MPI_BYTE, 0, MPI_COMM_WORLD, &r),
