@@ -50,6 +50,7 @@ static const struct {
     [DI_I8] = {1, 1, "I8"},         [DI_I16] = {1, 2, "I16"},
     [DI_I32] = {1, 4, "I32"},       [DI_I64] = {1, 8, "I64"},
     [DI_F64] = {1, 8, "F64"},       [DI_BF16] = {1, 2, "BF16"},
+    [DI_MXFP4] = {32, 17, "MXFP4"},
 };
 
 bool di_dtype_known(di_dtype t) { return (unsigned)t < DI_DTYPE_COUNT && dtype_info[t].block; }

@@ -47,7 +47,9 @@ typedef enum di_dtype {
   DI_F32 = 0, DI_F16 = 1, DI_Q4_0 = 2, DI_Q4_1 = 3, DI_Q5_0 = 6, DI_Q5_1 = 7,
   DI_Q8_0 = 8, DI_Q8_1 = 9, DI_Q2_K = 10, DI_Q3_K = 11, DI_Q4_K = 12,
   DI_Q5_K = 13, DI_Q6_K = 14, DI_Q8_K = 15, DI_I8 = 24, DI_I16 = 25,
-  DI_I32 = 26, DI_I64 = 27, DI_F64 = 28, DI_BF16 = 30, DI_DTYPE_COUNT = 40,
+  DI_I32 = 26, DI_I64 = 27, DI_F64 = 28, DI_BF16 = 30,
+  /* OCP MX FP4 (32 E2M1 codes and one E8M0 scale): read, then converted at load (model/mxfp4.c) */
+  DI_MXFP4 = 39, DI_DTYPE_COUNT = 40,
 } di_dtype;
 
 typedef struct di_gguf_tensor {

@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 
 #include "model/arch.h"
+#include "model/gguf_v4.h"
 #include "model/hf.h"
+#include "model/mxfp4.h"
 #include "model/tensors.h"
 #include "util/fp16.h"
 
@@ -268,21 +270,15 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
     free(arch);
     return st->code;
   }
-  if (ad->attn == DI_ATTN_DSV4) { /* its tensor table rows have Hugging Face names only */
-    di_errorf(st, DI_ERR_UNSUPPORTED, "%s: architecture '%s' (key general.architecture) is not supported from GGUF yet; "
-              "use the Hugging Face directory", m->path, arch);
-    free(arch);
-    return st->code;
-  }
   di_arch_apply(ad, hp);
   hp->rope_type = ad->gguf_rope;
   if ((rc = validate_gguf_keys(m, arch, st))) {
     free(arch);
     return rc;
   }
-  static const char *req[] = {"embedding_length", "block_count", "feed_forward_length", "attention.head_count"};
-  int *dst[] = {&hp->n_embd, &hp->n_layer, &hp->n_ff, &hp->n_head};
-  for (int i = 0; i < 4; i++)
+  static const char *req[] = {"embedding_length", "block_count", "attention.head_count", "feed_forward_length"};
+  int *dst[] = {&hp->n_embd, &hp->n_layer, &hp->n_head, &hp->n_ff};
+  for (int i = 0; i < (ad->attn == DI_ATTN_DSV4 ? 3 : 4); i++) /* V4 has experts only: no dense FFN length */
     if (!gk_i(g, arch, req[i], dst[i]) || *dst[i] <= 0) {
       di_errorf(st, DI_ERR_FORMAT, "%s: missing or invalid key %s.%s", m->path, arch, req[i]);
       free(arch);
@@ -323,7 +319,8 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
   }
   if (hp->rope_base_local == 0) hp->rope_base_local = hp->rope_base;
   hp->rope_local_unscaled = hp->swa_pattern > 0;
-  if (hp->attn_kind == DI_ATTN_MLA && (rc = gguf_mla_moe(m, arch, st))) {
+  if ((hp->attn_kind == DI_ATTN_MLA && (rc = gguf_mla_moe(m, arch, st))) ||
+      (hp->attn_kind == DI_ATTN_DSV4 && (rc = di_gguf_v4_hparams(m, arch, st)))) {
     free(arch);
     return rc;
   }
@@ -352,9 +349,19 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
     hp->n_layer -= nextn;
     hp->n_nextn = nextn;
   }
-  if ((rc = di_model_bind_layers(m, NULL, bind_gguf, 0, st))) return rc;
-  if ((rc = di_model_bind_mtp(m, NULL, bind_gguf, 0, st))) return rc;
-  return DI_OK;
+  if (hp->attn_kind == DI_ATTN_DSV4) { /* the hyper head; V4's MTP layer is not run (nor bound) */
+    const int64_t D = hp->n_embd, N = hp->v4.hc_mult;
+    if ((rc = bind_gguf(m, &m->hc_head_fn, "output_hc_fn.weight", N * D, N, 0, true, st)) ||
+        (rc = bind_gguf(m, &m->hc_head_base, "output_hc_base.weight", N, 1, 0, true, st)) ||
+        (rc = bind_gguf(m, &m->hc_head_scale, "output_hc_scale.weight", 1, 1, 0, true, st)) ||
+        (rc = di_model_bind_layers(m, NULL, bind_gguf, 0, st)))
+      return rc;
+    hp->n_nextn = 0;
+  } else if ((rc = di_model_bind_layers(m, NULL, bind_gguf, 0, st)) ||
+             (rc = di_model_bind_mtp(m, NULL, bind_gguf, 0, st))) {
+    return rc;
+  }
+  return di_model_convert_mxfp4(m, st);
 }
 
 /* An integer table (V4's tid2eid: token -> expert ids) as owned int32, every
