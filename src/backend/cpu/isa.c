@@ -44,7 +44,7 @@ static void di_detect(void) {
       g_feat.avx512vl = zmm && (b & (1u << 31));
       g_feat.avx512vnni = zmm && (c & (1u << 11));
       /* AMX-TILE and AMX-INT8, with the OS managing XTILECFG and XTILEDATA (the
-       * process must still ask Linux for the tile data: matmul_pack_avx512.c) */
+       * process must still ask Linux for the tile data: matmul_pack_amx.c) */
       g_feat.amx_int8 = (d & (1u << 24)) && (d & (1u << 25)) && (xcr0 & 0x60000) == 0x60000;
     }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) g_feat.avx512bf16 = zmm && (a & (1u << 5));

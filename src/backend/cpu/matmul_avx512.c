@@ -1,5 +1,5 @@
 /* AVX-512 kernels for F32 / F16 / BF16 weights with f32 activations (the
- * int8 ones are in matmul_pack_avx512.c; other types keep the AVX2 kernels).
+ * int8 ones are in matmul_pack_vnni.h; other types keep the AVX2 kernels).
  *
  * One zmm holds the 8-lane chains of two outputs, columns j and j+1, one per
  * 256-bit half: the weights of both rows are loaded (and for F16 converted by

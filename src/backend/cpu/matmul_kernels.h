@@ -28,7 +28,7 @@ di_cpu_mm_fn di_cpu_mm_avx2(di_dtype t);
 di_cpu_mmp_fn di_cpu_mmp_avx2(di_dtype t);
 /* F32/F16/BF16 with AVX-512F (matmul_avx512.c); NULL for other types. */
 di_cpu_mm_fn di_cpu_mm_avx512(di_dtype t);
-/* Packed layout with AVX-512 F/BW/VL + VNNI (matmul_pack_avx512.c). */
+/* Packed layout with AVX-512 F/BW/VL + VNNI (matmul_pack_vnni.h). */
 di_cpu_mmp_fn di_cpu_mmp_avx512(di_dtype t);
 /* Whether those kernels take the AMX tile path (CPU has AMX-INT8, Linux grants it, DI_CPU_AMX is not 0). */
 bool di_cpu_amx_granted(void);

@@ -1,6 +1,6 @@
 /* The AMX path of the AVX-512 packed kernels: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0
  * / Q4_K / Q5_K / Q6_K GEMMs, 16 activation rows x 16 columns (a pair of
- * groups) per tile. matmul_pack_avx512.c routes every packed matmul here where
+ * groups) per tile. The VNNI kernels (matmul_pack_vnni.h) route every packed matmul here where
  * the CPU has AMX-INT8 and Linux grants the tile state (arch_prctl;
  * DI_CPU_AMX=0 turns it off); rows past the last multiple of 16 and columns
  * outside whole group pairs go back to the VNNI driver it is handed (rest).

@@ -1,4 +1,4 @@
-/* AVX-512 pieces shared by the packed VNNI kernels (matmul_pack_avx512.c) and
+/* AVX-512 pieces shared by the packed VNNI kernels (matmul_pack_vnni.h) and
  * the AMX path (matmul_pack_amx.c): the unpacking of two groups' words side by
  * side into one zmm (group g low, g+1 high), the fifth bits of Q5_0 / Q5_K,
  * Q6_K's 6-bit quants, and q32_finish16, the float finish of a group pair.

@@ -1,5 +1,5 @@
 /* The driver shared by the packed-layout kernel files (matmul_pack_avx2.c,
- * matmul_pack_avx512.c and the NEON builds of matmul_pack_neon.h): the group
+ * matmul_pack_vnni.h and the NEON builds of matmul_pack_neon.h): the group
  * loop, the tail rows, row tiles, L2 panels and the per-type selector. Only the
  * per-block arithmetic differs between ISAs.
  *
@@ -30,6 +30,11 @@
  *                          full groups g, g+1 (at gw) at once (AVX-512)
  *   PK_MM                  the name of a function (pk_mm's signature) that each
  *                          per-type entry calls instead of pk_mm (AVX-512: AMX)
+ *   PK_PART_KQUANT or PK_PART_REST: build one of two parts of the driver in this
+ *                          translation unit (a file too slow to compile as one):
+ *                          the K-quants' tile functions and tables, or the other
+ *                          types', pk_mm and the selector (the K-quant tables
+ *                          then come from the other part)
  * The block functions own row invariance: each output's chain sees the blocks
  * in K order with the same instructions whatever MT, the tile or the column
  * range, so Y[m][n] has the same bits as the scalar reference. */
@@ -151,21 +156,42 @@ typedef struct {
   PK_TILES_4(NAME, T) PK_TILE(NAME, T, 5) PK_TILE(NAME, T, 6) PK_TILE(NAME, T, 7) PK_TILE(NAME, T, 8)
 #define PK_FNS_4(NAME) pk_##NAME##_1, pk_##NAME##_2, pk_##NAME##_3, pk_##NAME##_4
 #define PK_FNS_8(NAME) PK_FNS_4(NAME), pk_##NAME##_5, pk_##NAME##_6, pk_##NAME##_7, pk_##NAME##_8
-#define PK_KERNEL_(NAME, T, CAP)                                                                               \
-  PK_TILES_##CAP(NAME, T) static const pk_kernel pk_##NAME = {T, CAP, {NULL, PK_FNS_##CAP(NAME)}};
-#define PK_KERNEL(NAME, T, CAP) PK_KERNEL_(NAME, T, CAP)
+#define PK_KERNEL_(NAME, T, CAP, LINK, TAB)                                                                    \
+  PK_TILES_##CAP(NAME, T) LINK const pk_kernel TAB = {T, CAP, {NULL, PK_FNS_##CAP(NAME)}};
+#define PK_KERNEL(NAME, T, CAP) PK_KERNEL_(NAME, T, CAP, static, pk_##NAME)
 
+/* The K-quant tables: file-local, or shared between the two parts under
+ * PK_ENTRY's name (di_cpu_mmp_avx512_q4_K, ...). */
+#if defined(PK_PART_KQUANT) || defined(PK_PART_REST)
+#define PK_CAT_(a, b) a##b
+#define PK_CAT(a, b) PK_CAT_(a, b)
+#define PK_KTAB(NAME) PK_CAT(PK_ENTRY, _##NAME)
+extern const pk_kernel PK_KTAB(q4_K), PK_KTAB(q6_K);
+#ifdef PK_Q5K
+extern const pk_kernel PK_KTAB(q5_K);
+#endif
+#define PK_KKERNEL(NAME, T, CAP) PK_KERNEL_(NAME, T, CAP, , PK_KTAB(NAME))
+#else
+#define PK_KTAB(NAME) pk_##NAME
+#define PK_KKERNEL(NAME, T, CAP) PK_KERNEL(NAME, T, CAP)
+#endif
+
+#ifndef PK_PART_KQUANT
 PK_KERNEL(q4_0, DI_Q4_0, PK_MT_Q32)
 PK_KERNEL(q4_1, DI_Q4_1, PK_MT_Q32)
 PK_KERNEL(q5_0, DI_Q5_0, PK_MT_Q32)
 PK_KERNEL(q5_1, DI_Q5_1, PK_MT_Q32)
 PK_KERNEL(q8_0, DI_Q8_0, PK_MT_Q32)
-PK_KERNEL(q4_K, DI_Q4_K, PK_MT_Q4K)
-PK_KERNEL(q6_K, DI_Q6_K, PK_MT_Q6K)
+#endif
+#ifndef PK_PART_REST
+PK_KKERNEL(q4_K, DI_Q4_K, PK_MT_Q4K)
+PK_KKERNEL(q6_K, DI_Q6_K, PK_MT_Q6K)
 #ifdef PK_Q5K
-PK_KERNEL(q5_K, DI_Q5_K, PK_MT_Q5K)
+PK_KKERNEL(q5_K, DI_Q5_K, PK_MT_Q5K)
+#endif
 #endif
 
+#ifndef PK_PART_KQUANT
 static const pk_kernel *pk_kernel_of(di_dtype t) {
   switch (t) {
   case DI_Q4_0: return &pk_q4_0;
@@ -173,10 +199,10 @@ static const pk_kernel *pk_kernel_of(di_dtype t) {
   case DI_Q5_0: return &pk_q5_0;
   case DI_Q5_1: return &pk_q5_1;
   case DI_Q8_0: return &pk_q8_0;
-  case DI_Q4_K: return &pk_q4_K;
-  case DI_Q6_K: return &pk_q6_K;
+  case DI_Q4_K: return &PK_KTAB(q4_K);
+  case DI_Q6_K: return &PK_KTAB(q6_K);
 #ifdef PK_Q5K
-  case DI_Q5_K: return &pk_q5_K;
+  case DI_Q5_K: return &PK_KTAB(q5_K);
 #endif
   default: return NULL;
   }
@@ -266,5 +292,7 @@ di_cpu_mmp_fn PK_ENTRY(di_dtype t) {
   default: return NULL;
   }
 }
+
+#endif /* !PK_PART_KQUANT */
 
 #endif

@@ -1,5 +1,5 @@
 /* The x86 parts shared by the packed-layout kernels of matmul_pack_avx2.c and
- * matmul_pack_avx512.c: the float chains, the scale decoders and each block's
+ * matmul_pack_vnni.h: the float chains, the scale decoders and each block's
  * finish. The two files differ only in how they form the int32 sums of a block
  * (AVX2: maddubs + madd; AVX-512: vpdpbusd on two words at once); the sums are
  * exact integers, so both end in the same lanes with the same values, and from

@@ -1,5 +1,5 @@
 /* Small pieces shared by the AVX-512 kernel files (matmul_avx512.c,
- * matmul_pack_avx512.c); each includes <immintrin.h> or, for the emulation
+ * matmul_pack_vnni.h); each includes <immintrin.h> or, for the emulation
  * tests, SIMDe's AVX-512 first. */
 #ifndef DI_CPU_X86_512_H
 #define DI_CPU_X86_512_H
