@@ -82,7 +82,7 @@ typedef struct di_backend {
   void (*add)(float *x, const float *y, int n);
   void (*softcap)(float *x, int n, float cap);
   /* n floats into the KV cache's element type at dst. */
-  void (*kv_store)(void *dst, const float *src, int n, di_kv_type type);
+  void (*kv_store)(void *dst, const float *src, int n, di_kv_dtype type);
 
   /* ---- attention ---- */
   di_attn_sched *(*attn_create)(int max_tokens);

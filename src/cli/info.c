@@ -140,17 +140,17 @@ int di_cmd_info(int argc, char **argv) {
   di_kv_spec spec;
   di_forward_kv_spec(m, &spec);
   if (hp->attn_kind == DI_ATTN_DSV4) info_v4(m, &spec);
-  else spec.type = DI_KV_F16;
+  else spec.type = DI_KV_DTYPE_F16;
   size_t kv = di_kv_spec_block_bytes(&spec, 16) * (size_t)((ctx + 15) / 16);
   size_t per_tok = di_kv_spec_block_bytes(&spec, 1);
-  printf("KV per token:   %zu bytes (%s, %d layers x %d values%s)", per_tok, spec.type == DI_KV_F32 ? "f32" : "f16",
+  printf("KV per token:   %zu bytes (%s, %d layers x %d values%s)", per_tok, spec.type == DI_KV_DTYPE_F32 ? "f32" : "f16",
          spec.n_layers, spec.kv_dim,
          spec.v_in_k ? ": one latent row, read as K and V" : " K + the same V");
   if (hp->attn_kind == DI_ATTN_MLA) /* per-head K (nope + rope) and V, as MHA would cache them */
     printf("; MHA would need %zu", (size_t)hp->n_layer * hp->n_head * (hp->head_dim + hp->v_head_dim) * 2);
   printf("\n");
   printf("memory:         weights %.1f MiB + KV (%s, %ld tokens) %.1f MiB\n", (double)m->weight_bytes / 1048576.0,
-         spec.type == DI_KV_F32 ? "f32" : "f16", ctx, (double)kv / 1048576.0);
+         spec.type == DI_KV_DTYPE_F32 ? "f32" : "f16", ctx, (double)kv / 1048576.0);
   const int N = di_cli_tp_ranks();
   if (N > 1) { /* what each rank of --tp N holds (model/tp_slice.c, graph/forward.c) */
     di_tp_weights w0 = di_model_tp_plan(m, 0, N);

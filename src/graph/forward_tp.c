@@ -390,7 +390,7 @@ di_code di_forward_tp_follow(di_forward_ctx *f, const di_tp_msg *h, const void *
   di_forward_kv_spec(f->m, &own);
   /* the leader's geometry, with this rank's row width where attention is split by heads */
   di_kv_spec spec = {.n_layers = a[A_LAYERS], .kv_dim = di_tp_heads_split(&f->m->hp, p->size) ? own.kv_dim : a[A_KVDIM],
-                     .v_in_k = a[A_VINK], .type = (di_kv_type)a[A_TYPE]};
+                     .v_in_k = a[A_VINK], .type = (di_kv_dtype)a[A_TYPE]};
   di_code rc;
   if (!p->pool || p->pool_id != h->pool_id) {
     di_kv_pool_destroy(p->pool);

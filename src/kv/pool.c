@@ -7,17 +7,17 @@
 #include "util/mem.h"
 
 size_t di_kv_spec_block_bytes(const di_kv_spec *s, int block_size) {
-  size_t elt = s->type == DI_KV_F32 ? 4 : 2;
+  size_t elt = s->type == DI_KV_DTYPE_F32 ? 4 : 2;
   return (size_t)s->n_layers * (s->v_in_k ? 1 : 2) * (size_t)block_size * (size_t)s->kv_dim * elt;
 }
 
-size_t di_kv_block_bytes(int block_size, int n_layers, int kv_dim, di_kv_type type) {
+size_t di_kv_block_bytes(int block_size, int n_layers, int kv_dim, di_kv_dtype type) {
   di_kv_spec s = {.n_layers = n_layers, .kv_dim = kv_dim, .type = type};
   return di_kv_spec_block_bytes(&s, block_size);
 }
 
 di_code di_kv_pool_create(di_kv_pool **out, size_t mem_bytes, int block_size, int n_layers, int kv_dim,
-                          di_kv_type type, di_status *st) {
+                          di_kv_dtype type, di_status *st) {
   di_kv_spec s = {.n_layers = n_layers, .kv_dim = kv_dim, .type = type};
   return di_kv_pool_create_spec(out, mem_bytes, block_size, &s, st);
 }
@@ -26,7 +26,7 @@ di_code di_kv_pool_create_spec(di_kv_pool **out, size_t mem_bytes, int block_siz
                                di_status *st) {
   *out = NULL;
   const int n_layers = s->n_layers, kv_dim = s->kv_dim;
-  const di_kv_type type = s->type;
+  const di_kv_dtype type = s->type;
   if (block_size <= 0 || n_layers <= 0 || kv_dim <= 0)
     return di_errorf(st, DI_ERR_INVALID, "kv pool: bad geometry (block %d, layers %d, kv_dim %d)", block_size,
                      n_layers, kv_dim);
@@ -43,7 +43,7 @@ di_code di_kv_pool_create_spec(di_kv_pool **out, size_t mem_bytes, int block_siz
   p->n_layers = n_layers;
   p->kv_dim = kv_dim;
   p->type = type;
-  p->elt_bytes = type == DI_KV_F32 ? 4 : 2;
+  p->elt_bytes = type == DI_KV_DTYPE_F32 ? 4 : 2;
   p->block_bytes = bb;
   p->layer_bytes = bb / (size_t)n_layers;
   p->v_in_k = s->v_in_k;

@@ -21,12 +21,6 @@
 #include "deepinfer.h"
 #include "util/status.h"
 
-/* The element type is the public API's one enum (di_kv_dtype); the engine,
- * kernels and tests spell it with these shorter names. */
-typedef di_kv_dtype di_kv_type;
-#define DI_KV_F16 DI_KV_DTYPE_F16
-#define DI_KV_F32 DI_KV_DTYPE_F32
-#define DI_KV_BF16 DI_KV_DTYPE_BF16
 
 /* What a pool block holds per layer for each position: K of kv_dim values
  * and V of as many, or (v_in_k) only the K row, from which attention also
@@ -36,7 +30,7 @@ typedef struct di_kv_spec {
   int n_layers;
   int kv_dim;         /* K row: n_kv_heads * head_dim, or MLA's latent + rope key */
   bool v_in_k;        /* no V rows: V is read from the K row */
-  di_kv_type type;
+  di_kv_dtype type;
 } di_kv_spec;
 
 /* Layer groups a block can belong to (for accounting): the full-attention
@@ -49,7 +43,7 @@ typedef struct di_kv_pool {
   int n_layers;
   int kv_dim;         /* n_kv_heads * head_dim */
   bool v_in_k;        /* see di_kv_spec */
-  di_kv_type type;
+  di_kv_dtype type;
   size_t elt_bytes;   /* 2 or 4 */
   size_t layer_bytes; /* K + V of one layer in one block */
   size_t v_off;       /* V's offset inside a layer's bytes (0 when v_in_k) */
@@ -75,9 +69,9 @@ typedef struct di_kv_pool {
 
 /* Creates a pool of as many blocks as fit in mem_bytes. */
 di_code di_kv_pool_create(di_kv_pool **out, size_t mem_bytes, int block_size, int n_layers, int kv_dim,
-                          di_kv_type type, di_status *st);
+                          di_kv_dtype type, di_status *st);
 void di_kv_pool_destroy(di_kv_pool *p);
-size_t di_kv_block_bytes(int block_size, int n_layers, int kv_dim, di_kv_type type);
+size_t di_kv_block_bytes(int block_size, int n_layers, int kv_dim, di_kv_dtype type);
 /* The same from a spec (di_kv_pool_create is this with v_in_k false). */
 di_code di_kv_pool_create_spec(di_kv_pool **out, size_t mem_bytes, int block_size, const di_kv_spec *s,
                                di_status *st);

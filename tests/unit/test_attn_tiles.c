@@ -21,17 +21,17 @@ static float rndf(void) {
   return (float)((double)g_rng / 4294967296.0 * 2.0 - 1.0);
 }
 
-static void put(uint8_t *p, di_kv_type t, float x) {
-  if (t == DI_KV_F32) memcpy(p, &x, 4);
+static void put(uint8_t *p, di_kv_dtype t, float x) {
+  if (t == DI_KV_DTYPE_F32) memcpy(p, &x, 4);
   else {
-    uint16_t h = t == DI_KV_F16 ? di_f32_to_f16(x) : di_f32_to_bf16(x);
+    uint16_t h = t == DI_KV_DTYPE_F16 ? di_f32_to_f16(x) : di_f32_to_bf16(x);
     memcpy(p, &h, 2);
   }
 }
 
 #define NQ 33
-static void check_case(di_kv_type t, int n, int hd, int nq, bool ragged, float softcap, bool avx512) {
-  const size_t es = t == DI_KV_F32 ? 4 : 2;
+static void check_case(di_kv_dtype t, int n, int hd, int nq, bool ragged, float softcap, bool avx512) {
+  const size_t es = t == DI_KV_DTYPE_F32 ? 4 : 2;
   uint8_t *k = malloc((size_t)n * hd * es), *v = malloc((size_t)n * hd * es);
   const uint8_t *kr[DI_ATTN_TILE], *vr[DI_ATTN_TILE];
   for (int j = 0; j < n; j++) {
@@ -87,7 +87,7 @@ int main(void) {
     puts("test_attn_tiles: no AVX2 here, skipped");
     return 77;
   }
-  const di_kv_type types[] = {DI_KV_F16, DI_KV_F32, DI_KV_BF16};
+  const di_kv_dtype types[] = {DI_KV_DTYPE_F16, DI_KV_DTYPE_F32, DI_KV_DTYPE_BF16};
   const int ns[] = {1, 7, 8, 33, 64}, hds[] = {64, 80, 128, 256};
   for (int ti = 0; ti < 3; ti++)
     for (int ni = 0; ni < 5; ni++)

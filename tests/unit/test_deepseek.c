@@ -96,7 +96,7 @@ static bool runner_open(runner *r, const char *path, int max_tokens) {
   if (!r->m) return false;
   di_kv_spec spec;
   di_forward_kv_spec(r->m, &spec);
-  spec.type = DI_KV_F32;
+  spec.type = DI_KV_DTYPE_F32;
   CHECKF(spec.v_in_k, "MLA stores one latent row per token");
   CHECK(di_kv_pool_create_spec(&r->kv, 16 * di_kv_spec_block_bytes(&spec, 16), 16, &spec, &st) == DI_OK);
   for (int i = 0; i < 16; i++) r->blocks[i] = di_kv_alloc(r->kv);

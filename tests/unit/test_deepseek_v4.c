@@ -61,7 +61,7 @@ static bool runner_open(runner *r, const char *path, int max_tokens, int threads
   if (!r->m) return false;
   di_kv_spec spec;
   di_forward_kv_spec(r->m, &spec);
-  CHECK(spec.v_in_k && spec.type == DI_KV_F32);
+  CHECK(spec.v_in_k && spec.type == DI_KV_DTYPE_F32);
   CHECK(di_kv_pool_create_spec(&r->kv, 2 * NBLK * di_kv_spec_block_bytes(&spec, 16), 16, &spec, &st) == DI_OK);
   for (int s = 0; s < 2; s++)
     for (int i = 0; i < NBLK; i++) r->blocks[s][i] = di_kv_alloc(r->kv);
@@ -249,7 +249,7 @@ static void check_grouped(const char *name) {
   di_v4_geometry geo;
   di_forward_v4_geometry(&r.m->hp, 16, &geo);
   CHECK(geo.n_tables > 0 && geo.n_tables <= DI_KV_MAX_SWA_TABLES && geo.unit >= r.m->hp.head_dim);
-  di_kv_spec gs = {.n_layers = 1, .kv_dim = geo.unit, .v_in_k = true, .type = DI_KV_F32};
+  di_kv_spec gs = {.n_layers = 1, .kv_dim = geo.unit, .v_in_k = true, .type = DI_KV_DTYPE_F32};
   di_kv_pool *gp = NULL;
   di_status st = {0};
   CHECK(di_kv_pool_create_spec(&gp, (size_t)(1 + geo.n_tables) * NBLK * di_kv_spec_block_bytes(&gs, 16), 16, &gs, &st) ==

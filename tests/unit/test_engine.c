@@ -75,7 +75,7 @@ static void run_all(di_engine *e) {
   CHECK(guard < 100000);
 }
 
-static size_t block_bytes(int bs) { return di_kv_block_bytes(bs, 1, 2, DI_KV_F32); }
+static size_t block_bytes(int bs) { return di_kv_block_bytes(bs, 1, 2, DI_KV_DTYPE_F32); }
 
 #define NP 32
 static int32_t prompts[NP][128];

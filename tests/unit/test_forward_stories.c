@@ -26,7 +26,7 @@ typedef struct runner {
   int32_t blocks[64];
 } runner;
 
-static void runner_open(runner *r, const char *path, int chunk, di_kv_type kvt) {
+static void runner_open(runner *r, const char *path, int chunk, di_kv_dtype kvt) {
   di_status st = {0};
   memset(r, 0, sizeof *r);
   CHECKF(di_backend_load_model(di_backend_cpu(), path, NULL, &r->m, &st) == DI_OK, "%s", st.msg);
@@ -76,7 +76,7 @@ static void check_logits(const char *model_path, const char *name, int chunk) {
   float *ref = read_f32(q, &nref);
   CHECK(ref && nref == (size_t)n * 512);
   runner r;
-  runner_open(&r, model_path, chunk, DI_KV_F32);
+  runner_open(&r, model_path, chunk, DI_KV_DTYPE_F32);
   float *out = malloc((size_t)n * 512 * sizeof(float));
   run_all(&r, ids, n, chunk, out);
   double maxd = 0;
@@ -104,7 +104,7 @@ static void check_greedy(const char *model_path) {
   CHECK(j != NULL);
   if (!j) return;
   runner r;
-  runner_open(&r, model_path, 64, DI_KV_F32);
+  runner_open(&r, model_path, 64, DI_KV_DTYPE_F32);
   json_t *runs = json_object_get(j, "runs");
   int ok = 0, total = (int)json_array_size(runs);
   for (int k = 0; k < total; k++) {

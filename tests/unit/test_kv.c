@@ -7,7 +7,7 @@
 static di_kv_pool *pool(int n_blocks, int bs, bool prefix) {
   di_kv_pool *p = NULL;
   di_status st = {0};
-  CHECK(di_kv_pool_create(&p, di_kv_block_bytes(bs, 2, 4, DI_KV_F32) * (size_t)n_blocks, bs, 2, 4, DI_KV_F32, &st) == DI_OK);
+  CHECK(di_kv_pool_create(&p, di_kv_block_bytes(bs, 2, 4, DI_KV_DTYPE_F32) * (size_t)n_blocks, bs, 2, 4, DI_KV_DTYPE_F32, &st) == DI_OK);
   if (p && prefix) CHECK(di_kv_prefix_enable(p, &st) == DI_OK);
   return p;
 }
@@ -16,7 +16,7 @@ static void test_pool(void) {
   di_kv_pool *p = pool(4, 8, false);
   di_status st = {0};
   di_kv_pool *bad = NULL;
-  CHECK(di_kv_pool_create(&bad, 10, 8, 2, 4, DI_KV_F32, &st) == DI_ERR_INVALID && strstr(st.msg, "less than one block"));
+  CHECK(di_kv_pool_create(&bad, 10, 8, 2, 4, DI_KV_DTYPE_F32, &st) == DI_ERR_INVALID && strstr(st.msg, "less than one block"));
   int32_t a = di_kv_alloc(p), b = di_kv_alloc(p), c = di_kv_alloc(p), d = di_kv_alloc(p);
   CHECK(a >= 0 && b >= 0 && c >= 0 && d >= 0 && di_kv_alloc(p) == -1);
   CHECK(di_kv_n_used(p) == 4 && p->high_water == 4);

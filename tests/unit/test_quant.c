@@ -123,7 +123,7 @@ static void test_kv_store_f16(void) {
   }
   const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, 65504.0f, 65520.0f, 0x1p-24f, 0x1p-25f, 0x1.8p-24f};
   for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) x[i] = special[i];
-  di_cpu_kv_store(got, x, N, DI_KV_F16);
+  di_cpu_kv_store(got, x, N, DI_KV_DTYPE_F16);
   int bad = 0;
   for (uint32_t i = 0; i < N; i++) bad += got[i] != di_f32_to_f16(x[i]);
   CHECKF(bad == 0, "%d of %d f16 KV stores differ from the scalar conversion", bad, N);

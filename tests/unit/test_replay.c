@@ -48,7 +48,7 @@ static di_engine *make(bool grouped, int ckpt, int no_replay, size_t kv_blocks, 
   o.block_size = BS;
   o.swa_checkpoint = ckpt;
   o.no_replay = no_replay;
-  o.kv_mem = kv_blocks * di_kv_block_bytes(BS, 1, 2, DI_KV_F32);
+  o.kv_mem = kv_blocks * di_kv_block_bytes(BS, 1, 2, DI_KV_DTYPE_F32);
   di_engine_backend be = fake_backend(1024);
   be.window = W;
   be.n_swa_tables = grouped ? 2 : 0;
@@ -118,7 +118,7 @@ static void test_ckpt_blocks(void) {
 static void test_eviction_order(void) {
   di_kv_pool *p = NULL;
   di_status st = {0};
-  CHECK(di_kv_pool_create(&p, di_kv_block_bytes(BS, 1, 2, DI_KV_F32) * 3, BS, 1, 2, DI_KV_F32, &st) == DI_OK);
+  CHECK(di_kv_pool_create(&p, di_kv_block_bytes(BS, 1, 2, DI_KV_DTYPE_F32) * 3, BS, 1, 2, DI_KV_DTYPE_F32, &st) == DI_OK);
   CHECK(di_kv_prefix_enable(p, &st) == DI_OK);
   int32_t tok[3][BS] = {{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, 11, 12}};
   int32_t b[3];

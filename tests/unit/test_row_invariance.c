@@ -185,8 +185,8 @@ static void check_type(const char *path, di_dtype t, int mode) {
   if (mode == 2) synth_model(c.m, t);
   const di_hparams *hp = &c.m->hp;
   int kvd = hp->n_head_kv * hp->head_dim, V = hp->n_vocab;
-  CHECK(di_kv_pool_create(&c.kv, NSEQ * 8 * di_kv_block_bytes(16, hp->n_layer, kvd, DI_KV_F16), 16, hp->n_layer,
-                          kvd, DI_KV_F16, &st) == DI_OK);
+  CHECK(di_kv_pool_create(&c.kv, NSEQ * 8 * di_kv_block_bytes(16, hp->n_layer, kvd, DI_KV_DTYPE_F16), 16, hp->n_layer,
+                          kvd, DI_KV_DTYPE_F16, &st) == DI_OK);
   for (int s = 0; s < NSEQ; s++)
     for (int i = 0; i < 8; i++) c.blocks[s][i] = di_kv_alloc(c.kv);
   float *ref[NSEQ], *got[NSEQ];
@@ -222,8 +222,8 @@ static void check_type(const char *path, di_dtype t, int mode) {
    * KV cache keeps F16 rounding flips from amplifying the difference. */
   di_cpu_isa_level lvl = di_cpu_isa();
   di_kv_pool_destroy(c.kv);
-  CHECK(di_kv_pool_create(&c.kv, NSEQ * 8 * di_kv_block_bytes(16, hp->n_layer, kvd, DI_KV_F32), 16, hp->n_layer,
-                          kvd, DI_KV_F32, &st) == DI_OK);
+  CHECK(di_kv_pool_create(&c.kv, NSEQ * 8 * di_kv_block_bytes(16, hp->n_layer, kvd, DI_KV_DTYPE_F32), 16, hp->n_layer,
+                          kvd, DI_KV_DTYPE_F32, &st) == DI_OK);
   for (int s = 0; s < NSEQ; s++)
     for (int i = 0; i < 8; i++) c.blocks[s][i] = di_kv_alloc(c.kv);
   /* (the synthetic model's kernels are bit-exact with scalar: test_matmul_packed) */

@@ -593,7 +593,7 @@ static void test_bad_opts(void) {
   CHECK(di_engine_create_spec(&o, &be, &draft, &e, &st) == DI_ERR_INVALID && !e && strstr(st.msg, "vocabulary"));
   di_status_clear(&st);
   draft.n_vocab = FAKE_VOCAB;
-  o.kv_mem = 3 * di_kv_block_bytes(16, 1, 2, DI_KV_F16); /* the draft's half is under two blocks */
+  o.kv_mem = 3 * di_kv_block_bytes(16, 1, 2, DI_KV_DTYPE_F16); /* the draft's half is under two blocks */
   CHECK(di_engine_create_spec(&o, &be, &draft, &e, &st) == DI_ERR_RANGE && !e && strstr(st.msg, "--kv-mem"));
 }
 
@@ -611,7 +611,7 @@ int main(void) {
   cfg greedy_batch = {.max_seqs = 16, .at_once = 16, .temp = 0, .rep = 1, .mix_off = true, .logits = false};
   equivalence(greedy_batch, "greedy batch of 16, mixed");
   /* 24 blocks of 4 positions for 16 sequences of up to ~50: preemption */
-  cfg pressure = {.max_seqs = 16, .at_once = 16, .temp = 0.8f, .rep = 1.3f, .kv_mem = 24 * di_kv_block_bytes(4, 1, 2, DI_KV_F32),
+  cfg pressure = {.max_seqs = 16, .at_once = 16, .temp = 0.8f, .rep = 1.3f, .kv_mem = 24 * di_kv_block_bytes(4, 1, 2, DI_KV_DTYPE_F32),
                   .ignore_eos = true};
   equivalence(pressure, "KV pressure");
   CHECKF(last_stats.preemptions > 0, "no preemption under pressure (%llu)", (unsigned long long)last_stats.preemptions);

@@ -40,8 +40,8 @@ static void axpy_bf16(float *acc, float p, const void *v, int n) {
 /* Portable reference path, per KV element type (the AVX2 path does a whole tile at once). */
 typedef float (*kv_dot_fn)(const float *q, const void *k, int n);
 typedef void (*kv_axpy_fn)(float *acc, float p, const void *v, int n);
-static const kv_dot_fn dots[] = {[DI_KV_F16] = dot_f16, [DI_KV_F32] = dot_f32, [DI_KV_BF16] = dot_bf16};
-static const kv_axpy_fn axpys[] = {[DI_KV_F16] = axpy_f16, [DI_KV_F32] = axpy_f32, [DI_KV_BF16] = axpy_bf16};
+static const kv_dot_fn dots[] = {[DI_KV_DTYPE_F16] = dot_f16, [DI_KV_DTYPE_F32] = dot_f32, [DI_KV_DTYPE_BF16] = dot_bf16};
+static const kv_axpy_fn axpys[] = {[DI_KV_DTYPE_F16] = axpy_f16, [DI_KV_DTYPE_F32] = axpy_f32, [DI_KV_DTYPE_BF16] = axpy_bf16};
 
 /* K and V rows of head kvh for positions [lo, hi], one block at a time: inside
  * a block a head's positions are rows head_dim elements apart. */

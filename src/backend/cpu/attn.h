@@ -35,9 +35,9 @@ void di_cpu_attn_merge_avx2(const di_attn_partial *const *parts, int n, int head
  * position's head slice. AVX2 exists in x86-64 builds, NEON in aarch64 builds;
  * both add in the same order and give the same bits. */
 typedef void (*di_attn_tile_simd_fn)(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n,
-                                     int hd, di_kv_type t, float scale, float softcap, di_attn_partial *out);
+                                     int hd, di_kv_dtype t, float scale, float softcap, di_attn_partial *out);
 void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
-                           di_kv_type t, float scale, float softcap, di_attn_partial *out);
+                           di_kv_dtype t, float scale, float softcap, di_attn_partial *out);
 /* The tile for nq queries that read the same K/V rows (the query heads of one
  * KV head under GQA, of one or several tokens): query i at q[i] over
  * positions [lo, qhi[i]] (qhi NULL: [lo, hi] for all; else hi = the largest
@@ -53,13 +53,13 @@ void di_cpu_attn_tile_group(const di_kv_pool *kv, int layer, const int32_t *bloc
 /* The same over row pointers: query i over the first qn[i] of the n rows (qn
  * NULL: all n). */
 void di_cpu_attn_tile_group_avx2(const float *const *q, int nq, const uint8_t *const *krow,
-                                 const uint8_t *const *vrow, int n, const int *qn, int hd, di_kv_type t, float scale,
+                                 const uint8_t *const *vrow, int n, const int *qn, int hd, di_kv_dtype t, float scale,
                                  float softcap, di_attn_partial *const *out);
 
 /* The same for AVX-512 (attn_avx512.c): up to 16 queries per pass, each
  * query's result the bits of its AVX2 tile. */
 void di_cpu_attn_tile_group_avx512(const float *const *q, int nq, const uint8_t *const *krow,
-                                   const uint8_t *const *vrow, int n, const int *qn, int hd, di_kv_type t,
+                                   const uint8_t *const *vrow, int n, const int *qn, int hd, di_kv_dtype t,
                                    float scale, float softcap, di_attn_partial *const *out);
 
 /* softmax_exp.h over an array, 8 (AVX2) or 4 (NEON) lanes at a time (tests
@@ -67,6 +67,6 @@ void di_cpu_attn_tile_group_avx512(const float *const *q, int nq, const uint8_t 
 void di_cpu_softmax_exp_avx2(const float *x, float *y, int n);
 void di_cpu_softmax_exp_neon(const float *x, float *y, int n);
 void di_cpu_attn_tile_neon(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
-                           di_kv_type t, float scale, float softcap, di_attn_partial *out);
+                           di_kv_dtype t, float scale, float softcap, di_attn_partial *out);
 
 #endif

@@ -9,8 +9,8 @@
 #include "backend/cpu/attn_x86.h"
 
 AI void tile(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
-             const di_kv_type t, float scale, float softcap, di_attn_partial *out) {
-  const size_t es = t == DI_KV_F32 ? 4 : 2;
+             const di_kv_dtype t, float scale, float softcap, di_attn_partial *out) {
+  const size_t es = t == DI_KV_DTYPE_F32 ? 4 : 2;
   _Alignas(32) float s[DI_ATTN_TILE + 8];
   const __m256 vscale = _mm256_set1_ps(scale);
   for (int j0 = 0; j0 < n; j0 += 8) {
@@ -59,11 +59,11 @@ AI void tile(const float *q, const uint8_t *const *krow, const uint8_t *const *v
 }
 
 void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
-                           di_kv_type t, float scale, float softcap, di_attn_partial *out) {
+                           di_kv_dtype t, float scale, float softcap, di_attn_partial *out) {
   switch (t) {
-  case DI_KV_F16: tile(q, krow, vrow, n, hd, DI_KV_F16, scale, softcap, out); break;
-  case DI_KV_F32: tile(q, krow, vrow, n, hd, DI_KV_F32, scale, softcap, out); break;
-  default: tile(q, krow, vrow, n, hd, DI_KV_BF16, scale, softcap, out); break;
+  case DI_KV_DTYPE_F16: tile(q, krow, vrow, n, hd, DI_KV_DTYPE_F16, scale, softcap, out); break;
+  case DI_KV_DTYPE_F32: tile(q, krow, vrow, n, hd, DI_KV_DTYPE_F32, scale, softcap, out); break;
+  default: tile(q, krow, vrow, n, hd, DI_KV_DTYPE_BF16, scale, softcap, out); break;
   }
 }
 
@@ -73,9 +73,9 @@ void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uin
  * the F32 tile adds in the same order, so every query's result has the bits
  * of its own di_cpu_attn_tile_avx2 call. */
 void di_cpu_attn_tile_group_avx2(const float *const *q, int nq, const uint8_t *const *krow,
-                                 const uint8_t *const *vrow, int n, const int *qn, int hd, di_kv_type t, float scale,
+                                 const uint8_t *const *vrow, int n, const int *qn, int hd, di_kv_dtype t, float scale,
                                  float softcap, di_attn_partial *const *out) {
-  if (t == DI_KV_F32 || nq == 1 || hd > DI_ATTN_GROUP_MAX_HD) {
+  if (t == DI_KV_DTYPE_F32 || nq == 1 || hd > DI_ATTN_GROUP_MAX_HD) {
     for (int i = 0; i < nq; i++) di_cpu_attn_tile_avx2(q[i], krow, vrow, qn ? qn[i] : n, hd, t, scale, softcap, out[i]);
     return;
   }
@@ -83,7 +83,7 @@ void di_cpu_attn_tile_group_avx2(const float *const *q, int nq, const uint8_t *c
   const float *kp[DI_ATTN_TILE], *vp[DI_ATTN_TILE];
   tile_to_f32(krow, vrow, n, hd, t, kbuf, vbuf, kp, vp);
   for (int i = 0; i < nq; i++)
-    tile(q[i], (const uint8_t *const *)kp, (const uint8_t *const *)vp, qn ? qn[i] : n, hd, DI_KV_F32, scale, softcap,
+    tile(q[i], (const uint8_t *const *)kp, (const uint8_t *const *)vp, qn ? qn[i] : n, hd, DI_KV_DTYPE_F32, scale, softcap,
          out[i]);
 }
 

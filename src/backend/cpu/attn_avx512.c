@@ -27,15 +27,15 @@
 /* The 8 floats at p broadcast to both halves (one load, no shuffle). */
 AI __m512 bcast8f(const float *p) { return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd((const double *)p))); }
 /* Elements 8c..8c+7 of a K row of type t as f32, in both halves. */
-AI __m512 bcast8_kv(const uint8_t *row, int c, di_kv_type t) {
-  if (t == DI_KV_F32) return bcast8f((const float *)row + 8 * c);
+AI __m512 bcast8_kv(const uint8_t *row, int c, di_kv_dtype t) {
+  if (t == DI_KV_DTYPE_F32) return bcast8f((const float *)row + 8 * c);
   return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(load_kv(row + 16 * c, t))));
 }
 /* Elements d..d+15 of a V row of type t as f32. */
-AI __m512 load16_kv(const uint8_t *row, int d, di_kv_type t) {
-  if (t == DI_KV_F32) return _mm512_loadu_ps((const float *)row + d);
+AI __m512 load16_kv(const uint8_t *row, int d, di_kv_dtype t) {
+  if (t == DI_KV_DTYPE_F32) return _mm512_loadu_ps((const float *)row + d);
   const __m256i h = _mm256_loadu_si256((const __m256i *)(row + 2 * d));
-  if (t == DI_KV_F16) return _mm512_cvtph_ps(h);
+  if (t == DI_KV_DTYPE_F16) return _mm512_cvtph_ps(h);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 AI __m512 join8f(__m256 lo, __m256 hi) {
@@ -67,7 +67,7 @@ AI __m512 tree8x2(const __m512 acc[8]) {
  * rows of type t: query i's weight of row j at wp[i][j * ws]; with l, also
  * each query's sum of the weights in row order (serial chains that hide
  * behind the FMAs). */
-AI void v_rows(int nv, int nb, di_kv_type t, const float *const *wp, int ws, const uint8_t *const *v, int d0, int j0,
+AI void v_rows(int nv, int nb, di_kv_dtype t, const float *const *wp, int ws, const uint8_t *const *v, int d0, int j0,
                int j1, __m512 (*acc)[4], float *l) {
   for (int j = j0; j < j1; j++) {
     __m512 x[4] = {0};
@@ -85,7 +85,7 @@ AI void v_rows(int nv, int nb, di_kv_type t, const float *const *wp, int ws, con
  * qn[i]) of type t: rows past a query's length are skipped (not added as 0 *
  * v, which could turn an acc of -0 into +0). With sum_l, out[i]->l = the
  * weights' sum in row order, as the AVX2 tile adds it. */
-AI void v_pass_t(di_kv_type t, int nv, const float *const *wp, int ws, const int *qn, const uint8_t *const *v, int hd,
+AI void v_pass_t(di_kv_dtype t, int nv, const float *const *wp, int ws, const int *qn, const uint8_t *const *v, int hd,
                  bool sum_l, di_attn_partial *const *out) {
   int jmin = qn[0];
   for (int i = 1; i < nv; i++) jmin = qn[i] < jmin ? qn[i] : jmin;
@@ -112,12 +112,12 @@ AI void v_pass_t(di_kv_type t, int nv, const float *const *wp, int ws, const int
     for (int i = 0; i < nv; i++) out[i]->l = l[i];
 }
 
-static void v_pass(di_kv_type t, int nv, const float *const *wp, int ws, const int *qn, const uint8_t *const *v, int hd,
+static void v_pass(di_kv_dtype t, int nv, const float *const *wp, int ws, const int *qn, const uint8_t *const *v, int hd,
                    bool sum_l, di_attn_partial *const *out) {
   switch (t) { /* the element type a constant in each copy */
-  case DI_KV_F32: v_pass_t(DI_KV_F32, nv, wp, ws, qn, v, hd, sum_l, out); break;
-  case DI_KV_F16: v_pass_t(DI_KV_F16, nv, wp, ws, qn, v, hd, sum_l, out); break;
-  default: v_pass_t(DI_KV_BF16, nv, wp, ws, qn, v, hd, sum_l, out); break;
+  case DI_KV_DTYPE_F32: v_pass_t(DI_KV_DTYPE_F32, nv, wp, ws, qn, v, hd, sum_l, out); break;
+  case DI_KV_DTYPE_F16: v_pass_t(DI_KV_DTYPE_F16, nv, wp, ws, qn, v, hd, sum_l, out); break;
+  default: v_pass_t(DI_KV_DTYPE_BF16, nv, wp, ws, qn, v, hd, sum_l, out); break;
   }
 }
 
@@ -219,7 +219,7 @@ static void tile16(const float *const *q, int nq, const int *qn, const float *co
       wp[i] = w + i0 + i;
       out[i0 + i]->m = mxs[i0 + i], out[i0 + i]->l = ls[i0 + i];
     }
-    v_pass(DI_KV_F32, nv, wp, QMAX, qn + i0, (const uint8_t *const *)v, hd, false, out + i0);
+    v_pass(DI_KV_DTYPE_F32, nv, wp, QMAX, qn + i0, (const uint8_t *const *)v, hd, false, out + i0);
   }
 }
 
@@ -229,7 +229,7 @@ static void tile16(const float *const *q, int nq, const int *qn, const float *co
  * score tree, each query's softmax on its own row of scores, then V 4 queries
  * at a time. The rows are converted where they are used: staging the whole
  * tile as f32 cost more than the work of so few queries. */
-AI void tile_few_t(di_kv_type t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
+AI void tile_few_t(di_kv_dtype t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
                    const uint8_t *const *v, int n, int hd, float scale, float softcap, di_attn_partial *const *out) {
   _Alignas(64) float sc[8][DI_ATTN_TILE + 8];
   const __m512 vscale = _mm512_set1_ps(scale);
@@ -266,7 +266,7 @@ AI void tile_few_t(di_kv_type t, const float *const *q, int nq, const int *qn, c
  * element is one 64-bit broadcast load, the rows converted and interleaved
  * once per call (tile_few converted and broadcast a K row chunk per FMA and
  * per query pair, and ran the softmax 8 lanes wide per query). */
-AI void k_pairs(di_kv_type t, const uint8_t *const *k, int n, int hd, double *kk) {
+AI void k_pairs(di_kv_dtype t, const uint8_t *const *k, int n, int hd, double *kk) {
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   for (int j = 0; j < n; j += 2) { /* an odd last row pairs with itself (its twin's lanes are masked) */
@@ -299,7 +299,7 @@ AI void pair_scores(int R, const float *qt, const double *kk, int rp, int hd, __
   }
 }
 
-AI void tile_pairs_t(di_kv_type t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
+AI void tile_pairs_t(di_kv_dtype t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
                      const uint8_t *const *v, int n, int hd, float scale, float softcap, di_attn_partial *const *out) {
   static const float zero[DI_ATTN_GROUP_MAX_HD];
   _Alignas(64) double kk[DI_ATTN_TILE / 2 * DI_ATTN_GROUP_MAX_HD];
@@ -351,25 +351,25 @@ AI void tile_pairs_t(di_kv_type t, const float *const *q, int nq, const int *qn,
 
 /* A decode group of 2-8 queries: tile_pairs for 5-8, tile_few for 2-4 (where
  * a pair-layout tile's lanes would be mostly empty; it measured no faster). */
-AI void group_t(di_kv_type t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
+AI void group_t(di_kv_dtype t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
                 const uint8_t *const *v, int n, int hd, float scale, float softcap, di_attn_partial *const *out) {
   if (nq >= 5) tile_pairs_t(t, q, nq, qn, k, v, n, hd, scale, softcap, out);
   else tile_few_t(t, q, nq, qn, k, v, n, hd, scale, softcap, out);
 }
 
-static void group(di_kv_type t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
+static void group(di_kv_dtype t, const float *const *q, int nq, const int *qn, const uint8_t *const *k,
                   const uint8_t *const *v, int n, int hd, float scale, float softcap, di_attn_partial *const *out) {
   switch (t) { /* the element type a constant in each copy */
-  case DI_KV_F32: group_t(DI_KV_F32, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
-  case DI_KV_F16: group_t(DI_KV_F16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
-  default: group_t(DI_KV_BF16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
+  case DI_KV_DTYPE_F32: group_t(DI_KV_DTYPE_F32, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
+  case DI_KV_DTYPE_F16: group_t(DI_KV_DTYPE_F16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
+  default: group_t(DI_KV_DTYPE_BF16, q, nq, qn, k, v, n, hd, scale, softcap, out); break;
   }
 }
 
 /* Queries [0, m) of a group over the rows kr/vr of type t: group, or the AVX2
  * tile for one. */
 static void few(const float *const *q, int m, const int *lens, const uint8_t *const *kr, const uint8_t *const *vr,
-                di_kv_type t, int hd, float scale, float softcap, di_attn_partial *const *out) {
+                di_kv_dtype t, int hd, float scale, float softcap, di_attn_partial *const *out) {
   int mn = 0;
   for (int x = 0; x < m; x++) mn = lens[x] > mn ? lens[x] : mn;
   if (m > 1) group(t, q, m, lens, kr, vr, mn, hd, scale, softcap, out);
@@ -377,7 +377,7 @@ static void few(const float *const *q, int m, const int *lens, const uint8_t *co
 }
 
 void di_cpu_attn_tile_group_avx512(const float *const *q, int nq, const uint8_t *const *krow,
-                                   const uint8_t *const *vrow, int n, const int *qn, int hd, di_kv_type t,
+                                   const uint8_t *const *vrow, int n, const int *qn, int hd, di_kv_dtype t,
                                    float scale, float softcap, di_attn_partial *const *out) {
   if (nq < 2 || hd % 16 != 0 || hd > DI_ATTN_GROUP_MAX_HD) {
     di_cpu_attn_tile_group_avx2(q, nq, krow, vrow, n, qn, hd, t, scale, softcap, out);
@@ -398,7 +398,7 @@ void di_cpu_attn_tile_group_avx512(const float *const *q, int nq, const uint8_t 
     for (int x = 0; x < m; x++) mn = lens[i + x] > mn ? lens[i + x] : mn;
     if (m >= 8) tile16(q + i, m, lens + i, kp, vp, mn, hd, scale, softcap, out + i);
     else /* tile16's fixed costs per row are lower only from 8 queries */
-      few(q + i, m, lens + i, (const uint8_t *const *)kp, (const uint8_t *const *)vp, DI_KV_F32, hd, scale, softcap,
+      few(q + i, m, lens + i, (const uint8_t *const *)kp, (const uint8_t *const *)vp, DI_KV_DTYPE_F32, hd, scale, softcap,
           out + i);
   }
 }

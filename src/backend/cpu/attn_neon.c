@@ -8,12 +8,12 @@
 #include "backend/cpu/neon.h"
 #include "backend/cpu/softmax_exp.h"
 
-static inline f32x8 load_kv(const uint8_t *p, di_kv_type t) {
+static inline f32x8 load_kv(const uint8_t *p, di_kv_dtype t) {
   f32x8 r;
-  if (t == DI_KV_F32) {
+  if (t == DI_KV_DTYPE_F32) {
     r.lo = vld1q_f32((const float *)p);
     r.hi = vld1q_f32((const float *)p + 4);
-  } else if (t == DI_KV_F16) {
+  } else if (t == DI_KV_DTYPE_F16) {
     float16x8_t h = vld1q_f16((const __fp16 *)p);
     r.lo = vcvt_f32_f16(vget_low_f16(h));
     r.hi = vcvt_high_f32_f16(h);
@@ -39,8 +39,8 @@ static inline float hadd8(f32x8 v) {
 }
 
 void di_cpu_attn_tile_neon(const float *q, const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd,
-                           di_kv_type t, float scale, float softcap, di_attn_partial *out) {
-  const size_t es = t == DI_KV_F32 ? 4 : 2;
+                           di_kv_dtype t, float scale, float softcap, di_attn_partial *out) {
+  const size_t es = t == DI_KV_DTYPE_F32 ? 4 : 2;
   float s[DI_ATTN_TILE];
   for (int j0 = 0; j0 < n; j0 += 8) {
     f32x8 acc[8];

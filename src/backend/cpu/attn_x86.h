@@ -13,10 +13,10 @@
 #define AI static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 
-AI __m256 load_kv(const uint8_t *p, di_kv_type t) {
-  if (t == DI_KV_F32) return _mm256_loadu_ps((const float *)p);
+AI __m256 load_kv(const uint8_t *p, di_kv_dtype t) {
+  if (t == DI_KV_DTYPE_F32) return _mm256_loadu_ps((const float *)p);
   __m128i h = _mm_loadu_si128((const __m128i *)p);
-  if (t == DI_KV_F16) return _mm256_cvtph_ps(h);
+  if (t == DI_KV_DTYPE_F16) return _mm256_cvtph_ps(h);
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
@@ -34,7 +34,7 @@ AI __m256 hsum8(const __m256 v[8]) {
  * kp[j]/vp[j] point at row j in kbuf/vbuf ([n][hd]), or at the cache rows
  * themselves when they are f32 already. The element type is a constant in
  * each loop (tile_rows_f32), not a test per 8 values. */
-AI void tile_rows_f32(const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd, const di_kv_type t,
+AI void tile_rows_f32(const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd, const di_kv_dtype t,
                       float *kbuf, float *vbuf, const float **kp, const float **vp) {
   for (int j = 0; j < n; j++) {
     float *kd = kbuf + (size_t)j * hd, *vd = vbuf + (size_t)j * hd;
@@ -45,12 +45,12 @@ AI void tile_rows_f32(const uint8_t *const *krow, const uint8_t *const *vrow, in
     kp[j] = kd, vp[j] = vd;
   }
 }
-AI void tile_to_f32(const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd, di_kv_type t,
+AI void tile_to_f32(const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd, di_kv_dtype t,
                     float *kbuf, float *vbuf, const float **kp, const float **vp) {
-  if (t == DI_KV_F32)
+  if (t == DI_KV_DTYPE_F32)
     for (int j = 0; j < n; j++) kp[j] = (const float *)krow[j], vp[j] = (const float *)vrow[j];
-  else if (t == DI_KV_F16) tile_rows_f32(krow, vrow, n, hd, DI_KV_F16, kbuf, vbuf, kp, vp);
-  else tile_rows_f32(krow, vrow, n, hd, DI_KV_BF16, kbuf, vbuf, kp, vp);
+  else if (t == DI_KV_DTYPE_F16) tile_rows_f32(krow, vrow, n, hd, DI_KV_DTYPE_F16, kbuf, vbuf, kp, vp);
+  else tile_rows_f32(krow, vrow, n, hd, DI_KV_DTYPE_BF16, kbuf, vbuf, kp, vp);
 }
 
 /* Scores s[0..n) (s padded to a multiple of 8) -> softcapped, then exp(s - max)

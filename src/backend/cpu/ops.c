@@ -128,10 +128,10 @@ void di_cpu_softcap(float *x, int n, float cap) {
   for (int i = 0; i < n; i++) x[i] = cap * tanhf(x[i] / cap);
 }
 
-void di_cpu_kv_store(void *dst, const float *src, int n, di_kv_type type) {
-  if (type == DI_KV_F32) {
+void di_cpu_kv_store(void *dst, const float *src, int n, di_kv_dtype type) {
+  if (type == DI_KV_DTYPE_F32) {
     memcpy(dst, src, (size_t)n * 4);
-  } else if (type == DI_KV_F16) {
+  } else if (type == DI_KV_DTYPE_F16) {
     uint16_t *d = dst;
 #if defined(DI_CPU_X86)
     if (di_cpu_isa() >= DI_ISA_AVX2) {
@@ -146,10 +146,10 @@ void di_cpu_kv_store(void *dst, const float *src, int n, di_kv_type type) {
   }
 }
 
-static inline float load_elt(const void *base, size_t i, di_kv_type t) {
-  if (t == DI_KV_F32) return ((const float *)base)[i];
+static inline float load_elt(const void *base, size_t i, di_kv_dtype t) {
+  if (t == DI_KV_DTYPE_F32) return ((const float *)base)[i];
   uint16_t h = ((const uint16_t *)base)[i];
-  return t == DI_KV_F16 ? di_f16_to_f32(h) : di_bf16_to_f32(h);
+  return t == DI_KV_DTYPE_F16 ? di_f16_to_f32(h) : di_bf16_to_f32(h);
 }
 
 void di_cpu_attention(const di_kv_pool *kv, int layer, const int32_t *blocks, int kvh, int head_dim,

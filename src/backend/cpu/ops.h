@@ -49,7 +49,7 @@ void di_cpu_add_avx512(float *x, const float *y, int n);
 void di_cpu_softcap(float *x, int n, float cap);
 
 /* Stores n floats into the KV cache element type. */
-void di_cpu_kv_store(void *dst, const float *src, int n, di_kv_type type);
+void di_cpu_kv_store(void *dst, const float *src, int n, di_kv_dtype type);
 /* Its F16 case with F16C (same bits as the scalar di_f32_to_f16). */
 void di_cpu_kv_store_f16_avx2(uint16_t *dst, const float *src, int n);
 
