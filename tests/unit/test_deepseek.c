@@ -379,8 +379,8 @@ static void check_missing_experts(bool gguf) {
 }
 
 /* transformers' deepseek_v2 goldens (tests/golden/make_goldens_deepseek_v2.py):
- * tiny unit-scale checkpoints with and without q_lora_rank, plain RoPE, greedy
- * and group-limited routing (tests/golden/deepseek_v2/gen_tiny.py regenerates
+ * tiny unit-scale checkpoints with and without q_lora_rank, plain RoPE and
+ * YaRN (mscale != mscale_all_dim), greedy and group-limited routing (tests/golden/deepseek_v2/gen_tiny.py regenerates
  * them here, numpy only). Every position within 1e-4 for one full prefill
  * and for a prefill of 80 then decode steps. */
 static void check_transformers_v2(void) {
@@ -394,8 +394,8 @@ static void check_transformers_v2(void) {
   int rc = system(cmd);
   CHECKF(rc == 0, "generating the deepseek_v2 models failed: %s", cmd);
   if (rc) return;
-  const char *names[] = {"qlora", "noqlora"};
-  for (int k = 0; k < 2; k++) {
+  const char *names[] = {"qlora", "noqlora", "yarn"};
+  for (int k = 0; k < 3; k++) {
     snprintf(p, sizeof p, "%s/tests/golden/deepseek_v2/%s.json", src, names[k]);
     json_t *g = json_load_file(p, 0, NULL);
     CHECKF(g != NULL, "%s", p);

@@ -11,7 +11,7 @@ size through the layers and every block contributes to the logits. Tensor names 
 checkpoints' own (per-expert mlp.experts.E.*), as DeepSeek ships them.
 
 The configs cover what the shared deepseek-v3-tiny models do not: deepseek_v2 with and
-without q_lora_rank, RoPE without YaRN, greedy and group-limited routing, and no
+without q_lora_rank, RoPE with and without YaRN, greedy and group-limited routing, and no
 normalization of the top-k weights (transformers' deepseek_v2 router does not normalize)."""
 import argparse
 import json
@@ -32,6 +32,12 @@ CONFIGS = {
     # direct q_proj, plain RoPE, group-limited greedy routing with a routed scale
     "noqlora": dict(BASE, seed=20002, q_lora_rank=None, topk_method="group_limited_greedy", n_group=4, topk_group=2,
                     routed_scaling_factor=2.0),
+    # YaRN past a 32-token original context, with mscale != mscale_all_dim so that both the
+    # cos/sin factor (their ratio) and the softmax scale (mscale_all_dim's) move the logits
+    "yarn": dict(BASE, seed=20003, q_lora_rank=24, topk_method="greedy", n_group=1, topk_group=1,
+                 routed_scaling_factor=1.0, max_position_embeddings=256,
+                 rope_scaling={"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32,
+                               "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.8}),
 }
 
 
