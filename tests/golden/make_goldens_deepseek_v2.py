@@ -35,7 +35,7 @@ def logits_chunked(model, ids, chunks):
 
 def main():
     subprocess.check_call([sys.executable, os.path.join(OUT, "gen_tiny.py"), "--out", CACHE])
-    for k, name in enumerate(("qlora", "noqlora", "yarn")):
+    for k, name in enumerate(("qlora", "noqlora", "yarn", "yarn707")):
         d = os.path.join(CACHE, name)
         model, info = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, output_loading_info=True)
         bad = {k: v for k, v in info.items() if v}

@@ -380,9 +380,11 @@ static void check_missing_experts(bool gguf) {
 
 /* transformers' deepseek_v2 goldens (tests/golden/make_goldens_deepseek_v2.py):
  * tiny unit-scale checkpoints with and without q_lora_rank, plain RoPE and
- * YaRN (mscale != mscale_all_dim), greedy and group-limited routing (tests/golden/deepseek_v2/gen_tiny.py regenerates
- * them here, numpy only). Every position within 1e-4 for one full prefill
- * and for a prefill of 80 then decode steps. */
+ * YaRN (mscale != mscale_all_dim; V2-Lite's equal pair), greedy and
+ * group-limited routing (tests/golden/deepseek_v2/gen_tiny.py regenerates
+ * them here, numpy only), from the directory and, where the format can say
+ * the config, from its GGUF form (make_gguf.py). Every position within 1e-4
+ * for one full prefill and for a prefill of 80 then decode steps. */
 static void check_transformers_v2(void) {
   const char *src = getenv("DI_SOURCE_DIR");
   if (!src) src = "..";
@@ -394,8 +396,10 @@ static void check_transformers_v2(void) {
   int rc = system(cmd);
   CHECKF(rc == 0, "generating the deepseek_v2 models failed: %s", cmd);
   if (rc) return;
-  const char *names[] = {"qlora", "noqlora", "yarn"};
-  for (int k = 0; k < 3; k++) {
+  /* yarn has mscale != mscale_all_dim, which a GGUF cannot say (only yarn_log_multiplier) */
+  const char *names[] = {"qlora", "noqlora", "yarn", "yarn707"};
+  const bool as_gguf[] = {true, true, false, true};
+  for (int k = 0; k < 4; k++) {
     snprintf(p, sizeof p, "%s/tests/golden/deepseek_v2/%s.json", src, names[k]);
     json_t *g = json_load_file(p, 0, NULL);
     CHECKF(g != NULL, "%s", p);
@@ -407,22 +411,36 @@ static void check_transformers_v2(void) {
     snprintf(p, sizeof p, "%s/tests/golden/deepseek_v2/%s.logits.f32", src, names[k]);
     size_t nref = 0;
     float *ref = read_f32(p, &nref);
-    snprintf(p, sizeof p, "%s/%s", dir, names[k]);
-    runner r;
-    if (n <= 128 && ref && nref == (size_t)n * V && runner_open(&r, p, 128)) {
-      CHECKF(r.m->hp.n_vocab == V, "%s: vocab %d", names[k], r.m->hp.n_vocab);
-      float *out = malloc((size_t)n * V * sizeof(float));
-      for (int mode = 0; mode < 2; mode++) {
-        run(&r, ids, n, mode ? n - 16 : n, 1, out);
-        double d = 0;
-        for (size_t i = 0; i < (size_t)n * V; i++) d = fmax(d, fabs(out[i] - ref[i]));
-        CHECKF(d <= 1e-4, "deepseek_v2 %s %s: max |diff| %.3g", names[k], mode ? "prefill + decode" : "prefill", d);
-        printf("deepseek_v2 %-8s (transformers) %-16s max |diff| %.2e\n", names[k], mode ? "prefill + decode" : "prefill", d);
+    for (int form = 0; form < (as_gguf[k] ? 2 : 1); form++) {
+      if (form == 0) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[k]);
+      } else { /* the same weights as llama.cpp's converter lays out deepseek2 */
+        snprintf(cmd, sizeof cmd, "'%s' '%s/tests/golden/deepseek/make_gguf.py' '%s/%s' '%s' '%s.gguf' >/dev/null", py,
+                 src, dir, names[k], dir, names[k]);
+        rc = system(cmd);
+        CHECKF(rc == 0, "writing the GGUF failed: %s", cmd);
+        if (rc) break;
+        snprintf(p, sizeof p, "%s/%s.gguf", dir, names[k]);
       }
-      free(out);
-      runner_close(&r);
-    } else {
-      CHECKF(false, "%s: golden logits (%zu values) or model missing", names[k], nref);
+      const char *fmt = form ? "gguf" : "hf";
+      runner r;
+      if (n <= 128 && ref && nref == (size_t)n * V && runner_open(&r, p, 128)) {
+        CHECKF(r.m->hp.n_vocab == V, "%s: vocab %d", names[k], r.m->hp.n_vocab);
+        float *out = malloc((size_t)n * V * sizeof(float));
+        for (int mode = 0; mode < 2; mode++) {
+          run(&r, ids, n, mode ? n - 16 : n, 1, out);
+          double d = 0;
+          for (size_t i = 0; i < (size_t)n * V; i++) d = fmax(d, fabs(out[i] - ref[i]));
+          CHECKF(d <= 1e-4, "deepseek_v2 %s %s %s: max |diff| %.3g", names[k], fmt, mode ? "prefill + decode" : "prefill",
+                 d);
+          printf("deepseek_v2 %-8s %-4s (transformers) %-16s max |diff| %.2e\n", names[k], fmt,
+                 mode ? "prefill + decode" : "prefill", d);
+        }
+        free(out);
+        runner_close(&r);
+      } else {
+        CHECKF(false, "%s %s: golden logits (%zu values) or model missing", names[k], fmt, nref);
+      }
     }
     free(ref);
     json_decref(g);

@@ -5,6 +5,7 @@ writes for `deepseek2` (kv_b_proj split into attn_k_b, transposed per head, and
 attn_v_b; routed experts stacked into 3-D tensors), using the gguf package only.
 
   make_gguf.py MODEL_DIR OUT_DIR   -> OUT_DIR/v3-f32.gguf, OUT_DIR/v3-q8_0.gguf, OUT_DIR/v3-q8_0-kvb.gguf
+  make_gguf.py MODEL_DIR OUT_DIR FILE  -> OUT_DIR/FILE, F32 only
 (q8_0: every 2-D/3-D matrix except the embedding in Q8_0 where its rows are whole
 blocks: attn_v_b is, attn_k_b's rows of qk_nope_head_dim 16 stay F32; q8_0-kvb: the
 same with kv_b_proj unsplit, one Q8_0 attn_kv_b as older converters wrote it). A model with an MTP module
@@ -130,8 +131,10 @@ def write(model_dir, out, quant, split_kvb=True):
 if __name__ == "__main__":
     model_dir, out_dir = sys.argv[1], Path(sys.argv[2])
     out_dir.mkdir(parents=True, exist_ok=True)
-    for quant, split, name in ((False, True, "v3-f32.gguf"), (True, True, "v3-q8_0.gguf"),
-                               (True, False, "v3-q8_0-kvb.gguf")):
+    forms = ((False, True, "v3-f32.gguf"), (True, True, "v3-q8_0.gguf"), (True, False, "v3-q8_0-kvb.gguf"))
+    if len(sys.argv) > 3:  # one F32 file of that name (any deepseek_v2/v3 directory)
+        forms = ((False, True, sys.argv[3]),)
+    for quant, split, name in forms:
         tmp = out_dir / (name + ".tmp")
         write(model_dir, tmp, quant, split)
         tmp.rename(out_dir / name)

@@ -38,6 +38,12 @@ CONFIGS = {
                  routed_scaling_factor=1.0, max_position_embeddings=256,
                  rope_scaling={"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32,
                                "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.8}),
+    # V2-Lite's YaRN (mscale = mscale_all_dim = 0.707, all a GGUF can say: its yarn_log_multiplier),
+    # direct q_proj and group-limited routing; the test also runs its GGUF form
+    "yarn707": dict(BASE, seed=20004, q_lora_rank=None, topk_method="group_limited_greedy", n_group=4, topk_group=2,
+                    routed_scaling_factor=2.0, max_position_embeddings=256,
+                    rope_scaling={"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32,
+                                  "beta_fast": 32, "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}),
 }
 
 
