@@ -16,6 +16,9 @@ wall-clock figures are noisy (the load average before each run is printed with i
 
   bench/dsv4_vs_llamacpp.py --depths 512,8192 --gen 16           # generates dsv4-flash-mini.gguf if missing
   bench/dsv4_vs_llamacpp.py -m FILE.gguf --depths 512 --skip-llamacpp
+  bench/dsv4_vs_llamacpp.py -m ~/.cache/deepinfer/bench/dsv4-tiny-f32.gguf --depths 300 --gen 8 --logits
+      (--logits: both engines also dump every prompt position's logits; max / median |difference|
+      and the argmax agreement are printed)
 """
 import argparse
 import json
@@ -24,6 +27,7 @@ import random
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,14 +71,17 @@ def llamacpp_worker(a):
             for i, t in enumerate(ch):
                 b.token[i], b.pos[i], b.n_seq_id[i] = t, pos0 + s + i, 1
                 b.seq_id[i][0] = 0
-                b.logits[i] = 1 if (want_logits and s + i == len(toks) - 1) else 0
+                b.logits[i] = 1 if (want_logits and (a.logits_out or s + i == len(toks) - 1)) else 0
             if L.llama_decode(ctx, b) != 0:
                 raise SystemExit("llama_decode failed")
+            if a.logits_out and want_logits and len(toks) > 1:
+                rows.append(np.ctypeslib.as_array(L.llama_get_logits(ctx), shape=(len(ch) * nv,)).copy())
         L.llama_synchronize(ctx)
 
     def argmax_last():
         return int(np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, -1), shape=(nv,)).argmax())
 
+    rows = []
     t0 = time.perf_counter()
     decode(ids, 0, True)
     t1 = time.perf_counter()
@@ -84,6 +91,8 @@ def llamacpp_worker(a):
         decode([gen[-1]], a.depth + i, True)
         gen.append(argmax_last())
     t3 = time.perf_counter()
+    if a.logits_out:
+        np.concatenate(rows).astype(np.float32).tofile(a.logits_out)
     print(json.dumps({"prefill_tok_s": a.depth / (t1 - t0), "decode_tok_s": (a.gen - 1) / (t3 - t2), "gen": gen,
                       "n_ctx": cp.n_ctx, "version": L.__version__}))
 
@@ -91,6 +100,8 @@ def llamacpp_worker(a):
 def run_llamacpp(a, depth):
     cmd = [a.llamacpp_python, __file__, "--_worker", "-m", str(a.model), "--depth", str(depth),
            "--gen", str(a.gen), "--threads", str(a.threads)]
+    if a.logits:
+        cmd += ["--logits-out", str(a.logits_dir / f"llamacpp-{depth}.f32")]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
     if p.returncode != 0:
         raise SystemExit(f"llama.cpp worker failed:\n{p.stderr[-3000:]}")
@@ -109,6 +120,8 @@ def run_deepinfer(a, depth):
     n_ctx = depth + a.gen + 16
     cmd = [a.deepinfer, "run", "-m", str(a.model), "--ids", ",".join(map(str, ids)), "-n", str(a.gen), "--temp", "0",
            "--ignore-eos", "--print-ids", "--stats", "-t", str(a.threads), "-c", str(n_ctx)]
+    if a.logits:
+        cmd += ["--dump-logits", str(a.logits_dir / f"deepinfer-{depth}.f32")]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
     if p.returncode != 0:
         raise SystemExit(f"deepinfer failed:\n{p.stderr[-3000:]}")
@@ -129,6 +142,8 @@ def main():
     ap.add_argument("--skip-deepinfer", action="store_true")
     ap.add_argument("--timeout", type=int, default=3600)
     ap.add_argument("--json-out")
+    ap.add_argument("--logits", action="store_true", help="compare every prompt position's logits")
+    ap.add_argument("--logits-out", help=argparse.SUPPRESS)
     ap.add_argument("--_worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--depth", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -139,6 +154,7 @@ def main():
         a.model = BENCH_DIR / "dsv4-flash-mini.gguf"
         if not a.model.exists():
             subprocess.run([sys.executable, str(HERE / "gen_random_gguf_dsv4.py"), "--out", str(a.model)], check=True)
+    a.logits_dir = Path(tempfile.mkdtemp(prefix="dsv4_logits_"))
     rows = []
     for depth in [int(x) for x in a.depths.split(",")]:
         row = {"depth": depth}
@@ -155,6 +171,16 @@ def main():
         if "deepinfer" in row and "llamacpp" in row:
             g1, g2 = row["deepinfer"]["gen"], row["llamacpp"]["gen"]
             row["greedy_agree"] = next((i for i, (x, y) in enumerate(zip(g1, g2)) if x != y), len(g1))
+            if a.logits:
+                import numpy as np
+                x = np.fromfile(a.logits_dir / f"llamacpp-{depth}.f32", np.float32)
+                nv = x.size // depth
+                x = x.reshape(depth, nv)
+                y = np.fromfile(a.logits_dir / f"deepinfer-{depth}.f32", np.float32).reshape(-1, nv)[:depth]
+                d = np.abs(x - y).max(1)
+                row["logits"] = {"max_abs": float(d.max()), "median_pos_max_abs": float(np.median(d)),
+                                 "max_logit": float(np.abs(y).max()), "argmax_agree": float((x.argmax(1) == y.argmax(1)).mean())}
+                print(f"[dsv4] depth {depth} logits: {row['logits']}", file=sys.stderr, flush=True)
         rows.append(row)
     print(f"| depth | engine | prefill tok/s | decode tok/s | KV B/token | load |\n|---|---|---|---|---|---|")
     for row in rows:

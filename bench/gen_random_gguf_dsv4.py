@@ -14,6 +14,11 @@ hundred MB (V4-Flash is 284B parameters):
               (CSA, HCA, CSA, HCA; layer 0 hash-routed), 16 experts (6 active) x 1024 + 1 shared,
               indexer 32 heads x 128, vocabulary 32768.
 
+  tiny-f32    tests/golden/deepseek_v4/gen_tiny.py's flashratio model (window 128, rates 4 and 128)
+              with head_dim 128 (rope 64) and 128-dim indexer keys, F32 matrices and MXFP4 experts
+              (to_gguf.py): small enough to compare every logit with llama.cpp (its graph asserts
+              on flashratio's head_dim 32). Unit-scale weights, not random codes.
+
 Types as in llama.cpp's conversion of the FP8/FP4 release: routed experts MXFP4, the other
 matrices Q8_0 (the converter writes FP8 sources as Q8_0), hyper-connection maps, position
 biases, norms and sinks F32. Weights are random codes with per-tensor scales ~ 1/sqrt(fan_in)
@@ -52,6 +57,7 @@ SHAPES = {
                       "beta_fast": 32, "beta_slow": 1},
         max_position_embeddings=1048576, seed=1),
 }
+TINY_F32 = dict(gen_tiny.CONFIGS["flashratio"], head_dim=128, partial_rotary_factor=0.5, index_head_dim=128)
 
 
 def q8_0(rng, rows, cols):
@@ -75,13 +81,17 @@ def mxfp4(rng, n, rows, cols):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="flash-mini", choices=sorted(SHAPES))
+    ap.add_argument("--shape", default="flash-mini", choices=sorted(SHAPES) + ["tiny-f32"])
     ap.add_argument("--out")
     a = ap.parse_args()
-    c = SHAPES[a.shape]
     bench_dir = Path(os.environ.get("DI_BENCH_DIR") or Path.home() / ".cache" / "deepinfer" / "bench")
     out = Path(a.out) if a.out else bench_dir / f"dsv4-{a.shape}.gguf"
     out.parent.mkdir(parents=True, exist_ok=True)
+    if a.shape == "tiny-f32":
+        to_gguf.write(out, gen_tiny.config_json(TINY_F32), dict(gen_tiny.generate(TINY_F32)), name="tiny-f32")
+        print(out)
+        return
+    c = SHAPES[a.shape]
     cfg = gen_tiny.config_json(c)
     rng = np.random.default_rng(c["seed"])
     specs = gen_tiny.tensor_specs(c)
