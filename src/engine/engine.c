@@ -203,12 +203,18 @@ di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *
   e->b_want = malloc((size_t)nt * sizeof *e->b_want);
   e->b_seqs = malloc((size_t)ns * sizeof *e->b_seqs);
   e->b_owner = malloc((size_t)ns * sizeof *e->b_owner);
+  bool mtp_ok = true, split_ok = true;
   e->logits = malloc((size_t)ns * (size_t)be->n_vocab * sizeof *e->logits);
   e->logits_cap = ns;
   e->cmask = calloc(((size_t)be->n_vocab + 31) / 32, sizeof *e->cmask);
+  if (be->split_logits) {
+    e->split_k = malloc((size_t)ns * sizeof *e->split_k);
+    e->split_t = malloc((size_t)ns * sizeof *e->split_t);
+    e->split_out = malloc((size_t)ns * DI_SPLIT_TOPK_MAX * sizeof *e->split_out);
+    split_ok = e->split_k && e->split_t && e->split_out;
+  }
   e->running.v = malloc((size_t)ns * sizeof *e->running.v);
   e->running.cap = ns;
-  bool mtp_ok = true;
   if (e->spec.mtp) {
     e->spec.mtp_hidden = malloc((size_t)nt * (size_t)be->n_embd * sizeof *e->spec.mtp_hidden);
     e->spec.mtp_out = malloc((size_t)nt * (size_t)be->n_embd * sizeof *e->spec.mtp_out);
@@ -222,7 +228,7 @@ di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *
     mtp_ok = e->spec.mtp_depth && e->spec.mtp_row && e->spec.mtp_grew && e->spec.mtp_hidden && e->spec.mtp_out &&
              e->spec.mtp_tokens && e->spec.mtp_pos && e->spec.mtp_seq && e->spec.mtp_want;
   }
-  if (!mtp_ok || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->logits || !e->cmask ||
+  if (!mtp_ok || !split_ok || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->logits || !e->cmask ||
       !e->running.v) {
     create_fail(e, &dbe);
     return di_errorf(st, DI_ERR_NOMEM, "engine: cannot allocate batch buffers (%d tokens, %d sequences)", nt, ns);
@@ -286,6 +292,9 @@ void di_engine_destroy(di_engine *e) {
   free(e->b_seqs);
   free(e->b_owner);
   free(e->logits);
+  free(e->split_k);
+  free(e->split_t);
+  free(e->split_out);
   free(e->cmask);
   free(e->cmds);
   free(e->spec.mtp_hidden);
@@ -665,6 +674,7 @@ void di_engine_sample_emit(di_engine *e, di_seq *s, const float *logits) {
     c->fill_mask(c->self, e->cmask);
     in.mask = e->cmask;
   }
+  in.cand = e->cand;
   di_sampler_sample(&e->sampler, logits, &in, &so);
   /* the mask allows end of generation only where the constraint accepts; stop once nothing can follow */
   bool c_done = c->accept && (!c->accept(c->self, so.token) || c->finished(c->self));
@@ -819,6 +829,32 @@ static void publish_stats(di_engine *e) {
   pthread_mutex_unlock(&e->mu);
 }
 
+/* Tensor parallel: when every logits row of b is one sequence's last and
+ * its sampling needs only a reduction of the row (di_sampler_split_k), the
+ * ranks reduce their vocabulary slices and rank 0 merges, instead of
+ * gathering whole rows (the same tokens: the reduction is sampling's own). */
+static const di_logits_split *plan_split(di_engine *e, const di_batch *b) {
+  if (!e->be.split_logits) return NULL;
+  int rows = 0, covered = 0;
+  for (int t = 0; t < b->n_tokens; t++) rows += b->want_logits ? b->want_logits[t] : t == b->n_tokens - 1;
+  if (rows > e->max_seqs) return NULL;
+  for (int i = 0; i < b->n_seqs; i++) {
+    const di_seq *s = e->b_owner[i];
+    const di_req *r = s->req;
+    if (s->logits_row < 0) continue;
+    if (s->n_draft > 0 || r->p.logits_cb || s->logits_row >= rows) return NULL;
+    int k = di_sampler_split_k(&r->p.sampling, r->constraint.accept != NULL, r->p.logprobs > 0 || r->p.top_logprobs > 0,
+                               e->be.n_vocab, DI_SPLIT_TOPK_MAX);
+    if (!k) return NULL;
+    e->split_k[s->logits_row] = k;
+    e->split_t[s->logits_row] = r->p.sampling.temperature;
+    covered++;
+  }
+  if (covered != rows) return NULL; /* a row no sequence samples from (prompt rows) */
+  e->split = (di_logits_split){.k = e->split_k, .temperature = e->split_t, .out = e->split_out};
+  return &e->split;
+}
+
 int di_engine_step(di_engine *e) {
   drain_inbox(e);
   if (e->spec.model) di_spec_model_step(e); /* drafts for the batch the scheduler is about to build */
@@ -829,6 +865,7 @@ int di_engine_step(di_engine *e) {
   e->acc.sched_seconds += t1 - t0;
   if (n > 0) {
     di_status st = {0};
+    b.split = plan_split(e, &b);
     if (e->be.forward(e->be.user, e->pool, &b, e->logits, &st) != DI_OK) {
       /* An internal failure ends the sequences of this batch, not the engine. */
       for (int i = 0; i < b.n_seqs; i++) di_engine_finish_seq(e, e->b_owner[i], DI_FINISH_ERROR, st.msg);
@@ -857,7 +894,9 @@ int di_engine_step(di_engine *e) {
             di_engine_deliver_logits(e, s, e->logits + (size_t)r * V, pos);
         if (s->logits_row >= 0) {
           di_engine_deliver_logits(e, s, e->logits + (size_t)s->logits_row * V, s->len - 1);
+          e->cand = b.split ? e->split_out + (size_t)s->logits_row * DI_SPLIT_TOPK_MAX : NULL;
           di_engine_after_forward(e, s, e->logits + (size_t)s->logits_row * V);
+          e->cand = NULL;
         }
       }
       if (e->spec.on && e->step_prefill == 0) di_spec_cost_add(&e->spec.cost, n, di_engine_now() - t1);

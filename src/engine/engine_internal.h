@@ -34,6 +34,9 @@ typedef struct di_engine_backend {
   const int32_t *eos_ids;
   int n_eos;
   void *user;
+  /* forward honours di_batch.split (tensor parallel: the logits stay split
+   * by vocabulary and the ranks reduce them for sampling) */
+  bool split_logits;
   di_code (*forward)(void *user, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st);
   di_code (*encode)(void *user, const char *text, size_t len, bool parse_special, int32_t **ids, size_t *n,
                     di_status *st);
@@ -164,6 +167,13 @@ struct di_engine {
   float *logits;          /* [logits_cap][n_vocab] */
   uint32_t *cmask;        /* [(n_vocab + 31) / 32] a constraint's allowed tokens */
   int logits_cap;         /* rows; grows when drafts or logits callbacks need more than max_seqs */
+  /* be.split_logits: a step's rows reduced on the ranks (di_logits_split;
+   * [max_seqs] rows), and the row di_engine_sample_emit samples from */
+  di_logits_split split;
+  int32_t *split_k;
+  float *split_t;
+  di_sampler_pair *split_out;
+  const di_sampler_pair *cand;
   int step_prefill;       /* prompt tokens in this step's batch (the cost fit uses decode steps) */
   struct {
     bool on, always;

@@ -64,39 +64,6 @@ uint64_t di_sampler_seed(uint64_t seed, int index) {
 /* Uniform double in [0, 1) from 53 random bits. */
 static double rng_uniform(uint64_t *rng) { return (double)(splitmix64(rng) >> 11) * (1.0 / 9007199254740992.0); }
 
-/* Total order: larger value first, then smaller id, so every selection is
- * deterministic even with ties. */
-static inline bool pair_before(di_sampler_pair a, di_sampler_pair b) { return a.v > b.v || (a.v == b.v && a.id < b.id); }
-
-static int pair_cmp(const void *a, const void *b) {
-  di_sampler_pair x = *(const di_sampler_pair *)a, y = *(const di_sampler_pair *)b;
-  return pair_before(x, y) ? -1 : pair_before(y, x) ? 1 : 0;
-}
-
-/* Moves the m best pairs to the front (quickselect), then sorts them. */
-static void select_top(di_sampler_pair *a, int n, int m) {
-  if (m < n) {
-    int lo = 0, hi = n - 1, k = m - 1;
-    while (lo < hi) {
-      di_sampler_pair pivot = a[lo + (hi - lo) / 2];
-      int i = lo, j = hi;
-      while (i <= j) {
-        while (pair_before(a[i], pivot)) i++;
-        while (pair_before(pivot, a[j])) j--;
-        if (i <= j) {
-          di_sampler_pair t = a[i];
-          a[i++] = a[j];
-          a[j--] = t;
-        }
-      }
-      if (k <= j) hi = j;
-      else if (k >= i) lo = i;
-      else break;
-    }
-  }
-  qsort(a, (size_t)m, sizeof *a, pair_cmp);
-}
-
 static void apply_penalties(di_sampler *s, const di_sample_in *in) {
   const di_sampling *p = in->p;
   float *l = s->logits;
@@ -134,12 +101,12 @@ static void fill_logprobs(const float *raw, int n, const di_sample_in *in, di_sa
     int j = out->n_top;
     if (j == k) {
       di_sampler_pair last = {out->top_logprobs[k - 1], out->top_ids[k - 1]};
-      if (!pair_before(c, last)) continue;
+      if (!di_topk_before(c, last)) continue;
       j--;
     } else {
       out->n_top++;
     }
-    while (j > 0 && pair_before(c, (di_sampler_pair){out->top_logprobs[j - 1], out->top_ids[j - 1]})) {
+    while (j > 0 && di_topk_before(c, (di_sampler_pair){out->top_logprobs[j - 1], out->top_ids[j - 1]})) {
       out->top_logprobs[j] = out->top_logprobs[j - 1];
       out->top_ids[j] = out->top_ids[j - 1];
       j--;
@@ -150,46 +117,10 @@ static void fill_logprobs(const float *raw, int n, const di_sample_in *in, di_sa
   for (int i = 0; i < out->n_top; i++) out->top_logprobs[i] -= lz;
 }
 
-/* The first index of the largest logit, NaNs skipped (the plain scan's
- * answer: `l[i] > l[best]` never takes a NaN, and a NaN at 0 stays best).
- * Each 512-logit chunk's maximum is taken in 8 independent lanes (a single
- * running best is one long load-compare-cmov chain, ~7 cycles per logit; the
- * lanes' `x > m ? x : m` is maxps); only the first chunk holding the overall
- * maximum is scanned again for its index. A 49,152-logit row: 18.6 -> 6.7 us,
- * 16 of them on the main thread in every step of 16 streams. */
-#define ARGMAX_CHUNK 512
-static int32_t argmax(const float *l, int n) {
-  if (l[0] != l[0]) return 0;
-  float best = -INFINITY;
-  int bc = -1;
-  for (int c0 = 0; c0 < n; c0 += ARGMAX_CHUNK) {
-    const int c1 = n - c0 < ARGMAX_CHUNK ? n : c0 + ARGMAX_CHUNK;
-    float m[8];
-    for (int k = 0; k < 8; k++) m[k] = -INFINITY;
-    int i = c0;
-    for (; i + 8 <= c1; i += 8)
-      for (int k = 0; k < 8; k++) m[k] = l[i + k] > m[k] ? l[i + k] : m[k];
-    for (; i < c1; i++) m[0] = l[i] > m[0] ? l[i] : m[0];
-    for (int k = 0; k < 8; k++)
-      if (m[k] > best) best = m[k], bc = c0;
-  }
-  if (bc < 0) return 0; /* nothing above -inf: the scan keeps index 0 */
-  for (int i = bc;; i++)
-    if (l[i] == best) return i;
-}
-
-static int32_t sample_dist(di_sampler *s, const di_sample_in *in) {
+/* Sampling's rest after temperature and top-k: the first m pairs (sorted
+ * when top-k selected them) through min-p and top-p, then the draw. */
+static int32_t sample_tail(di_sampler *s, const di_sample_in *in, int m, bool sorted) {
   const di_sampling *p = in->p;
-  int n = s->n_vocab;
-  float inv_t = 1.0f / p->temperature;
-  for (int i = 0; i < n; i++) s->pairs[i] = (di_sampler_pair){s->logits[i] * inv_t, i};
-  int m = n;
-  bool sorted = false;
-  if (p->top_k > 0 && p->top_k < n) {
-    select_top(s->pairs, n, p->top_k);
-    m = p->top_k;
-    sorted = true;
-  }
   float mx = s->pairs[0].v;
   if (!sorted)
     for (int i = 1; i < m; i++) mx = s->pairs[i].v > mx ? s->pairs[i].v : mx;
@@ -207,7 +138,7 @@ static int32_t sample_dist(di_sampler *s, const di_sample_in *in) {
     for (int i = 0; i < m; i++) z += exp((double)s->pairs[i].v - mx);
     int k = m < 64 ? m : 64;
     for (;;) {
-      if (!sorted) select_top(s->pairs, m, k);
+      if (!sorted) di_topk_select(s->pairs, m, k);
       double c = 0;
       int cut = 0;
       while (cut < k) {
@@ -231,6 +162,30 @@ static int32_t sample_dist(di_sampler *s, const di_sample_in *in) {
   return s->pairs[m - 1].id;
 }
 
+static int32_t sample_dist(di_sampler *s, const di_sample_in *in) {
+  const di_sampling *p = in->p;
+  int n = s->n_vocab;
+  float inv_t = 1.0f / p->temperature;
+  for (int i = 0; i < n; i++) s->pairs[i] = (di_sampler_pair){s->logits[i] * inv_t, i};
+  if (p->top_k > 0 && p->top_k < n) {
+    di_topk_select(s->pairs, n, p->top_k);
+    return sample_tail(s, in, p->top_k, true);
+  }
+  return sample_tail(s, in, n, false);
+}
+
+static bool is_greedy(const di_sampling *p) { return p->temperature == 0 || p->top_k == 1; }
+
+static bool modifies_logits(const di_sampling *p) {
+  return p->n_logit_bias != 0 || p->repetition_penalty != 1.0f || p->frequency_penalty != 0 || p->presence_penalty != 0;
+}
+
+int di_sampler_split_k(const di_sampling *p, bool masked, bool logprobs, int n_vocab, int max_k) {
+  if (masked || logprobs || modifies_logits(p)) return 0;
+  if (is_greedy(p)) return 1;
+  return p->top_k > 1 && p->top_k <= max_k && p->top_k < n_vocab ? p->top_k : 0;
+}
+
 int32_t di_sampler_forced(const uint32_t *mask, int n) {
   int32_t tok = -1;
   for (int w = 0; w < (n + 31) / 32; w++) {
@@ -246,7 +201,7 @@ int32_t di_sampler_forced(const uint32_t *mask, int n) {
 void di_sampler_sample(di_sampler *s, const float *logits, const di_sample_in *in, di_sample_out *out) {
   const di_sampling *p = in->p;
   int n = s->n_vocab;
-  bool greedy = p->temperature == 0 || p->top_k == 1;
+  bool greedy = is_greedy(p);
   int32_t forced = in->mask ? di_sampler_forced(in->mask, n) : -1;
   if (forced >= 0) {
     /* a grammar leaves one choice (a tag token, a fixed stretch of a
@@ -254,9 +209,15 @@ void di_sampler_sample(di_sampler *s, const float *logits, const di_sample_in *i
      * taken, so the seeded stream is the same as sampling's */
     out->token = forced;
     if (!greedy) (void)rng_uniform(in->rng);
-  } else if (greedy && !in->mask && p->n_logit_bias == 0 && p->repetition_penalty == 1.0f && p->frequency_penalty == 0 &&
-      p->presence_penalty == 0) {
-    out->token = argmax(logits, n); /* nothing modifies the logits: no copy */
+  } else if (in->cand) { /* the split row's reduction (di_sampler_split_k) */
+    if (greedy) {
+      out->token = in->cand[0].id;
+    } else {
+      memcpy(s->pairs, in->cand, (size_t)p->top_k * sizeof *s->pairs);
+      out->token = sample_tail(s, in, p->top_k, true);
+    }
+  } else if (greedy && !in->mask && !modifies_logits(p)) {
+    out->token = di_argmax(logits, n); /* nothing modifies the logits: no copy */
   } else {
     memcpy(s->logits, logits, (size_t)n * sizeof *logits);
     if (in->mask) /* grammar first: temperature, top-k/p and penalties see allowed tokens only */
@@ -264,7 +225,7 @@ void di_sampler_sample(di_sampler *s, const float *logits, const di_sample_in *i
         if (!(in->mask[i >> 5] >> (i & 31) & 1)) s->logits[i] = -INFINITY;
     for (int i = 0; i < p->n_logit_bias; i++) s->logits[p->logit_bias_ids[i]] += p->logit_bias_values[i];
     apply_penalties(s, in);
-    out->token = greedy ? argmax(s->logits, n) : sample_dist(s, in);
+    out->token = greedy ? di_argmax(s->logits, n) : sample_dist(s, in);
   }
   out->logprob = 0;
   out->n_top = 0;

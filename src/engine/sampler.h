@@ -11,13 +11,11 @@
 
 #include "deepinfer.h"
 #include "util/status.h"
+#include "util/topk.h"
 
 #define DI_MAX_TOP_LOGPROBS 20
 
-typedef struct di_sampler_pair {
-  float v;
-  int32_t id;
-} di_sampler_pair;
+typedef di_topk_pair di_sampler_pair;
 
 typedef struct di_sampler {
   int n_vocab;
@@ -43,6 +41,10 @@ typedef struct di_sample_in {
   int top_logprobs;       /* 0..DI_MAX_TOP_LOGPROBS */
   bool logprob;           /* compute the sampled token's logprob */
   const uint32_t *mask;   /* allowed tokens (bit i of word i/32), applied first; NULL = all */
+  /* Sampling on split logits (tensor parallel): instead of the logits row,
+   * its di_sampler_split_k(...) best pairs as sampling's top-k selects them
+   * ({logit / temperature, id}; greedy: {logit, id} of the argmax), best first. */
+  const di_sampler_pair *cand;
 } di_sample_in;
 
 typedef struct di_sample_out {
@@ -56,7 +58,16 @@ typedef struct di_sample_out {
 /* The one token a mask over n tokens allows, or -1 when it allows none or several. */
 int32_t di_sampler_forced(const uint32_t *mask, int n);
 
-/* Samples one token from a logits row (not modified). */
+/* What sampling with p needs of a logits row when a tensor parallel job
+ * keeps the row split by vocabulary (each rank reduces its slice, rank 0
+ * merges): 1: its argmax (greedy); k in [2, max_k]: its k best by (logit /
+ * temperature, id), top-k's selection, after which the rest of sampling
+ * reads only those; 0: the whole row (a grammar mask, logit_bias, penalties
+ * and logprobs read every logit; so does sampling without a top-k or with
+ * one above max_k). The sampled token is the same either way. */
+int di_sampler_split_k(const di_sampling *p, bool masked, bool logprobs, int n_vocab, int max_k);
+
+/* Samples one token from a logits row (not modified), or from in->cand. */
 void di_sampler_sample(di_sampler *s, const float *logits, const di_sample_in *in, di_sample_out *out);
 
 #endif

@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "util/topk.h"
+
 /* Most sliding-window tables one sequence may have (see kv/table.h;
  * DeepSeek-V4's window rows are wide, split over up to this many). */
 #define DI_KV_MAX_SWA_TABLES 32
@@ -34,6 +36,17 @@ static inline const int32_t *di_batch_seq_table(const di_batch_seq *s, int table
   return table < 0 ? s->blocks : s->swa[table];
 }
 
+/* Sampling on split logits (tensor parallel; graph/forward_tp.c): the
+ * classifier's columns (the vocabulary) stay split across the ranks, each
+ * reduces its slice of every logits row and rank 0 merges, instead of
+ * gathering whole rows on rank 0. The logits rows are then not written. */
+#define DI_SPLIT_TOPK_MAX 256
+typedef struct di_logits_split {
+  const int32_t *k;          /* [rows] 1: the argmax; 2..DI_SPLIT_TOPK_MAX: the k best pairs by ... */
+  const float *temperature;  /* [rows] ... {logit * (1 / temperature), id} (di_topk_before) */
+  di_topk_pair *out;         /* [rows][DI_SPLIT_TOPK_MAX] rank 0: the row's pairs, best first (k = 1: {logit, id}) */
+} di_logits_split;
+
 typedef struct di_batch {
   int n_tokens;
   const int32_t *tokens;      /* [n_tokens] token ids */
@@ -43,6 +56,7 @@ typedef struct di_batch {
   int n_seqs;
   const di_batch_seq *seqs;   /* [n_seqs] */
   int n_swa_tables;           /* 0: every layer's K/V through seqs[].blocks */
+  const di_logits_split *split; /* NULL: whole logits rows */
 } di_batch;
 
 #endif

@@ -682,7 +682,12 @@ static di_code forward_run(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b,
     f->be->rms_norm(f->x + (size_t)t * D, m->output_norm.data, f->xn + (size_t)n_out * D, D, hp->rms_eps);
     n_out++;
   }
-  if (n_out) {
+  if (n_out && f->tpar && b->split) { /* each rank reduces its vocabulary slice */
+    f->tp_keep = true;
+    di_fwd_matmul(f, &m->output, f->xn, n_out, logits);
+    f->tp_keep = false;
+    di_fwd_tp_split_logits(f, b->split, logits, n_out, hp->final_softcap);
+  } else if (n_out) {
     f->tp_leader_only = true; /* the engine (rank 0's) reads logits; a follower's stay partial */
     di_fwd_matmul(f, &m->output, f->xn, n_out, logits);
     f->tp_leader_only = false;

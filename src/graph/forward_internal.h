@@ -90,6 +90,10 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
 /* The first exchange error of the step just run (then cleared). */
 di_code di_fwd_tp_result(di_forward_ctx *f, di_status *st);
 void di_fwd_tp_free(di_forward_ctx *f);
+/* The classifier under b->split: each rank's columns of the n_out logits
+ * rows (computed under f->tp_keep) soft-capped (softcap > 0) and reduced
+ * as sp asks; rank 0 merges every rank's into sp->out. */
+void di_fwd_tp_split_logits(di_forward_ctx *f, const di_logits_split *sp, float *logits, int n_out, float softcap);
 /* All-gathers the columns of y ([M][w's rows]) that each rank computed of w
  * under f->tp_keep. next: the matmul that reads y next, whose prepared
  * activation (f->xq) the gather then fills instead of y where it can (int8

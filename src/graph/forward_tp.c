@@ -2,6 +2,7 @@
  * matmul with its all-gather, and the step the leader hands the followers. */
 #include "graph/forward_tp.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ typedef struct di_tp {
   size_t logits_cap;
   di_batch_seq *seqs;
   int seqs_cap;
+  di_logits_split split; /* the step's, when it samples on split logits */
   uint64_t lead_pool; /* leader: the pool whose per-rank size g_mem holds */
 } di_tp;
 
@@ -253,6 +255,87 @@ di_code di_fwd_tp_result(di_forward_ctx *f, di_status *st) {
   return rc;
 }
 
+/* ---- sampling on split logits ---- */
+
+/* The pairs a rank sends for a row that asks k of its slice of w columns. */
+static int split_count(int k, int64_t w) { return k == 1 ? 1 : (int)(k < w ? k : w); }
+
+void di_fwd_tp_split_logits(di_forward_ctx *f, const di_logits_split *sp, float *logits, int n_out, float softcap) {
+  di_tp *p = f->tpar;
+  const int64_t V = f->m->hp.n_vocab;
+  if (p->rc) return;
+  size_t need = 0, own = 0;
+  int64_t a = 0, b = 0;
+  for (int r = 0; r < p->size; r++) {
+    di_tp_cols(V, r, p->size, &a, &b);
+    size_t n = 0;
+    for (int i = 0; i < n_out; i++) n += (size_t)split_count(sp->k[i], b - a);
+    p->bytes[r] = n * sizeof(di_topk_pair);
+    need += n;
+  }
+  di_tp_cols(V, p->rank, p->size, &a, &b);
+  const int64_t w = b - a;
+  own = p->bytes[p->rank] / sizeof(di_topk_pair);
+  /* the pairs sent, then scratch for a slice's selection or a row's merge */
+  const size_t scratch = (size_t)w > (size_t)p->size * DI_SPLIT_TOPK_MAX ? (size_t)w : (size_t)p->size * DI_SPLIT_TOPK_MAX;
+  if (!grow((void **)&p->qbuf, &p->qcap, (own + scratch) * sizeof(di_topk_pair), 1) ||
+      !grow_bufs(p, need * sizeof(di_topk_pair) / sizeof(float) + 1)) {
+    if (!p->rc) p->rc = di_errorf(&p->st, DI_ERR_NOMEM, "tensor parallel: out of memory for split logits");
+    return;
+  }
+  di_topk_pair *send = (di_topk_pair *)p->qbuf, *scr = send + own, *o = send;
+  for (int i = 0; i < n_out; i++) {
+    float *row = logits + (size_t)i * V + a;
+    if (softcap > 0 && w) f->be->softcap(row, (int)w, softcap);
+    if (sp->k[i] == 1) { /* the slice's first largest, NaNs skipped; id -1: nothing above -inf */
+      di_topk_pair best = {-INFINITY, -1};
+      for (int64_t j = 0; j < w; j++)
+        if (row[j] > best.v) best = (di_topk_pair){row[j], (int32_t)(a + j)};
+      *o++ = best;
+    } else { /* sampling's own selection (engine/sampler.c), on the slice */
+      const float inv_t = 1.0f / sp->temperature[i];
+      for (int64_t j = 0; j < w; j++) scr[j] = (di_topk_pair){row[j] * inv_t, (int32_t)(a + j)};
+      const int c = split_count(sp->k[i], w);
+      di_topk_select(scr, (int)w, c);
+      memcpy(o, scr, (size_t)c * sizeof *o), o += c;
+    }
+  }
+  di_topk_pair *all = (di_topk_pair *)p->rbuf;
+  if ((p->rc = di_dist_gatherv(send, all, p->bytes, &p->st)) || !p->leader) return;
+  /* every row's pairs: rank r's block starts at its offset, rows in order within */
+  int64_t *at = p->c0; /* rank r's next pair: all[at[r]] */
+  for (int r = 0, off = 0; r < p->size; off += (int)(p->bytes[r] / sizeof(di_topk_pair)), r++) at[r] = off;
+  for (int i = 0; i < n_out; i++) {
+    di_topk_pair *out = sp->out + (size_t)i * DI_SPLIT_TOPK_MAX;
+    const int k = sp->k[i];
+    if (k == 1) { /* di_argmax's answer: a NaN at 0 wins, then the first largest, else 0 */
+      const float l0 = logits[(size_t)i * V];
+      di_topk_pair best = {l0, 0};
+      if (l0 == l0) {
+        best = (di_topk_pair){-INFINITY, -1};
+        for (int r = 0; r < p->size; r++) {
+          const di_topk_pair c = all[at[r]++];
+          if (c.id >= 0 && (best.id < 0 || c.v > best.v)) best = c;
+        }
+        if (best.id < 0) best = (di_topk_pair){-INFINITY, 0};
+      } else {
+        for (int r = 0; r < p->size; r++) at[r]++;
+      }
+      out[0] = best;
+      continue;
+    }
+    int n = 0;
+    for (int r = 0; r < p->size; r++) {
+      int64_t ra, rb;
+      di_tp_cols(V, r, p->size, &ra, &rb);
+      const int c = split_count(k, rb - ra);
+      memcpy(scr + n, all + at[r], (size_t)c * sizeof *scr), n += c, at[r] += c;
+    }
+    di_topk_select(scr, n, k);
+    memcpy(out, scr, (size_t)k * sizeof *out);
+  }
+}
+
 /* ---- messages ---- */
 
 di_code di_tp_send(di_tp_msg *h, const void *payload, di_status *st) {
@@ -269,7 +352,14 @@ di_code di_tp_recv(di_tp_msg *h, void **buf, size_t *cap, di_status *st) {
 }
 
 /* FORWARD's header: a[] holds the batch's counts and the pool's geometry. */
-enum { A_T, A_SEQS, A_SWA, A_WANT, A_COPIES, A_BS, A_BLOCKS, A_LAYERS, A_KVDIM, A_VINK, A_TYPE };
+enum { A_T, A_SEQS, A_SWA, A_WANT, A_COPIES, A_BS, A_BLOCKS, A_LAYERS, A_KVDIM, A_VINK, A_TYPE, A_SPLIT };
+
+/* The rows that get logits in b. */
+static int batch_rows(const di_batch *b) {
+  int n = 0;
+  for (int t = 0; t < b->n_tokens; t++) n += b->want_logits ? b->want_logits[t] : t == b->n_tokens - 1;
+  return n;
+}
 
 di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_status *st) {
   di_tp *p = f->tpar;
@@ -296,8 +386,9 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
   di_tp_msg h = {.cmd = DI_TP_FORWARD, .pool_id = (uint64_t)(uintptr_t)kv};
   h.a[A_T] = T, h.a[A_SEQS] = S, h.a[A_SWA] = W, h.a[A_WANT] = b->want_logits != NULL, h.a[A_COPIES] = nc;
   h.a[A_BS] = kv->block_size, h.a[A_BLOCKS] = kv->n_blocks, h.a[A_LAYERS] = kv->n_layers, h.a[A_KVDIM] = kv->kv_dim;
-  h.a[A_VINK] = kv->v_in_k, h.a[A_TYPE] = (int32_t)kv->type;
-  size_t n = 2 * (size_t)nc + 4 * (size_t)T + 3 * (size_t)S;
+  h.a[A_VINK] = kv->v_in_k, h.a[A_TYPE] = (int32_t)kv->type, h.a[A_SPLIT] = b->split != NULL;
+  const int rows = b->split ? batch_rows(b) : 0;
+  size_t n = 2 * (size_t)nc + 4 * (size_t)T + 3 * (size_t)S + 2 * (size_t)rows;
   for (int s = 0; s < S; s++) n += (size_t)b->seqs[s].n_blocks + (size_t)W * b->seqs[s].n_swa_blocks;
   int32_t *buf = malloc(n * sizeof *buf), *o = buf;
   if (!buf) return di_errorf(st, DI_ERR_NOMEM, "tensor parallel: out of memory for a step of %d tokens", T);
@@ -312,6 +403,10 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
     if (q->n_blocks) memcpy(o, q->blocks, (size_t)q->n_blocks * sizeof *o), o += q->n_blocks;
     for (int k = 0; k < W && q->n_swa_blocks; k++)
       memcpy(o, q->swa[k], (size_t)q->n_swa_blocks * sizeof *o), o += q->n_swa_blocks;
+  }
+  if (rows) { /* each row's k, then its temperature's bits */
+    memcpy(o, b->split->k, (size_t)rows * sizeof *o), o += rows;
+    memcpy(o, b->split->temperature, (size_t)rows * sizeof *o), o += rows;
   }
   h.payload = n * sizeof *buf;
   kv->n_copy_log = 0;
@@ -432,8 +527,21 @@ di_code di_forward_tp_follow(di_forward_ctx *f, const di_tp_msg *h, const void *
     q->blocks = in, in += q->n_blocks;
     for (int k = 0; k < W; k++) q->swa[k] = in, in += q->n_swa_blocks;
   }
-  int n_out = 0;
-  for (int t = 0; t < T; t++) n_out += wl ? wl[t] : t == T - 1;
+  const int n_out = batch_rows(&b);
+  if (a[A_SPLIT]) {
+    if (end - in < 2 * (int64_t)n_out) {
+      free(wl);
+      return di_errorf(st, DI_ERR_INVALID, "tensor parallel: malformed step message from rank 0");
+    }
+    for (int i = 0; i < n_out; i++)
+      if (in[i] < 1 || in[i] > DI_SPLIT_TOPK_MAX) {
+        free(wl);
+        return di_errorf(st, DI_ERR_INVALID, "tensor parallel: split logits k %d outside [1, %d]", in[i],
+                         DI_SPLIT_TOPK_MAX);
+      }
+    p->split = (di_logits_split){.k = in, .temperature = (const float *)(in + n_out)};
+    b.split = &p->split;
+  }
   rc = grow((void **)&p->logits, &p->logits_cap, (size_t)n_out * f->m->hp.n_vocab + 1, sizeof(float))
            ? di_forward(f, p->pool, &b, p->logits, st)
            : di_errorf(st, DI_ERR_NOMEM, "out of memory");

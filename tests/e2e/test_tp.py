@@ -340,3 +340,74 @@ def test_sliding_window_batches_match_one_rank(tmp_path, model, opts):
         assert r.returncode == 0, r.stderr
         runs.append(ids_by_id([json.loads(x) for x in outp.read_text().splitlines()]))
     assert runs[1] == runs[0]
+
+
+def run_ids(model, n, *args, env=None):
+    env = env or {}
+    argv = tp(n) + [a for k in env for a in ("-x", k)] + [str(BIN), "run", "-m", str(model), "-p", PROMPT, "-n", "8",
+                                                            "--threads", "1", "--ignore-eos", "--print-ids", "--stats",
+                                                            *args] + (["--tp", str(n)] if n > 1 else [])
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=dict(os.environ, **env))
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip().splitlines()[-1], json.loads(r.stderr.strip().splitlines()[-1])["tp"]
+
+
+# greedy (each rank's argmax), seeded top-k sampling through top-p and min-p (each rank's
+# top-k candidates), and sampling without a top-k (the whole rows, gathered as before)
+SAMPLING = {"greedy": ["--temp", "0"], "topk-topp": ["--temp", "0.9", "--top-k", "40", "--top-p", "0.9", "--seed", "7"],
+            "topk256-minp": ["--temp", "1.3", "--top-k", "256", "--top-p", "1", "--min-p", "0.01", "--seed", "3"],
+            "no-topk": ["--temp", "0.9", "--top-k", "0", "--top-p", "0.8", "--seed", "5"]}
+
+
+@pytest.mark.parametrize("model,vocab,ranks", [(SMOL, 49152, (2, 3)), (GEMMA, 262144, (2,))], ids=["smollm2", "gemma3"])
+def test_sampling_on_split_logits(model, vocab, ranks):
+    # the classifier's columns (the vocabulary) stay split: each rank reduces its slice of
+    # the logits row and rank 0 merges, instead of gathering the whole row; same ids as one
+    # rank, the same exchanges, and (n-1)/n of a row's floats per sampled token fewer bytes
+    if not model.exists():
+        pytest.skip(f"{model} missing (scripts/fetch-models)")
+    for name, args in SAMPLING.items():
+        ref, _ = run_ids(model, 1, *args)
+        for n in ranks:
+            got, st = run_ids(model, n, *args)
+            full, st_full = run_ids(model, n, *args, env={"DI_TP_FULL_LOGITS": "1"})
+            assert got == ref and full == ref, f"{name} --tp {n}: {got} / {full} vs one rank {ref}"
+            assert st["exchanges"] == st_full["exchanges"], (st, st_full)
+            saved = st_full["exchange_bytes"] - st["exchange_bytes"]
+            rows = 9  # the prompt's last position and 8 generated tokens
+            if name == "no-topk":
+                assert saved == 0, (name, st, st_full)
+            else:
+                assert saved >= rows * vocab * 4 * (n - 1) / n * 0.95, (name, n, saved, st, st_full)
+
+
+def test_mixed_sampling_batch_matches_one_rank(tmp_path):
+    # requests whose sampling needs whole rows (logprobs, logit_bias, penalties, a grammar, no
+    # top-k) share steps with ones sampled on split logits: a step gathers whole rows when any
+    # of its rows needs one; tokens and logprobs are the same as one rank's
+    if not SMOL.exists():
+        pytest.skip(f"{SMOL} missing (scripts/fetch-models)")
+    ps = prompts(8, seed=13)
+    bodies = [{"temperature": 0}, {"temperature": 0.8, "top_k": 20, "top_p": 0.9, "seed": 1},
+              {"temperature": 0.8, "top_k": 50, "min_p": 0.05, "seed": 2}, {"temperature": 0, "logprobs": 3},
+              {"temperature": 0.7, "top_k": 30, "logprobs": 2, "seed": 3}, {"temperature": 0, "logit_bias": {"13": 5}},
+              {"temperature": 0.9, "top_p": 0.9, "seed": 4}, {"temperature": 0.8, "top_k": 40, "seed": 5,
+                                                              "frequency_penalty": 0.5}]
+    lines = [json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
+                         "body": {"prompt": p, "max_tokens": 8, "return_token_ids": True, **b}})
+             for i, (p, b) in enumerate(zip(ps, bodies))]
+
+    def choices(res):
+        out = {}
+        for r in res:
+            assert r["error"] is None, r["error"]
+            out[r["custom_id"]] = [(c["token_ids"], c.get("logprobs")) for c in r["response"]["body"]["choices"]]
+        return out
+
+    ref, _ = run_batch(tmp_path, 1, lines, "--concurrency", 8, tag="one")
+    got, _ = run_batch(tmp_path, 2, lines, "--concurrency", 8, tag="tp2")
+    assert choices(got) == choices(ref)
+    assert choices(ref)["r3"][0][1] is not None  # logprobs were returned
+    # alone, each sampled on split logits (except r3..r7's whole rows) in steps of its own
+    got, _ = run_batch(tmp_path, 3, lines, "--concurrency", 1, tag="tp3")
+    assert choices(got) == choices(ref)
