@@ -155,12 +155,14 @@ int di_cmd_info(int argc, char **argv) {
   if (N > 1) { /* what each rank of --tp N holds (model/tp_slice.c, graph/forward.c) */
     di_tp_weights w0 = di_model_tp_plan(m, 0, N);
     printf("--tp %d:         weights split per rank (%.1f MiB replicated on each); KV %s\n", N,
-           (double)w0.replicated / 1048576.0, di_tp_heads_split(hp, N) ? "split by KV head" : "replicated");
+           (double)w0.replicated / 1048576.0, di_tp_heads_split(hp, N)   ? "split by KV head"
+           : di_tp_kvrep_split(hp, N) ? "one KV head per rank (each on several ranks)"
+                                      : "replicated");
     for (int r = 0; r < N; r++) {
       di_kv_spec rs = spec;
       di_kv_spec own;
       di_forward_kv_spec_rank(m, r, N, &own);
-      if (di_tp_heads_split(hp, N)) rs.kv_dim = own.kv_dim;
+      if (di_tp_kv_split(hp, N)) rs.kv_dim = own.kv_dim;
       size_t kvr = di_kv_spec_block_bytes(&rs, 16) * (size_t)((ctx + 15) / 16);
       printf("  rank %d:       weights %.1f MiB + KV %.1f MiB\n", r, (double)di_model_tp_plan(m, r, N).resident / 1048576.0,
              (double)kvr / 1048576.0);

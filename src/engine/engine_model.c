@@ -172,8 +172,8 @@ static di_code backend_open(const char *path, const di_engine_opts *o, bool lead
   be->user = m;
   be->forward = mb_forward;
   /* the tensor parallel classifier reduces split logits rows for sampling
-   * (DeepSeek-V4's forward gathers whole rows) */
-  be->split_logits = lead && di_dist_active() && hp->attn_kind != DI_ATTN_DSV4 && !getenv("DI_TP_FULL_LOGITS");
+   * (DI_TP_FULL_LOGITS=1: whole rows, to measure the difference) */
+  be->split_logits = lead && di_dist_active() && !getenv("DI_TP_FULL_LOGITS");
   if (m->tok) {
     be->encode = mb_encode;
     be->detok_new = mb_detok_new;

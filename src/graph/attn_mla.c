@@ -139,6 +139,6 @@ di_code di_fwd_attn_mla(stage_ctx *sc, di_status *st) {
   if (!rc) mla_heads_par(sc, ahp.n_head, true);
   f->att = att;
   sc->ahp = NULL, sc->head0 = 0;
-  if (!rc && split) di_fwd_tp_gather_heads(f, f->att, T, hp->n_head, hp->v_head_dim, &L->wo);
+  if (!rc && split) di_fwd_tp_gather_heads(f, f->att, T, hp->v_head_dim, &L->wo);
   return rc;
 }

@@ -261,8 +261,8 @@ void di_forward_kv_spec(const di_model *m, di_kv_spec *s) {
 
 void di_forward_kv_spec_rank(const di_model *m, int rank, int size, di_kv_spec *s) {
   const di_hparams *hp = &m->hp;
-  int g0 = 0, g1 = hp->n_head_kv;
-  if (di_tp_heads_split(hp, size)) di_tp_heads(hp->n_head_kv, rank, size, &g0, &g1);
+  int g0, g1, q0, q1;
+  di_tp_gqa_heads(hp, rank, size, &g0, &g1, &q0, &q1);
   *s = (di_kv_spec){.n_layers = hp->n_layer, .kv_dim = (g1 - g0) * hp->head_dim};
   if (hp->attn_kind == DI_ATTN_MLA) s->kv_dim = hp->kv_lora_rank + hp->rope_dim, s->v_in_k = true;
   if (hp->attn_kind == DI_ATTN_DSV4) di_fwd_v4_kv_spec(m, s);
@@ -367,7 +367,7 @@ static void st_qk(stage_ctx *c, int t) {
   const di_layer_weights *L = c->L;
   const di_backend *be = f->be;
   const int H = hp->n_head, HKV = hp->n_head_kv, hd = hp->head_dim, kvd = HKV * hd, rd = hp->rope_dim;
-  const size_t qo = ((size_t)c->head0 * (H / HKV) + c->qhead0) * hd, ko = (size_t)c->head0 * hd; /* into the biases */
+  const size_t qo = (size_t)c->qhead0 * hd, ko = (size_t)c->head0 * hd; /* into the biases */
   float *q = f->q + (size_t)t * H * hd, *k = f->k + (size_t)t * kvd, *v = f->v + (size_t)t * kvd;
   if (L->bq.data) be->add(q, (const float *)L->bq.data + qo, H * hd);
   if (L->bk.data) be->add(k, (const float *)L->bk.data + ko, kvd);
@@ -559,38 +559,35 @@ static const di_tensor *first_matmul(const di_hparams *hp, const di_layer_weight
   return &L->wq;
 }
 
-/* Tensor parallel attention split by heads: Q/K/V of the rank's heads (its
- * weight rows, unsplit), their cache (the rank's pool holds only its KV
- * heads) and attention, then every rank's heads gathered into f->att for
- * the column-split output projection. Heads are independent, so each one's
- * values are those of one rank. With a single KV head (di_tp_qheads_split)
- * the rank's query heads instead, over K/V computed and cached whole. */
+/* Tensor parallel attention split by heads (di_tp_gqa_heads): Q/K/V of the
+ * rank's heads (its weight rows), their cache (the rank's pool holds only
+ * its KV heads) and attention, then every rank's heads gathered into f->att
+ * for the column-split output projection. Heads are independent, so each
+ * one's values are those of one rank. A single KV head is computed and
+ * cached whole on every rank (its wk/wv unsplit); with fewer KV heads than
+ * ranks each rank computes the one KV head its query heads read. */
 static di_code attn_heads(stage_ctx *sc, bool swa, di_status *st) {
   di_forward_ctx *f = sc->f;
   const di_hparams *hp = &f->m->hp;
   const di_layer_weights *L = sc->L;
   const int T = sc->b->n_tokens;
-  const bool mqa = di_tp_qheads_split(hp, f->m->tp_size);
-  int g0, g1; /* KV heads, or query heads under mqa */
-  di_tp_heads(mqa ? hp->n_head : hp->n_head_kv, f->m->tp_rank, f->m->tp_size, &g0, &g1);
+  int k0, k1, q0, q1;
+  di_tp_gqa_heads(hp, f->m->tp_rank, f->m->tp_size, &k0, &k1, &q0, &q1);
   di_hparams ahp = *hp;
-  ahp.n_head_kv = mqa ? 1 : g1 - g0;
-  ahp.n_head = mqa ? g1 - g0 : ahp.n_head_kv * (hp->n_head / hp->n_head_kv);
+  ahp.n_head_kv = k1 - k0;
+  ahp.n_head = q1 - q0;
   const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};
   float *qkv_y[] = {f->q, f->k, f->v};
-  f->tp_local = true; /* under mqa wk and wv are whole: all their columns */
+  f->tp_local = true; /* the rank's rows of each, or all of a single KV head's */
   di_fwd_matmul_n(f, qkv_w, qkv_y, 3, f->xn, T);
   f->tp_local = false;
-  sc->ahp = &ahp, sc->head0 = mqa ? 0 : g0, sc->qhead0 = mqa ? g0 : 0;
+  sc->ahp = &ahp, sc->head0 = k0, sc->qhead0 = q0;
   di_fwd_par_tokens(sc, st_qk);
   sc->ahp = NULL, sc->head0 = sc->qhead0 = 0;
-  /* the columns of one gathered group: a KV head's query heads, or one query head */
-  const int G = mqa ? hp->n_head : hp->n_head_kv;
-  const int64_t w = (int64_t)(hp->n_head / G) * hp->head_dim;
-  float *att = di_fwd_tp_heads_buf(f, (size_t)T * (size_t)(G * w));
+  float *att = di_fwd_tp_heads_buf(f, (size_t)T * (size_t)hp->n_head * hp->head_dim);
   if (!att) return DI_OK; /* the step has failed (di_fwd_tp_result says why) */
   di_code rc = f->be->attn(f->attn, f->tp, &ahp, sc->kv, sc->b, sc->loc.table, sc->loc.layer, swa, f->q, att, st);
-  if (!rc) di_fwd_tp_gather_heads(f, f->att, T, G, w, &L->wo);
+  if (!rc) di_fwd_tp_gather_heads(f, f->att, T, hp->head_dim, &L->wo);
   return rc;
 }
 
@@ -605,7 +602,7 @@ di_code di_fwd_layer(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const
   if (first) par_rows_prep(&sc, st_attn_norm, first_matmul(hp, L), f->xn);
   if (L->attn == DI_ATTN_MLA) {
     if ((rc = di_fwd_attn_mla(&sc, st))) return rc;
-  } else if (f->tpar && (di_tp_heads_split(hp, f->m->tp_size) || di_tp_qheads_split(hp, f->m->tp_size))) {
+  } else if (f->tpar && di_tp_gqa_split(hp, f->m->tp_size)) {
     if ((rc = attn_heads(&sc, swa, st))) return rc;
   } else {
     const di_tensor *qkv_w[] = {&L->wq, &L->wk, &L->wv};
@@ -682,16 +679,23 @@ static di_code forward_run(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b,
     f->be->rms_norm(f->x + (size_t)t * D, m->output_norm.data, f->xn + (size_t)n_out * D, D, hp->rms_eps);
     n_out++;
   }
-  if (n_out && f->tpar && b->split) { /* each rank reduces its vocabulary slice */
+  di_fwd_classifier(f, b, logits, n_out);
+  return DI_OK;
+}
+
+void di_fwd_classifier(di_forward_ctx *f, const di_batch *b, float *logits, int n_out) {
+  const di_model *m = f->m;
+  const di_hparams *hp = &m->hp;
+  if (!n_out) return;
+  if (f->tpar && b->split) { /* each rank reduces its vocabulary slice */
     f->tp_keep = true;
     di_fwd_matmul(f, &m->output, f->xn, n_out, logits);
     f->tp_keep = false;
     di_fwd_tp_split_logits(f, b->split, logits, n_out, hp->final_softcap);
-  } else if (n_out) {
-    f->tp_leader_only = true; /* the engine (rank 0's) reads logits; a follower's stay partial */
-    di_fwd_matmul(f, &m->output, f->xn, n_out, logits);
-    f->tp_leader_only = false;
-    if (hp->final_softcap > 0) f->be->softcap(logits, n_out * hp->n_vocab, hp->final_softcap);
+    return;
   }
-  return DI_OK;
+  f->tp_leader_only = true; /* the engine (rank 0's) reads logits; a follower's stay partial */
+  di_fwd_matmul(f, &m->output, f->xn, n_out, logits);
+  f->tp_leader_only = false;
+  if (hp->final_softcap > 0) f->be->softcap(logits, n_out * hp->n_vocab, hp->final_softcap);
 }

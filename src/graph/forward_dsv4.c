@@ -291,6 +291,6 @@ di_code di_fwd_v4(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *l
     f->be->rms_norm(f->x + (size_t)t * D, m->output_norm.data, f->xn + (size_t)n_out * D, D, hp->rms_eps);
     n_out++;
   }
-  if (n_out) di_fwd_matmul(f, &m->output, f->xn, n_out, logits);
+  di_fwd_classifier(f, b, logits, n_out);
   return DI_OK;
 }

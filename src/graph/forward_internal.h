@@ -93,6 +93,9 @@ void di_fwd_tp_free(di_forward_ctx *f);
 /* The classifier under b->split: each rank's columns of the n_out logits
  * rows (computed under f->tp_keep) soft-capped (softcap > 0) and reduced
  * as sp asks; rank 0 merges every rank's into sp->out. */
+/* The classifier over the n_out normed rows in f->xn: logits rows, or
+ * under tensor parallel rank 0's rows (whole), or b->split's reductions. */
+void di_fwd_classifier(di_forward_ctx *f, const di_batch *b, float *logits, int n_out);
 void di_fwd_tp_split_logits(di_forward_ctx *f, const di_logits_split *sp, float *logits, int n_out, float softcap);
 /* All-gathers the columns of y ([M][w's rows]) that each rank computed of w
  * under f->tp_keep. next: the matmul that reads y next, whose prepared
@@ -103,9 +106,10 @@ void di_fwd_tp_gather(di_forward_ctx *f, const di_tensor *w, float *y, int64_t M
  * heads' width]); n: the floats of every rank's (the gather's size); NULL
  * after an error. */
 float *di_fwd_tp_heads_buf(di_forward_ctx *f, size_t n);
-/* Every rank's heads' outputs (from the buffer above) into att ([T][G * w]):
- * G head groups split by di_tp_heads, w columns each; next as for di_fwd_tp_gather. */
-void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T, int G, int64_t w, const di_tensor *next);
+/* Every rank's query heads' outputs (from the buffer above, w values per
+ * head) into att ([T][n_head * w]), the ranks' heads as di_tp_gqa_heads
+ * (GQA) or di_tp_heads (MLA) splits them; next as for di_fwd_tp_gather. */
+void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T, int64_t w, const di_tensor *next);
 /* Expert parallel: the experts [*e0, *e1) of E this rank computes (all without tensor parallel). */
 void di_fwd_ep_range(const di_forward_ctx *f, int E, int *e0, int *e1);
 /* y holds rows in expert order, expert e's rows at [cnt[e], cnt[e+1]) of D
@@ -134,7 +138,7 @@ typedef struct stage_ctx {
    * n_head_kv) and its first KV head; NULL: the model's */
   const di_hparams *ahp;
   int head0;
-  int qhead0; /* split by query heads alone (di_tp_qheads_split): the rank's first one */
+  int qhead0; /* split by heads (di_tp_gqa_heads): the rank's first query head (head0: its first KV head) */
   int64_t c0, c1; /* st_glu: the rank's columns of the FFN (c1 <= c0: all) */
 } stage_ctx;
 

@@ -205,27 +205,23 @@ static bool gather_prepared(di_forward_ctx *f, const di_tensor *w, const float *
   return true;
 }
 
-void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T, int G, int64_t w, const di_tensor *next) {
+void di_fwd_tp_gather_heads(di_forward_ctx *f, float *att, int T, int64_t w, const di_tensor *next) {
   di_tp *p = f->tpar;
-  const int64_t N = G * w;
+  const di_hparams *hp = &f->m->hp;
+  const int64_t N = (int64_t)hp->n_head * w;
   if (p->rc) return;
-  for (int r = 0; r < p->size; r++) {
-    int g0, g1;
-    di_tp_heads(G, r, p->size, &g0, &g1);
-    p->c0[r] = g0 * w, p->c1[r] = g1 * w;
+  for (int r = 0; r < p->size; r++) { /* every rank's query heads, in rank order */
+    int k0, k1, q0, q1;
+    if (hp->attn_kind == DI_ATTN_GQA) di_tp_gqa_heads(hp, r, p->size, &k0, &k1, &q0, &q1);
+    else di_tp_heads(hp->n_head, r, p->size, &q0, &q1); /* MLA (di_tp_mla_heads_split) */
+    p->c0[r] = q0 * w, p->c1[r] = q1 * w;
   }
   if (next && gather_prepared(f, next, p->sbuf, att, T, N)) return;
-  for (int r = 0; r < p->size; r++) {
-    int g0, g1;
-    di_tp_heads(G, r, p->size, &g0, &g1);
-    p->bytes[r] = (size_t)T * (size_t)((g1 - g0) * w) * sizeof(float);
-  }
+  for (int r = 0; r < p->size; r++) p->bytes[r] = (size_t)T * (size_t)(p->c1[r] - p->c0[r]) * sizeof(float);
   if ((p->rc = di_dist_allgatherv(p->sbuf, p->rbuf, p->bytes, &p->st))) return;
   const float *in = p->rbuf;
   for (int r = 0; r < p->size; r++) {
-    int g0, g1;
-    di_tp_heads(G, r, p->size, &g0, &g1);
-    const int64_t c0 = g0 * w, c1 = g1 * w;
+    const int64_t c0 = p->c0[r], c1 = p->c1[r];
     for (int t = 0; t < T; t++, in += c1 - c0) memcpy(att + t * N + c0, in, (size_t)(c1 - c0) * sizeof *in);
   }
 }
@@ -377,7 +373,7 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
       di_kv_spec s = {.n_layers = kv->n_layers, .kv_dim = kv->kv_dim, .v_in_k = kv->v_in_k, .type = kv->type};
       di_kv_spec own;
       di_forward_kv_spec_rank(f->m, r, p->size, &own);
-      if (di_tp_heads_split(&f->m->hp, p->size)) s.kv_dim = own.kv_dim;
+      if (di_tp_kv_split(&f->m->hp, p->size)) s.kv_dim = own.kv_dim;
       g_mem[r].kv = (uint64_t)kv->n_blocks * di_kv_spec_block_bytes(&s, kv->block_size);
     }
   }
@@ -484,7 +480,7 @@ di_code di_forward_tp_follow(di_forward_ctx *f, const di_tp_msg *h, const void *
   di_kv_spec own;
   di_forward_kv_spec(f->m, &own);
   /* the leader's geometry, with this rank's row width where attention is split by heads */
-  di_kv_spec spec = {.n_layers = a[A_LAYERS], .kv_dim = di_tp_heads_split(&f->m->hp, p->size) ? own.kv_dim : a[A_KVDIM],
+  di_kv_spec spec = {.n_layers = a[A_LAYERS], .kv_dim = di_tp_kv_split(&f->m->hp, p->size) ? own.kv_dim : a[A_KVDIM],
                      .v_in_k = a[A_VINK], .type = (di_kv_dtype)a[A_TYPE]};
   di_code rc;
   if (!p->pool || p->pool_id != h->pool_id) {

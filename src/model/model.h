@@ -240,6 +240,47 @@ static inline void di_tp_heads(int G, int rank, int size, int *g0, int *g1) {
   *g0 = rank * q + (rank < r ? rank : r);
   *g1 = *g0 + q + (rank < r);
 }
+/* GQA with more than one KV head but fewer than ranks: each KV head goes to
+ * a run of ranks (di_tp_heads of the ranks over the KV heads), which split
+ * its query heads, every rank at least one; each rank of the run computes
+ * and caches that one KV head (replicated across the run, not across all). */
+static inline bool di_tp_kvrep_split(const di_hparams *hp, int size) {
+  return size > 1 && hp->attn_kind == DI_ATTN_GQA && hp->n_head_kv > 1 && hp->n_head_kv < size &&
+         hp->n_head % hp->n_head_kv == 0 && hp->n_head / hp->n_head_kv >= (size + hp->n_head_kv - 1) / hp->n_head_kv;
+}
+/* GQA attention split by heads in any of the three ways above: rank's KV
+ * heads [*k0, *k1) (those it computes and caches) and query heads [*q0, *q1),
+ * in rank order; false (all heads) where attention is replicated. */
+static inline bool di_tp_gqa_heads(const di_hparams *hp, int rank, int size, int *k0, int *k1, int *q0, int *q1) {
+  const int rep = hp->n_head_kv > 0 ? hp->n_head / hp->n_head_kv : 1;
+  if (di_tp_heads_split(hp, size)) {
+    di_tp_heads(hp->n_head_kv, rank, size, k0, k1);
+    *q0 = *k0 * rep, *q1 = *k1 * rep;
+    return true;
+  }
+  if (di_tp_qheads_split(hp, size)) {
+    *k0 = 0, *k1 = 1;
+    di_tp_heads(hp->n_head, rank, size, q0, q1);
+    return true;
+  }
+  for (int g = 0; di_tp_kvrep_split(hp, size) && g < hp->n_head_kv; g++) {
+    int r0, r1;
+    di_tp_heads(size, g, hp->n_head_kv, &r0, &r1);
+    if (rank < r0 || rank >= r1) continue;
+    di_tp_heads(rep, rank - r0, r1 - r0, q0, q1);
+    *k0 = g, *k1 = g + 1, *q0 += g * rep, *q1 += g * rep;
+    return true;
+  }
+  *k0 = 0, *k1 = hp->n_head_kv, *q0 = 0, *q1 = hp->n_head;
+  return false;
+}
+static inline bool di_tp_gqa_split(const di_hparams *hp, int size) {
+  return di_tp_heads_split(hp, size) || di_tp_qheads_split(hp, size) || di_tp_kvrep_split(hp, size);
+}
+/* Each rank caches only its own KV heads (its pool rows are narrower). */
+static inline bool di_tp_kv_split(const di_hparams *hp, int size) {
+  return di_tp_heads_split(hp, size) || di_tp_kvrep_split(hp, size);
+}
 
 /* Tensor parallel: the weight bytes rank `rank` of `size` holds after
  * di_model_tp_slice (resident), the part every rank holds (replicated: norms,

@@ -5,7 +5,9 @@
  * off here, before the backend prepares (packs) the weights. Where attention
  * is split by heads (di_tp_heads_split), Q/K/V keep the rank's heads' rows;
  * MLA's query projection likewise (di_tp_mla_heads_split), and a single KV
- * head's query projection (di_tp_qheads_split; its K/V stay whole). */
+ * head's query projection (di_tp_qheads_split; its K/V stay whole); with
+ * fewer KV heads than ranks (di_tp_kvrep_split) the rank's query heads and
+ * its one KV head, which the other ranks of its run hold too. */
 #include <stdint.h>
 
 #include "model/model.h"
@@ -36,14 +38,16 @@ static void cut_rows(plan *p, di_tensor *t) {
   cut_range(p, t, lo, hi);
 }
 
-/* Q/K/V of a head-split attention: the rank's KV heads and their query heads */
+/* Q/K/V of a head-split attention (di_tp_gqa_heads): the rank's query heads
+ * and KV heads; a single KV head (di_tp_qheads_split) stays whole */
 static void cut_heads(plan *p, const di_hparams *hp, di_layer_weights *L) {
-  int g0, g1;
-  di_tp_heads(hp->n_head_kv, p->rank, p->size, &g0, &g1);
-  const int64_t hd = hp->head_dim, rep = hp->n_head / hp->n_head_kv;
-  cut_range(p, &L->wq, g0 * rep * hd, g1 * rep * hd);
-  cut_range(p, &L->wk, g0 * hd, g1 * hd);
-  cut_range(p, &L->wv, g0 * hd, g1 * hd);
+  int k0, k1, q0, q1;
+  di_tp_gqa_heads(hp, p->rank, p->size, &k0, &k1, &q0, &q1);
+  const int64_t hd = hp->head_dim;
+  cut_range(p, &L->wq, q0 * hd, q1 * hd);
+  if (di_tp_qheads_split(hp, p->size)) return;
+  cut_range(p, &L->wk, k0 * hd, k1 * hd);
+  cut_range(p, &L->wv, k0 * hd, k1 * hd);
 }
 
 /* MLA's query projection split by query heads (di_tp_mla_heads_split): the
@@ -81,20 +85,15 @@ static size_t walk(di_model *m, plan *p) {
   for (int il = 0; il < m->hp.n_layer; il++) {
     di_layer_weights *L = &m->layers[il];
     if (L->attn == DI_ATTN_DSV4) continue;
-    const bool heads = L->attn == DI_ATTN_GQA && di_tp_heads_split(&m->hp, p->size);
-    const bool qheads = L->attn == DI_ATTN_GQA && di_tp_qheads_split(&m->hp, p->size); /* K/V whole */
+    int k0, k1, q0, q1;
+    const bool heads = L->attn == DI_ATTN_GQA && di_tp_gqa_heads(&m->hp, p->rank, p->size, &k0, &k1, &q0, &q1);
     if (heads) cut_heads(p, &m->hp, L);
-    if (qheads) {
-      int h0, h1;
-      di_tp_heads(m->hp.n_head, p->rank, p->size, &h0, &h1);
-      cut_range(p, &L->wq, h0 * (int64_t)m->hp.head_dim, h1 * (int64_t)m->hp.head_dim);
-    }
     const di_tensor *mla_q = NULL; /* cut by heads, not by columns */
     if (L->attn == DI_ATTN_MLA && di_tp_mla_heads_split(&m->hp, p->size))
       mla_q = cut_mla_heads(p, &m->hp, L);
     di_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wq_a, &L->wq_b, &L->wkv_a, &L->w_gate, &L->w_up,
                        &L->w_down, &L->router, &L->sh_gate, &L->sh_up, &L->sh_down};
-    for (size_t i = heads || qheads ? 3 : 0; i < sizeof ts / sizeof *ts; i++)
+    for (size_t i = heads ? 3 : 0; i < sizeof ts / sizeof *ts; i++)
       if (ts[i] != mla_q) cut_rows(p, ts[i]);
     if (L->ffn == DI_FFN_MOE) {
       cut_experts(p, &m->hp, L->exp_gate);
