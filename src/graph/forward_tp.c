@@ -2,7 +2,6 @@
  * matmul with its all-gather, and the step the leader hands the followers. */
 #include "graph/forward_tp.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,52 +282,22 @@ void di_fwd_tp_split_logits(di_forward_ctx *f, const di_logits_split *sp, float 
   for (int i = 0; i < n_out; i++) {
     float *row = logits + (size_t)i * V + a;
     if (softcap > 0 && w) f->be->softcap(row, (int)w, softcap);
-    if (sp->k[i] == 1) { /* the slice's first largest, NaNs skipped; id -1: nothing above -inf */
-      di_topk_pair best = {-INFINITY, -1};
-      for (int64_t j = 0; j < w; j++)
-        if (row[j] > best.v) best = (di_topk_pair){row[j], (int32_t)(a + j)};
-      *o++ = best;
-    } else { /* sampling's own selection (engine/sampler.c), on the slice */
-      const float inv_t = 1.0f / sp->temperature[i];
-      for (int64_t j = 0; j < w; j++) scr[j] = (di_topk_pair){row[j] * inv_t, (int32_t)(a + j)};
-      const int c = split_count(sp->k[i], w);
-      di_topk_select(scr, (int)w, c);
-      memcpy(o, scr, (size_t)c * sizeof *o), o += c;
-    }
+    o += di_topk_slice(row, (int)w, (int32_t)a, sp->k[i], sp->temperature[i], scr, o);
   }
   di_topk_pair *all = (di_topk_pair *)p->rbuf;
   if ((p->rc = di_dist_gatherv(send, all, p->bytes, &p->st)) || !p->leader) return;
-  /* every row's pairs: rank r's block starts at its offset, rows in order within */
+  /* rank r's block of pairs starts at its offset, its rows in order within */
   int64_t *at = p->c0; /* rank r's next pair: all[at[r]] */
   for (int r = 0, off = 0; r < p->size; off += (int)(p->bytes[r] / sizeof(di_topk_pair)), r++) at[r] = off;
   for (int i = 0; i < n_out; i++) {
-    di_topk_pair *out = sp->out + (size_t)i * DI_SPLIT_TOPK_MAX;
-    const int k = sp->k[i];
-    if (k == 1) { /* di_argmax's answer: a NaN at 0 wins, then the first largest, else 0 */
-      const float l0 = logits[(size_t)i * V];
-      di_topk_pair best = {l0, 0};
-      if (l0 == l0) {
-        best = (di_topk_pair){-INFINITY, -1};
-        for (int r = 0; r < p->size; r++) {
-          const di_topk_pair c = all[at[r]++];
-          if (c.id >= 0 && (best.id < 0 || c.v > best.v)) best = c;
-        }
-        if (best.id < 0) best = (di_topk_pair){-INFINITY, 0};
-      } else {
-        for (int r = 0; r < p->size; r++) at[r]++;
-      }
-      out[0] = best;
-      continue;
-    }
     int n = 0;
     for (int r = 0; r < p->size; r++) {
       int64_t ra, rb;
       di_tp_cols(V, r, p->size, &ra, &rb);
-      const int c = split_count(k, rb - ra);
+      const int c = split_count(sp->k[i], rb - ra);
       memcpy(scr + n, all + at[r], (size_t)c * sizeof *scr), n += c, at[r] += c;
     }
-    di_topk_select(scr, n, k);
-    memcpy(out, scr, (size_t)k * sizeof *out);
+    di_topk_merge(scr, n, sp->k[i], logits[(size_t)i * V], sp->out + (size_t)i * DI_SPLIT_TOPK_MAX);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int pair_cmp(const void *a, const void *b) {
   di_topk_pair x = *(const di_topk_pair *)a, y = *(const di_topk_pair *)b;
@@ -58,3 +59,35 @@ int32_t di_argmax(const float *l, int n) {
     if (l[i] == best) return i;
 }
 
+
+int di_topk_slice(const float *l, int w, int32_t id0, int k, float temperature, di_topk_pair *scratch, di_topk_pair *out) {
+  if (k == 1) {
+    di_topk_pair best = {-INFINITY, -1};
+    for (int j = 0; j < w; j++)
+      if (l[j] > best.v) best = (di_topk_pair){l[j], id0 + j};
+    out[0] = best;
+    return 1;
+  }
+  const float inv_t = 1.0f / temperature; /* as the sampler computes it, so the same bits */
+  for (int j = 0; j < w; j++) scratch[j] = (di_topk_pair){l[j] * inv_t, id0 + j};
+  const int c = k < w ? k : w;
+  di_topk_select(scratch, w, c);
+  memcpy(out, scratch, (size_t)c * sizeof *out);
+  return c;
+}
+
+void di_topk_merge(di_topk_pair *parts, int n, int k, float l0, di_topk_pair *out) {
+  if (k > 1) {
+    di_topk_select(parts, n, k);
+    memcpy(out, parts, (size_t)k * sizeof *out);
+    return;
+  }
+  if (l0 != l0) { /* di_argmax: a NaN at 0 stays best */
+    out[0] = (di_topk_pair){l0, 0};
+    return;
+  }
+  di_topk_pair best = {-INFINITY, -1};
+  for (int i = 0; i < n; i++) /* slices in order: the first of equal maxima wins */
+    if (parts[i].id >= 0 && (best.id < 0 || parts[i].v > best.v)) best = parts[i];
+  out[0] = best.id < 0 ? (di_topk_pair){-INFINITY, 0} : best;
+}

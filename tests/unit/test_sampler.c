@@ -195,6 +195,56 @@ int main(void) {
     di_sampler_sample(&sm, logits, &in, &o);
     CHECK(o.token == only && r1 == r2);
   }
+  { /* sampling on split logits: slices' reductions merged (di_topk_slice / di_topk_merge, as
+     * tensor parallel ranks make them) give the token of the whole row, ties included */
+    static float row[V];
+    static di_topk_pair parts[4 * 256], scratch[V], cand[256];
+    const int cuts[][4] = {{0, 336, 672, V}, {0, 512, V, V}, {0, 16, 992, V}};
+    const int ks[] = {1, 2, 7, 40, 256};
+    uint64_t x = 12345;
+    for (int trial = 0; trial < 60; trial++) {
+      for (int i = 0; i < V; i++) { /* few distinct values: many ties, some -inf */
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int q = (int)(x >> 59);
+        row[i] = q == 0 ? -INFINITY : (float)(q % 9) * 0.75f - 3.0f;
+      }
+      if (trial % 20 == 19) row[0] = NAN; /* the greedy scan keeps a NaN at 0 */
+      if (trial % 20 == 18)
+        for (int i = 0; i < V; i++) row[i] = -INFINITY;
+      const int(*cut)[4] = &cuts[trial % 3];
+      for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+        di_sampling ps = params();
+        ps.temperature = ks[ki] == 1 ? 0 : 0.5f + 0.1f * (float)(trial % 7);
+        ps.top_k = ks[ki];
+        ps.top_p = trial % 2 ? 0.9f : 1.0f;
+        ps.min_p = trial % 3 == 1 ? 0.05f : 0;
+        if (trial % 20 >= 18 && ks[ki] > 1) continue; /* NaN / all -inf: greedy's only */
+        int n = 0;
+        for (int s = 0; s < 3; s++)
+          n += di_topk_slice(row + (*cut)[s], (*cut)[s + 1] - (*cut)[s], (*cut)[s], ks[ki], ps.temperature, scratch,
+                             parts + n);
+        di_topk_merge(parts, n, ks[ki], row[0], cand);
+        CHECKF(di_sampler_split_k(&ps, false, false, V, 256) == ks[ki], "split_k %d", ks[ki]);
+        uint64_t r1 = di_sampler_seed((uint64_t)trial, 0), r2 = r1;
+        di_sample_in whole = {.p = &ps, .rng = &r1}, split = {.p = &ps, .rng = &r2, .cand = cand};
+        di_sample_out o1, o2;
+        di_sampler_sample(&sm, row, &whole, &o1);
+        di_sampler_sample(&sm, row, &split, &o2);
+        CHECKF(o1.token == o2.token && r1 == r2, "trial %d k %d: whole row %d, split %d", trial, ks[ki], o1.token,
+               o2.token);
+      }
+    }
+    /* what needs the whole row */
+    di_sampling ps = params();
+    ps.temperature = 0.7f;
+    CHECK(di_sampler_split_k(&ps, false, false, V, 256) == 0); /* no top-k */
+    ps.top_k = 300;
+    CHECK(di_sampler_split_k(&ps, false, false, V, 256) == 0);
+    ps.top_k = 40;
+    CHECK(di_sampler_split_k(&ps, true, false, V, 256) == 0 && di_sampler_split_k(&ps, false, true, V, 256) == 0);
+    ps.presence_penalty = 0.5f;
+    CHECK(di_sampler_split_k(&ps, false, false, V, 256) == 0);
+  }
   di_sampler_free(&sm);
   return di_test_finish("test_sampler");
 }
