@@ -278,6 +278,9 @@ def test_sampled_n3_matches_one_rank(tmp_path):
     if not SMOL.exists():
         pytest.skip(f"{SMOL} missing (scripts/fetch-models)")
     lines = greedy_lines(prompts(4, seed=9), 8, n=3, temperature=0.9, seed=11)
+    # and with a top-k: the 3 completions sample from the merged candidates of split logits
+    lines += [x.replace('"custom_id": "r', '"custom_id": "k') for x in
+              greedy_lines(prompts(4, seed=9), 8, n=3, temperature=0.9, top_k=40, seed=12)]
     ref, _ = run_batch(tmp_path, 1, lines, "--concurrency", 4, tag="one")
     got, _ = run_batch(tmp_path, 2, lines, "--concurrency", 4, tag="tp2")
     assert ids_by_id(got) == ids_by_id(ref)
