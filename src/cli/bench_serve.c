@@ -2,7 +2,9 @@
  * prompts of P tokens (optionally sharing a prefix) each generate exactly G
  * tokens (greedy, EOS ignored) with N requests in flight. Reports aggregate
  * output tokens/s, TTFT and time-per-output-token percentiles, prefix-cache
- * hit rate, preemptions and scheduler overhead. */
+ * hit rate, preemptions and scheduler overhead. With --json-schema / --grammar /
+ * --regex every request is constrained (its own matcher of one compiled
+ * grammar), so a run with and one without give the constraint's cost. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include "cli/bench_serve.h"
 #include "cli/cli.h"
 #include "cli/engine_opts.h"
+#include "server/engine_backend.h"
 
 static const char *usage =
     "usage: deepinfer bench -m MODEL --concurrency N [--requests R] [--prompt-len P] [--gen-len G] [options]\n"
@@ -27,6 +30,10 @@ static const char *usage =
     "      --gen-len G          generated tokens per request (default 128)\n"
     "      --shared-prefix L    the first L prompt tokens are the same for all requests\n"
     "      --seed S             prompt generator seed (default 1)\n"
+    "      --json-schema FILE   constrain every request to JSON valid under this schema\n"
+    "      --grammar FILE       ... to this GBNF grammar (root rule \"root\")\n"
+    "      --regex RE           ... to match RE as a whole\n"
+    "                           (a constrained request ends when its grammar is complete)\n"
     "      --json               one JSON object on stdout\n" DI_CLI_ENGINE_OPTS_HELP
     "  -h, --help               this help\n";
 
@@ -36,6 +43,7 @@ typedef struct bench_req {
   int cached;
   bool done;
   int *n_done;
+  di_gmatcher *gm;
 } bench_req;
 
 static double now_s(void) {
@@ -84,6 +92,7 @@ int di_cmd_bench_serve(int argc, char **argv) {
   o.max_seqs = 0; /* 0 after parsing = not given: follows --concurrency */
   long long conc = 0, n_req = 0, plen = 128, glen = 128, shared = 0, seed = 1;
   bool json = false;
+  const char *schema_path = NULL, *gbnf_path = NULL, *regex = NULL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int r = di_cli_engine_opt("bench", argc, argv, &i, &o);
@@ -102,6 +111,10 @@ int di_cmd_bench_serve(int argc, char **argv) {
       return 0;
     } else if (!strcmp(a, "--json")) {
       json = true;
+    } else if (!strcmp(a, "--json-schema") || !strcmp(a, "--grammar") || !strcmp(a, "--regex")) {
+      if (!v) return di_cli_fail("bench", "%s needs a value", a);
+      *(a[2] == 'j' ? &schema_path : a[2] == 'g' ? &gbnf_path : &regex) = v;
+      i++;
     } else if (dst) {
       if (!v || !di_arg_int(v, 0, 1 << 24, dst)) return di_cli_fail("bench", "%s needs a count", a);
       i++;
@@ -113,14 +126,24 @@ int di_cmd_bench_serve(int argc, char **argv) {
   if (conc < 1) return di_cli_fail("bench", "--concurrency must be >= 1");
   if (plen < 1 || glen < 1) return di_cli_fail("bench", "--prompt-len and --gen-len must be >= 1");
   if (shared > plen) return di_cli_fail("bench", "--shared-prefix exceeds --prompt-len");
+  if (!!schema_path + !!gbnf_path + !!regex > 1)
+    return di_cli_fail("bench", "give at most one of --json-schema, --grammar, --regex");
   if (n_req == 0) n_req = 4 * conc;
   if (!o.max_seqs) o.max_seqs = (int)conc;
   char err[512];
   di_engine *e = NULL;
   if (di_engine_create(&o, &e, err, sizeof err) != DI_OK) return di_cli_fail("bench", "%s", err);
+  di_grammar *grammar = NULL;
+  const di_grammar_opts gopts = {.ws = DI_JSON_WS_FREE};
+  if ((schema_path || gbnf_path || regex) &&
+      di_cli_load_grammar("bench", e, schema_path, gbnf_path, regex, &gopts, &grammar, NULL)) {
+    di_engine_destroy(e);
+    return 2;
+  }
   int V = di_engine_n_vocab(e);
   if (plen + glen > di_engine_ctx(e)) {
     di_engine_destroy(e);
+    di_grammar_release(grammar);
     return di_cli_fail("bench", "prompt-len + gen-len exceeds the context (%d)", di_engine_ctx(e));
   }
   /* Random ids away from the low (usually special/byte) range. */
@@ -144,9 +167,16 @@ int di_cmd_bench_serve(int argc, char **argv) {
       p.cb = on_event;
       p.user = &reqs[next];
       reqs[next].n_done = &n_done;
+      di_status st = {0};
+      if (grammar && di_gmatcher_new(grammar, &reqs[next].gm, &st) != DI_OK)
+        snprintf(err, sizeof err, "%s", st.msg);
       reqs[next].t_submit = now_s();
-      if (di_engine_submit(e, &p, NULL, err, sizeof err) != DI_OK) {
+      if ((grammar && !reqs[next].gm) || di_srv_submit_matcher(e, &p, reqs[next].gm, NULL, err, sizeof err) != DI_OK) {
         di_engine_destroy(e);
+        for (int k = 0; k <= next; k++) di_gmatcher_free(reqs[k].gm);
+        di_grammar_release(grammar);
+        free(ids);
+        free(reqs);
         return di_cli_fail("bench", "%s", err);
       }
       next++;
@@ -174,11 +204,11 @@ int di_cmd_bench_serve(int argc, char **argv) {
            "\"ttft_p50\": %.4f, \"ttft_p90\": %.4f, \"ttft_p99\": %.4f, \"tpot_p50\": %.5f, \"tpot_p90\": %.5f, "
            "\"tpot_p99\": %.5f, \"prefix_hit_rate\": %.4f, \"preemptions\": %llu, \"steps\": %llu, "
            "\"sched_fraction\": %.5f, \"kv_blocks_total\": %d, \"kv_blocks_high_water\": %d, \"cpu_seconds\": %.3f, "
-           "\"output_tok_per_cpu_s\": %.3f}\n",
+           "\"output_tok_per_cpu_s\": %.3f, \"constrained\": %s}\n",
            o.model_path, conc, n_req, plen, glen, o.threads, wall, toks, toks / wall, pct(ttft, n_req, 50),
            pct(ttft, n_req, 90), pct(ttft, n_req, 99), pct(tpot, n_tpot, 50), pct(tpot, n_tpot, 90),
            pct(tpot, n_tpot, 99), hit, (unsigned long long)s.preemptions, (unsigned long long)s.steps, sched_frac,
-           s.kv_blocks_total, s.kv_blocks_high_water, cpu, toks / cpu);
+           s.kv_blocks_total, s.kv_blocks_high_water, cpu, toks / cpu, grammar ? "true" : "false");
   } else {
     printf("model        %s\n", o.model_path);
     printf("load         %lld requests, %lld in flight, prompt %lld (shared %lld), gen %lld\n", n_req, conc, plen,
@@ -198,7 +228,9 @@ int di_cmd_bench_serve(int argc, char **argv) {
   free(ttft);
   free(tpot);
   free(ids);
-  free(reqs);
   di_engine_destroy(e);
+  for (int i = 0; i < n_req; i++) di_gmatcher_free(reqs[i].gm);
+  free(reqs);
+  di_grammar_release(grammar);
   return 0;
 }

@@ -89,14 +89,13 @@ static void on_event(const di_event *ev, void *user) {
   if (ev->error) snprintf(o->error, sizeof o->error, "%s", ev->error);
 }
 
-/* Compiles --json-schema FILE / --grammar FILE / --regex RE for the engine's tokenizer. */
-static int load_grammar(di_engine *e, const char *schema_path, const char *gbnf_path, const char *regex,
-                        const di_grammar_opts *gopts, di_grammar **grammar, di_gmatcher **gm) {
+int di_cli_load_grammar(const char *cmd, di_engine *e, const char *schema_path, const char *gbnf_path,
+                        const char *regex, const di_grammar_opts *gopts, di_grammar **grammar, di_gmatcher **gm) {
   char *src = NULL;
   size_t len = 0;
   const char *path = schema_path ? schema_path : gbnf_path;
   const char *flag = schema_path ? "--json-schema" : gbnf_path ? "--grammar" : "--regex";
-  if (!di_engine_tokenizer(e)) return di_cli_fail("run", "%s needs a tokenizer, and this model has none", flag);
+  if (!di_engine_tokenizer(e)) return di_cli_fail(cmd, "%s needs a tokenizer, and this model has none", flag);
   if (path) {
     FILE *f = fopen(path, "rb");
     long end = -1;
@@ -104,7 +103,7 @@ static int load_grammar(di_engine *e, const char *schema_path, const char *gbnf_
         !(src = malloc((size_t)end + 1)) || fread(src, 1, (size_t)end, f) != (size_t)end) {
       if (f) fclose(f);
       free(src);
-      return di_cli_fail("run", "cannot read %s", path);
+      return di_cli_fail(cmd, "cannot read %s", path);
     }
     len = (size_t)end;
     fclose(f);
@@ -115,10 +114,10 @@ static int load_grammar(di_engine *e, const char *schema_path, const char *gbnf_
                                   grammar, &st);
   free(src);
   if (rc == DI_OK && di_grammar_n_vocab(*grammar) > di_engine_n_vocab(e))
-    return di_cli_fail("run", "the tokenizer has %d tokens, the model %d", di_grammar_n_vocab(*grammar),
+    return di_cli_fail(cmd, "the tokenizer has %d tokens, the model %d", di_grammar_n_vocab(*grammar),
                        di_engine_n_vocab(e));
-  if (rc == DI_OK) rc = di_gmatcher_new(*grammar, gm, &st);
-  if (rc) return di_cli_fail("run", "%s: %s", flag, st.msg);
+  if (rc == DI_OK && gm) rc = di_gmatcher_new(*grammar, gm, &st);
+  if (rc) return di_cli_fail(cmd, "%s: %s", flag, st.msg);
   return 0;
 }
 
@@ -288,7 +287,7 @@ int di_cmd_run(int argc, char **argv) {
     o.print_ids = print_ids = true;
   }
   if ((schema_path || gbnf_path || regex) &&
-      (ret = load_grammar(e, schema_path, gbnf_path, regex, &gopts, &grammar, &gm)))
+      (ret = di_cli_load_grammar("run", e, schema_path, gbnf_path, regex, &gopts, &grammar, &gm)))
     goto done;
   if (dump && !(o.df = fopen(dump, "wb"))) {
     ret = di_cli_fail("run", "cannot open %s for writing", dump);

@@ -82,3 +82,28 @@ def test_bad_grammars(tmp_path):
         assert p.returncode == 2, p
         lines = p.stderr.decode().strip().split("\n")
         assert len(lines) == 1 and needle.decode() in lines[0], lines
+
+
+def test_serving_bench_constrained(tmp_path):
+    """`bench --concurrency N --json-schema F` (bench/constrained_overhead.py's measurement):
+    every request is constrained; a schema that ends early ends the requests early, one that
+    needs more than --gen-len runs them to the full length; conflicting flags are refused."""
+    short, long_ = tmp_path / "short.json", tmp_path / "long.json"
+    short.write_text(json.dumps({"const": True}))
+    long_.write_text(json.dumps({"type": "array", "minItems": 40, "items": {"type": "integer"}}))
+    base = [binary(), "bench", "-m", str(SMOL), "--threads", "1", "--concurrency", "2", "--requests", "2",
+            "--prompt-len", "8", "--gen-len", "24", "--json"]
+    out = {}
+    for name, extra in (("off", []), ("short", ["--json-schema", str(short)]), ("long", ["--json-schema", str(long_)])):
+        p = subprocess.run(base + extra, capture_output=True, timeout=300)
+        assert p.returncode == 0, p.stderr.decode()
+        out[name] = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    assert out["off"]["constrained"] is False and out["long"]["constrained"] is True
+    assert out["off"]["output_tokens"] == out["long"]["output_tokens"] == 48
+    assert 2 <= out["short"]["output_tokens"] < 48  # "true" and whitespace around it, then the grammar is done
+    p = subprocess.run(base + ["--json-schema", str(long_), "--regex", "a+"], capture_output=True, timeout=60)
+    assert p.returncode == 2 and b"at most one of" in p.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "nonsense"}')
+    p = subprocess.run(base + ["--json-schema", str(bad)], capture_output=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.decode().startswith("deepinfer bench: --json-schema:"), p.stderr
