@@ -34,6 +34,7 @@ typedef struct gvocab {
   uint32_t max_cc;     /* the most characters of a plain token */
   uint32_t **plain;    /* [K], K <= max_cc: bitmap of the plain tokens (no rare node from the
                           start) of at most K characters */
+  uint32_t *pos;       /* per token id: its index in sorted (tokens left out: UINT32_MAX) */
   const uint8_t **tb; /* per token id: bytes (NULL if left out) */
   uint32_t *tlen;
   int32_t *eos;
@@ -69,6 +70,7 @@ struct di_grammar {
   size_t cache_bytes;
   int32_t *local; /* per state, -1: scratch numbering for state keys */
   int16_t *chain; /* per state: string-character chain length (mask.c), allocated on first use */
+  uint32_t ref_copies; /* trie subtrees whose decisions mask.c copied from a reference state (tests) */
   /* Whole masks by the matcher configuration they were made for (the stacks
    * as state sequences, and whether the output is complete): a mask is a
    * function of that alone, and decoding revisits the same configuration

@@ -63,9 +63,9 @@ static bool seq_to(const ga *a, int32_t st, const uint8_t (*rng)[2], int n, int3
   return true;
 }
 
-/* String characters: printable ASCII but '"' and '\\', and every valid
- * UTF-8 sequence of a code point >= 0x80, as byte-range sequences. */
-static const uint8_t ascii_chars[][2] = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7E}};
+/* String characters: ASCII 0x20-0x7F but '"' and '\\' (DEL is one in JSON,
+ * so JSON strings are chains), and every valid UTF-8 sequence of a code point >= 0x80, as byte-range sequences. */
+static const uint8_t ascii_chars[][2] = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7F}};
 static const uint8_t u8_seqs[][4][2] = {
     {{0xC2, 0xDF}, {0x80, 0xBF}},
     {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
@@ -110,7 +110,7 @@ enum { CHAIN_INF = 255 }; /* "at least 255": more than any token has characters 
  * Then a token of string characters only is accepted from s iff it has at
  * most K characters (a partial last one counting as one): it cannot leave
  * the rule, and every state on the way reads all of them. *ctl_ok: none of
- * these states reads a control byte (0x00-0x1F, 0x7F), so tokens holding one
+ * these states reads a control byte (0x00-0x1F), so tokens holding one
  * among string characters are refused too. -1: no such chain.
  * Memoised per grammar state in g->chain: 0 unknown, -1 none, -2 on the
  * current path, else 1 + (K << 1 | ctl_ok). Caller holds g->mu. */
@@ -140,8 +140,8 @@ static int chain_len(di_grammar *g, int32_t s, bool *ctl_ok) {
     }
     const ga_state *S = &a->st[t];
     if (S->final || S->c_n) break;
-    bool ctl = !reads_any(a, t, 0x00, 0x1F) && !reads_any(a, t, 0x7F, 0x7F);
-    if (!reads_any(a, t, 0x20, 0x21) && !reads_any(a, t, 0x23, 0x5B) && !reads_any(a, t, 0x5D, 0x7E) &&
+    bool ctl = !reads_any(a, t, 0x00, 0x1F);
+    if (!reads_any(a, t, 0x20, 0x21) && !reads_any(a, t, 0x23, 0x5B) && !reads_any(a, t, 0x5D, 0x7F) &&
         !reads_any(a, t, 0x80, 0xFF)) {
       g->chain[t] = (int16_t)(1 + ctl);
       k_end = 0;
@@ -174,12 +174,57 @@ static int chain_len(di_grammar *g, int32_t s, bool *ctl_ok) {
   return k_end < 0 ? -1 : (k_end + n > CHAIN_INF ? CHAIN_INF : k_end + n);
 }
 
+static const gcache *state_cache_locked(di_grammar *g, int32_t state);
+
+static bool plain_state(const ga *a, int32_t s) { return s >= 0 && !a->st[s].final && !a->st[s].c_n; }
+
+/* A reference for state s: a plain state G that every string character
+ * brings back to itself (a string's body) and that s enters on a common
+ * character (or one character later), or -1. Where the walks from s and from
+ * G reach the same plain state (or two with the same edges) at a trie node,
+ * through plain states only, every token below that node is decided alike
+ * from both, so s copies G's decisions there (G's are
+ * cheap: it heads an endless string-character chain). Property names that
+ * exclude the declared ones are the common case: every first character but
+ * the declared names' leads to the string body. */
+static int32_t ref_state(di_grammar *g, int32_t s) {
+  const ga *a = &g->a;
+  static const uint8_t probe[] = {'e', 'x', 'q', 'Z', '0', '~'};
+  for (size_t k = 0; k < sizeof probe; k++) {
+    int32_t G = ga_step(a, s, probe[k]);
+    if (!plain_state(a, G)) continue;
+    int32_t G1 = char_step(a, G); /* automata are not minimal: the body may be one character on */
+    if (G1 != G && (!plain_state(a, G1) || char_step(a, G1) != G1)) continue;
+    bool ok;
+    if (G1 == s || chain_len(g, G1, &ok) < 0) continue;
+    return G1;
+  }
+  return -1;
+}
+
+/* Whether plain states x and y read the same bytes into the same states:
+ * walks from them decide every token alike. */
+static bool same_edges(const ga *a, int32_t x, int32_t y) {
+  const ga_state *X = &a->st[x], *Y = &a->st[y];
+  if (x == y) return true;
+  if (X->r_n != Y->r_n) return false;
+  for (uint32_t j = 0; j < X->r_n; j++) {
+    const ga_range *p = &a->ranges[X->r_off + j], *q = &a->ranges[Y->r_off + j];
+    if (p->lo != q->lo || p->hi != q->hi || p->to != q->to) return false;
+  }
+  return true;
+}
+
 /* The context-free decisions of one state: a walk of the vocabulary trie
  * from it. shortcuts false: node by node only (tests compare the two). */
 static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   const gvocab *v = g->v;
   const ga *a = &g->a;
   gp *p = &g->scratch;
+  /* G's decisions first (its own walk takes the chain shortcut, never this one) */
+  bool ok0;
+  int32_t ref = shortcuts && plain_state(a, state) && chain_len(g, state, &ok0) < 0 ? ref_state(g, state) : -1;
+  const gcache *rc = ref >= 0 ? state_cache_locked(g, ref) : NULL;
   size_t mark = p->n;
   uint32_t D = v->max_len + 1;
   gset *sets = calloc(D, sizeof *sets);
@@ -201,6 +246,22 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   int k0 = shortcuts ? chain_len(g, state, &ctl_ok) : -1;
   pp[0] = k0 >= 0 && ctl_ok;
   unc_rec ur = {.b = &unc, .min_depth = 0};
+  /* With a reference: acc starts as G's accepted set (what s copies under the
+   * root's children where the two walks meet); a child where they do not is
+   * cleared and walked. gst[d]: G's walk along the current path (-1: gone or
+   * not plain). rbits: G's accepted set; ru: the next of G's uncertain tokens. */
+  int32_t *gst = NULL;
+  uint32_t *rbits = NULL;
+  uint32_t ru = 0;
+  if (rc) {
+    gst = malloc(sizeof *gst * D);
+    gst[0] = ref;
+    rbits = calloc(words, sizeof *rbits);
+    if (rc->acc_bits) memcpy(rbits, rc->acc_bits, words * sizeof *rbits);
+    else
+      for (uint32_t k = 0; k < rc->n_acc; k++) rbits[rc->acc_list[k] >> 5] |= 1u << (rc->acc_list[k] & 31);
+    memcpy(acc, rbits, words * sizeof *acc);
+  }
   for (uint32_t i = 0; i < v->n_nodes;) {
     uint32_t d = v->depth[i];
     if (d - 1 < ur.min_depth) ur.min_depth = d - 1;
@@ -216,6 +277,32 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
     sets[d].n = 0;
     if (simple[d - 1] >= 0) {
       int32_t t = ga_step(a, simple[d - 1], v->byte[i]);
+      if (rc) {
+        int32_t gt = gst[d - 1] >= 0 ? ga_step(a, gst[d - 1], v->byte[i]) : -1;
+        gst[d] = plain_state(a, gt) ? gt : -1;
+        if (gst[d] >= 0 && plain_state(a, t) && same_edges(a, t, gst[d])) { /* the walks meet: G's decisions below */
+          g->ref_copies++;
+          uint32_t lo = v->tok_cum[i], hi = v->tok_cum[v->end[i]];
+          if (d > 1)
+            for (uint32_t k = lo; k < hi; k++) {
+              int32_t tk = v->sorted[k];
+              acc[tk >> 5] |= rbits[tk >> 5] & 1u << (tk & 31);
+            }
+          while (ru < rc->n_unc && v->pos[rc->unc[ru]] < lo) ru++;
+          if (ru < rc->n_unc && v->pos[rc->unc[ru]] < hi) {
+            tb_push(&unc, rc->unc[ru], (uint16_t)(unc.n ? ur.min_depth : 0));
+            for (ru++; ru < rc->n_unc && v->pos[rc->unc[ru]] < hi; ru++) tb_push(&unc, rc->unc[ru], rc->unc_lcp[ru]);
+            ur.min_depth = 0xFFFF;
+          }
+          i = v->end[i];
+          continue;
+        }
+        if (d == 1) /* copied from G above: this child is walked instead */
+          for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++) {
+            int32_t tk = v->sorted[k];
+            acc[tk >> 5] &= ~(1u << (tk & 31));
+          }
+      }
       if (t >= 0 && !a->st[t].c_n && !a->st[t].final) {
         simple[d] = t;
         /* a subtree of whole or partial string characters, below a node
@@ -267,6 +354,8 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
     const uint32_t *pl = v->plain[(uint32_t)k0 < v->max_cc ? (uint32_t)k0 : v->max_cc];
     for (size_t w = 0; w < words; w++) acc[w] |= pl[w];
   }
+  free(gst);
+  free(rbits);
   for (uint32_t d = 0; d < D; d++) gset_free(&sets[d]);
   free(sets);
   free(simple);
@@ -401,6 +490,13 @@ static bool share_put(const uint64_t key[2], gcache *c, int32_t n_vocab) {
 
 const gcache *grammar_state_cache(di_grammar *g, int32_t state) {
   pthread_mutex_lock(&g->mu);
+  const gcache *c = state_cache_locked(g, state);
+  pthread_mutex_unlock(&g->mu);
+  return c;
+}
+
+/* Caller holds g->mu. */
+static const gcache *state_cache_locked(di_grammar *g, int32_t state) {
   gcache *c = g->cache[state];
   if (!c) {
     uint64_t key[2];
@@ -426,6 +522,5 @@ const gcache *grammar_state_cache(di_grammar *g, int32_t state) {
     }
     g->cache[state] = c;
   }
-  pthread_mutex_unlock(&g->mu);
   return c;
 }

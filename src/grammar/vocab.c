@@ -128,6 +128,9 @@ static gvocab *build(const di_tokenizer *tok, di_status *st) {
   cmp_v = v;
   qsort(v->sorted, ns, sizeof *v->sorted, cmp_tok);
   pthread_mutex_unlock(&g_mu);
+  v->pos = malloc(sizeof *v->pos * (size_t)(n ? n : 1));
+  memset(v->pos, 0xff, sizeof *v->pos * (size_t)n);
+  for (size_t k = 0; k < ns; k++) v->pos[v->sorted[k]] = (uint32_t)k;
   size_t cap = total + 1;
   v->byte = malloc(cap);
   v->depth = malloc(cap * sizeof *v->depth);
@@ -160,7 +163,7 @@ static gvocab *build(const di_tokenizer *tok, di_status *st) {
   free(path);
   v->n_nodes = nn;
   /* Prefix counts for whole-subtree shortcuts in mask.c: tokens (nodes are in
-   * token order) and "rare" nodes: a byte that is not printable ASCII (but
+   * token order) and "rare" nodes: a byte that is not ASCII 0x20-0x7F (but
    * '"', '\\') nor part of valid UTF-8 read from the token's start. A
    * subtree without rare nodes, below a node that ends a character, reads
    * only whole or partial string characters. */
@@ -173,7 +176,7 @@ static gvocab *build(const di_tokenizer *tok, di_status *st) {
   for (uint32_t i = 0; i < nn; i++) {
     uint8_t b = v->byte[i], d = u8_step(at[v->depth[i] - 1], b);
     at[v->depth[i]] = v->u8[i] = d;
-    bool rare = d == U8_INVALID || (b < 0x80 && !(b >= 0x20 && b < 0x7F && b != '"' && b != '\\'));
+    bool rare = d == U8_INVALID || (b < 0x80 && !(b >= 0x20 && b <= 0x7F && b != '"' && b != '\\'));
     v->tok_cum[i + 1] = v->tok_cum[i] + v->t_n[i];
     v->rare_cum[i + 1] = v->rare_cum[i] + rare;
   }

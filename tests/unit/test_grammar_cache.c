@@ -42,7 +42,9 @@ static uint32_t rnd(void) {
   return (uint32_t)(rng >> 11);
 }
 
-static void check_grammar(di_grammar_kind kind, const char *src, int walks, int steps) {
+/* min_ref: how many trie subtrees the grammar's states must have copied
+ * from a reference state (so the shortcut under test is really taken). */
+static void check_grammar_ref(di_grammar_kind kind, const char *src, int walks, int steps, uint32_t min_ref) {
   di_grammar *g = NULL;
   di_grammar_opts o = {.ws = DI_JSON_WS_PYTHON};
   di_status st = {0};
@@ -60,6 +62,8 @@ static void check_grammar(di_grammar_kind kind, const char *src, int walks, int 
     gcache_free(f);
   }
   CHECKF(bad == 0, "%s: %d states whose cached decisions differ from a walk", src ? src : "(any)", bad);
+  CHECKF(g->ref_copies >= min_ref, "%s: %u subtrees copied from a reference state, expected >= %u", src ? src : "(any)",
+         g->ref_copies, min_ref);
   /* random walks: the matcher's masks (memoised, cached) == masks made afresh */
   size_t words = di_grammar_mask_words(g);
   uint32_t *mask = malloc(words * 4), *ref = malloc(words * 4);
@@ -100,6 +104,10 @@ static void check_grammar(di_grammar_kind kind, const char *src, int walks, int 
   di_grammar_release(g);
 }
 
+static void check_grammar(di_grammar_kind kind, const char *src, int walks, int steps) {
+  check_grammar_ref(kind, src, walks, steps, 0);
+}
+
 int main(void) {
   tok = di_test_tokenizer("llama3");
   if (!tok) {
@@ -123,6 +131,25 @@ int main(void) {
   check_grammar(DI_GRAMMAR_GBNF, "root ::= [^\\x00-\\x1f\"\\\\]{0,4} [a-z]+", 3, 12);
   check_grammar(DI_GRAMMAR_REGEX, ".{0,7}x", 3, 10);
   check_grammar(DI_GRAMMAR_REGEX, "[ -~]{2,9}", 3, 10);
+  /* property names other than the declared ones: the name's states copy the
+   * string body's decisions where their walks meet (first characters that
+   * start no declared name, and the characters after a declared prefix);
+   * names that share prefixes, start with the probe characters, are
+   * non-ASCII or prefixes of each other; values under any JSON */
+  check_grammar_ref(DI_GRAMMAR_JSON_SCHEMA,
+                    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"integer\"},\"nam\":{},"
+                    "\"e\":{\"type\":\"string\"},\"xy\":{},\"\u00e9t\u00e9\":{},\"q\\\"t\":{},\" a\":{}}}",
+                    4, 24, 10);
+  check_grammar_ref(DI_GRAMMAR_JSON_SCHEMA,
+                    "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"maxLength\":3}},"
+                    "\"additionalProperties\":{\"type\":\"string\"},\"required\":[\"id\"]}",
+                    4, 24, 10);
+  /* a hand-made string whose first character picks a branch: 'a' starts a
+   * keyword, '~' ends at once, DEL and other characters lead to the body */
+  check_grammar_ref(DI_GRAMMAR_GBNF,
+                    "root ::= \"\\\"\" ( \"abc\" | \"~\" | [^a~\"\\\\\\x00-\\x1f] "
+                    "([^\"\\\\\\x00-\\x1f] | \"\\\\\" [nt])* ) \"\\\"\"",
+                    3, 12, 10);
   di_tokenizer_free(tok);
   return di_test_finish("test_grammar_cache");
 }
