@@ -40,6 +40,7 @@ static void grammar_destroy(di_grammar *g) {
       if (g->cache[i] && !g->cache[i]->shared) gcache_free(g->cache[i]);
   free(g->local);
   free(g->chain);
+  free(g->cstep);
   free(g->cache);
   if (g->memo)
     for (size_t i = 0; i < MEMO_SLOTS; i++) free(g->memo[i].mask);

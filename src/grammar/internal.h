@@ -70,6 +70,7 @@ struct di_grammar {
   size_t cache_bytes;
   int32_t *local; /* per state, -1: scratch numbering for state keys */
   int16_t *chain; /* per state: string-character chain length (mask.c), allocated on first use */
+  int32_t *cstep;  /* per state: mask.c's char_step + 2 (0: unknown), allocated on first use */
   uint32_t ref_copies; /* trie subtrees whose decisions mask.c copied from a reference state (tests) */
   /* Whole masks by the matcher configuration they were made for (the stacks
    * as state sequences, and whether the output is complete): a mask is a

@@ -91,6 +91,14 @@ static int32_t char_step(const ga *a, int32_t s) {
   return to;
 }
 
+/* char_step memoised per grammar state (g->cstep: 0 unknown, else the
+ * result + 2). Caller holds g->mu. */
+static int32_t char_step_memo(di_grammar *g, int32_t s) {
+  if (!g->cstep && !(g->cstep = calloc(g->a.n_st, sizeof *g->cstep))) return char_step(&g->a, s);
+  if (!g->cstep[s]) g->cstep[s] = char_step(&g->a, s) + 2;
+  return g->cstep[s] - 2;
+}
+
 /* Whether some byte edge of s reads a byte in [lo, hi]. */
 static bool reads_any(const ga *a, int32_t s, unsigned lo, unsigned hi) {
   const ga_state *S = &a->st[s];
@@ -100,6 +108,32 @@ static bool reads_any(const ga *a, int32_t s, unsigned lo, unsigned hi) {
   }
   return false;
 }
+
+/* Accepted tokens in a bitmap. The popcnt instruction where the CPU has it:
+ * this file is built for any x86-64, where __builtin_popcount is a library
+ * call per word. */
+static size_t count_bits_swar(const uint32_t *w, size_t n) {
+  size_t c = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t x = w[i];
+    x = x - ((x >> 1) & 0x55555555u);
+    x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+    c += (((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24;
+  }
+  return c;
+}
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("popcnt"))) static size_t count_bits_hw(const uint32_t *w, size_t n) {
+  size_t c = 0;
+  for (size_t i = 0; i < n; i++) c += (size_t)__builtin_popcount(w[i]);
+  return c;
+}
+static size_t count_bits(const uint32_t *w, size_t n) {
+  return __builtin_cpu_supports("popcnt") ? count_bits_hw(w, n) : count_bits_swar(w, n);
+}
+#else
+static size_t count_bits(const uint32_t *w, size_t n) { return count_bits_swar(w, n); }
+#endif
 
 enum { CHAIN_INF = 255 }; /* "at least 255": more than any token has characters */
 
@@ -148,7 +182,7 @@ static int chain_len(di_grammar *g, int32_t s, bool *ctl_ok) {
       ok_end = ctl;
       break;
     }
-    int32_t u = char_step(a, t);
+    int32_t u = char_step_memo(g, t);
     if (u < 0) {
       g->chain[t] = -1;
       break;
@@ -193,8 +227,8 @@ static int32_t ref_state(di_grammar *g, int32_t s) {
   for (size_t k = 0; k < sizeof probe; k++) {
     int32_t G = ga_step(a, s, probe[k]);
     if (!plain_state(a, G)) continue;
-    int32_t G1 = char_step(a, G); /* automata are not minimal: the body may be one character on */
-    if (G1 != G && (!plain_state(a, G1) || char_step(a, G1) != G1)) continue;
+    int32_t G1 = char_step_memo(g, G); /* automata are not minimal: the body may be one character on */
+    if (G1 != G && (!plain_state(a, G1) || char_step_memo(g, G1) != G1)) continue;
     bool ok;
     if (G1 == s || chain_len(g, G1, &ok) < 0) continue;
     return G1;
@@ -202,17 +236,29 @@ static int32_t ref_state(di_grammar *g, int32_t s) {
   return -1;
 }
 
-/* Whether plain states x and y read the same bytes into the same states:
- * walks from them decide every token alike. */
+/* Whether plain states x and y read the same bytes into the same states, or
+ * each back into itself (copies of one string body, which the automaton
+ * keeps apart): then {(x, y)} and equality are a bisimulation, and walks from
+ * them decide every token alike. */
 static bool same_edges(const ga *a, int32_t x, int32_t y) {
   const ga_state *X = &a->st[x], *Y = &a->st[y];
   if (x == y) return true;
   if (X->r_n != Y->r_n) return false;
   for (uint32_t j = 0; j < X->r_n; j++) {
     const ga_range *p = &a->ranges[X->r_off + j], *q = &a->ranges[Y->r_off + j];
-    if (p->lo != q->lo || p->hi != q->hi || p->to != q->to) return false;
+    if (p->lo != q->lo || p->hi != q->hi || (p->to != q->to && !(p->to == x && q->to == y))) return false;
   }
   return true;
+}
+
+/* chain_len's K without its ctl_ok, from the memo when known (the walk asks
+ * at every plain trie node). */
+static inline int chain_memo(di_grammar *g, int32_t s) {
+  int16_t m = g->chain ? g->chain[s] : 0;
+  if (m > 0) return (m - 1) >> 1;
+  if (m == -1) return -1;
+  bool ok;
+  return chain_len(g, s, &ok);
 }
 
 /* The context-free decisions of one state: a walk of the vocabulary trie
@@ -237,6 +283,12 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   size_t words = ((size_t)v->n_vocab + 31) / 32;
   uint32_t *acc = calloc(words, sizeof *acc); /* accepted tokens as bits: a walk may accept most of them */
 #define ACCEPT(t) (acc[(t) >> 5] |= 1u << ((t) & 31))
+  /* with a reference, acc starts as its decisions: what this walk decides is cleared first */
+#define CLEAR_RANGE(lo, hi)                                                                         \
+  do {                                                                                            \
+    if (rc)                                                                                       \
+      for (uint32_t k_ = (lo); k_ < (hi); k_++) acc[v->sorted[k_] >> 5] &= ~(1u << (v->sorted[k_] & 31)); \
+  } while (0)
   /* From a state at the head of a string-character chain of K, the plain
    * tokens of at most K characters are accepted (one bitmap) and every
    * subtree below a plain path that holds no '"', '\\' or invalid UTF-8 is
@@ -246,21 +298,19 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   int k0 = shortcuts ? chain_len(g, state, &ctl_ok) : -1;
   pp[0] = k0 >= 0 && ctl_ok;
   unc_rec ur = {.b = &unc, .min_depth = 0};
-  /* With a reference: acc starts as G's accepted set (what s copies under the
-   * root's children where the two walks meet); a child where they do not is
-   * cleared and walked. gst[d]: G's walk along the current path (-1: gone or
-   * not plain). rbits: G's accepted set; ru: the next of G's uncertain tokens. */
+  /* With a reference: acc starts as G's accepted set, which holds wherever
+   * the two walks meet (those subtrees are skipped); every token the walk
+   * visits or skips otherwise is cleared before it is decided. gst[d]: G's
+   * walk along the current path (-1: gone or not plain); ru: the next of G's
+   * uncertain tokens. */
   int32_t *gst = NULL;
-  uint32_t *rbits = NULL;
   uint32_t ru = 0;
   if (rc) {
     gst = malloc(sizeof *gst * D);
     gst[0] = ref;
-    rbits = calloc(words, sizeof *rbits);
-    if (rc->acc_bits) memcpy(rbits, rc->acc_bits, words * sizeof *rbits);
+    if (rc->acc_bits) memcpy(acc, rc->acc_bits, words * sizeof *acc);
     else
-      for (uint32_t k = 0; k < rc->n_acc; k++) rbits[rc->acc_list[k] >> 5] |= 1u << (rc->acc_list[k] & 31);
-    memcpy(acc, rbits, words * sizeof *acc);
+      for (uint32_t k = 0; k < rc->n_acc; k++) ACCEPT(rc->acc_list[k]);
   }
   for (uint32_t i = 0; i < v->n_nodes;) {
     uint32_t d = v->depth[i];
@@ -283,11 +333,6 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
         if (gst[d] >= 0 && plain_state(a, t) && same_edges(a, t, gst[d])) { /* the walks meet: G's decisions below */
           g->ref_copies++;
           uint32_t lo = v->tok_cum[i], hi = v->tok_cum[v->end[i]];
-          if (d > 1)
-            for (uint32_t k = lo; k < hi; k++) {
-              int32_t tk = v->sorted[k];
-              acc[tk >> 5] |= rbits[tk >> 5] & 1u << (tk & 31);
-            }
           while (ru < rc->n_unc && v->pos[rc->unc[ru]] < lo) ru++;
           if (ru < rc->n_unc && v->pos[rc->unc[ru]] < hi) {
             tb_push(&unc, rc->unc[ru], (uint16_t)(unc.n ? ur.min_depth : 0));
@@ -297,11 +342,6 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
           i = v->end[i];
           continue;
         }
-        if (d == 1) /* copied from G above: this child is walked instead */
-          for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++) {
-            int32_t tk = v->sorted[k];
-            acc[tk >> 5] &= ~(1u << (tk & 31));
-          }
       }
       if (t >= 0 && !a->st[t].c_n && !a->st[t].final) {
         simple[d] = t;
@@ -309,11 +349,11 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
          * that ends one, from a state at the head of a string-character
          * chain of K: its tokens of at most K more characters are accepted,
          * the others refused, without a walk */
-        bool ok;
         int K;
         if (shortcuts && v->u8[i] == U8_BOUNDARY && v->end[i] > i + 1 &&
-            v->rare_cum[v->end[i]] == v->rare_cum[i + 1] && (K = chain_len(g, t, &ok)) >= 0) {
+            v->rare_cum[v->end[i]] == v->rare_cum[i + 1] && (K = chain_memo(g, t)) >= 0) {
           uint32_t base = v->ccn[i];
+          CLEAR_RANGE(v->tok_cum[i], v->tok_cum[v->end[i]]);
           if (K == CHAIN_INF || v->mcc[i] <= base + (uint32_t)K) {
             for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++) ACCEPT(v->sorted[k]);
           } else {
@@ -333,6 +373,7 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
     }
     esc[d] = esc[d - 1] || popped;
     bool alive = simple[d] >= 0 || sets[d].n > 0;
+    CLEAR_RANGE(v->t_off[i], v->t_off[i] + v->t_n[i]);
     for (uint32_t k = 0; k < v->t_n[i]; k++) {
       int32_t t = v->sorted[v->t_off[i] + k];
       if (alive || popped) ACCEPT(t);
@@ -342,6 +383,7 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
       i++;
       continue;
     }
+    CLEAR_RANGE(v->tok_cum[i + 1], v->tok_cum[v->end[i]]);
     if (esc[d]) /* the subtree reads past the rule's end: all uncertain */
       for (uint32_t j = i + 1; j < v->end[i]; j++) {
         uint32_t dj = v->depth[j];
@@ -355,7 +397,6 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
     for (size_t w = 0; w < words; w++) acc[w] |= pl[w];
   }
   free(gst);
-  free(rbits);
   for (uint32_t d = 0; d < D; d++) gset_free(&sets[d]);
   free(sets);
   free(simple);
@@ -364,8 +405,9 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   free(esc);
   gp_truncate(p, mark);
 #undef ACCEPT
+#undef CLEAR_RANGE
   size_t n_acc = 0;
-  for (size_t w = 0; w < words; w++) n_acc += (size_t)__builtin_popcount(acc[w]);
+  n_acc = count_bits(acc, words);
   gcache *c = calloc(1, sizeof *c);
   c->n_acc = (uint32_t)n_acc;
   if (n_acc * 32 > (size_t)v->n_vocab) {

@@ -63,6 +63,35 @@ static int32_t key_excl(sc *c, const kt *t, const size_t *idx, size_t n_idx, siz
   return r;
 }
 
+/* Any key but the declared names, quotes included. As an automaton (any
+ * string minus the names' trie, a product) every key that has left the
+ * names is in one state, the string body, which masks share and decide
+ * cheaply; the expression of key_excl (the fallback where the product is
+ * over budget) leaves one copy of the body per trie node. */
+static int32_t other_keys(sc *c, const char **names, size_t n) {
+  gx *g = c->g;
+  ga base = {0}, nm = {0};
+  di_status st = {0};
+  di_code rc = sl_length_dfa(g, &c->j, 0, -1, &st, &base);
+  if (!rc && n) rc = sl_names_dfa(g, names, n, &st, &nm);
+  if (!rc && n) rc = sl_and(g, &base, &nm, FSA_AND_NOT, &st);
+  ga_free(&nm);
+  int32_t key;
+  if (!rc) {
+    key = gx_seq3(g, gx_str(g, "\""), fsa_to_gx(g, &base), gx_str(g, "\""));
+  } else {
+    kt t = {.names = names, .n = n};
+    size_t *idx = malloc(sizeof *idx * (n + 1));
+    for (size_t i = 0; i < n; i++) idx[i] = i;
+    /* past the names: any characters, then the closing quote */
+    int32_t rest = gx_seq2(g, gx_star(g, gj_any_char(&c->j)), gx_str(g, "\""));
+    key = gx_seq2(g, gx_str(g, "\""), key_excl(c, &t, idx, n, 0, 0, rest));
+    free(idx);
+  }
+  ga_free(&base);
+  return key;
+}
+
 static int32_t as_rule(sc *c, const char *name, int32_t e, size_t nodes_before) {
   if (c->g->n_nodes - nodes_before < 24) return e;
   int32_t r = gx_rule_new(c->g, name);
@@ -394,14 +423,8 @@ int32_t sc_object(sc *c, const json_t *s) {
     extra = key_regions(c, &kr, names, n, addl);
     if (c->err) goto out;
   } else if (!addl_false) {
-    kt t = {.names = names, .n = n};
-    size_t *idx = malloc(sizeof *idx * (n + 1));
-    for (size_t i = 0; i < n; i++) idx[i] = i;
     size_t before = g->n_nodes;
-    /* past the names: any characters, then the closing quote */
-    int32_t rest = gx_seq2(g, gx_star(g, gj_any_char(&c->j)), gx_str(g, "\""));
-    int32_t key = gx_seq2(g, gx_str(g, "\""), key_excl(c, &t, idx, n, 0, 0, rest));
-    free(idx);
+    int32_t key = other_keys(c, names, n);
     key = as_rule(c, "key", key, before);
     before = g->n_nodes;
     int32_t val = addl && !json_is_true(addl) ? sc_compile(c, addl) : sc_any_value(c);
