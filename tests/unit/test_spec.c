@@ -391,6 +391,57 @@ static void test_tuner(void) {
   for (int i = 0; i < 10; i++) di_spec_observe(&s, 4, 4);
   in.step = 29;
   CHECK(di_spec_plan(&s, &c, &in, &fb) > 0 && !s.off); /* ... so it turns back on */
+  /* A few slow steps under load can make time look proportional to tokens
+   * (no fixed part, so that a draft could never pay): the fit keeps a token's
+   * cost at most the step's fixed part, and a likely draft still pays. One
+   * descheduled step (ten times its time) does not move the fit much. */
+  di_spec_cost lean = {0};
+  for (int i = 0; i < 10; i++) di_spec_cost_add(&lean, 4 + i % 5, 0.020 * (4 + i % 5));
+  CHECKF(lean.c0 > 0 && lean.c1 <= lean.c0, "fit c0 %g c1 %g", lean.c0, lean.c1);
+  di_spec_seq sure = {0};
+  for (int i = 0; i < 10; i++) di_spec_observe(&sure, 4, 4);
+  di_spec_plan_in one = {.k_avail = 4, .emit = 1, .tokens = 1};
+  CHECK(di_spec_plan(&sure, &lean, &one, &fb) > 0 && !fb);
+  di_spec_cost spiked = c;
+  di_spec_cost_add(&spiked, 1, 0.110);
+  CHECKF(spiked.c0 < 0.0115 && spiked.c1 > c.c1 * 0.8, "fit after a spike: c0 %g c1 %g", spiked.c0, spiked.c1);
+  /* Load that swings step times can tilt the fit until one more token looks
+   * free (the slope at its floor): a drafter that stops matching after a long
+   * copy still turns off within a few verifications, and every row it drafts
+   * meanwhile had at least a 10% chance of a token. */
+  di_spec_cost flat = {0};
+  for (int i = 0; i < 40; i++) di_spec_cost_add(&flat, 1 + i % 5, 0.010);
+  di_spec_seq q = {0};
+  for (int i = 0; i < 30; i++) di_spec_observe(&q, 8, 8);
+  di_spec_plan_in cp = {.k_avail = 8, .emit = 1, .tokens = 1, .step = 100};
+  CHECK(di_spec_plan(&q, &flat, &cp, &fb) == 8);
+  int verifies = 0, rows = 0;
+  for (int kq; verifies < 20 && (kq = di_spec_plan(&q, &flat, &cp, &fb)) > 0; verifies++, rows += kq) {
+    CHECK(di_spec_expected(&q, kq) - di_spec_expected(&q, kq - 1) >= 0.1);
+    di_spec_observe(&q, kq, 0);
+  }
+  CHECKF(q.off && fb && verifies <= 3 && rows <= 24, "off %d after %d verifications of %d rows", q.off, verifies, rows);
+  /* its probes are spaced 8, 16, 32 steps; a lucky one turns it back on, and
+   * the next fallback waits longer still */
+  uint64_t off_at = cp.step;
+  cp.step = off_at + 8;
+  CHECK(di_spec_plan(&q, &flat, &cp, &fb) > 0 && q.probing);
+  di_spec_observe(&q, 2, 0);
+  cp.step++;
+  CHECK(di_spec_plan(&q, &flat, &cp, &fb) == 0 && q.off && q.probe_at == cp.step + 16);
+  cp.step += 16;
+  int probe2 = di_spec_plan(&q, &flat, &cp, &fb);
+  CHECK(probe2 > 0 && q.probing);
+  di_spec_observe(&q, probe2, 1);
+  cp.step++;
+  int kq2 = di_spec_plan(&q, &flat, &cp, &fb);
+  CHECK(kq2 > 0 && !q.off);
+  for (int i = 0; i < 5 && kq2 > 0; i++, cp.step++) {
+    di_spec_observe(&q, kq2, 0);
+    kq2 = di_spec_plan(&q, &flat, &cp, &fb);
+  }
+  CHECKF(q.off && q.probe_at == cp.step - 1 + 32, "off %d, probe at %llu (step %llu)", q.off,
+         (unsigned long long)q.probe_at, (unsigned long long)cp.step);
   /* A large batch: the step is compute-bound (64 tokens cost 3x the fixed
    * part) and a 50% draft does not pay where it paid alone. */
   di_spec_cost big = {0};

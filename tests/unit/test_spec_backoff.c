@@ -56,7 +56,7 @@ static int generate(const char *model, di_spec_kind spec, rec *r, di_engine_stat
   di_engine_opts o;
   di_engine_opts_default(&o);
   o.model_path = model;
-  o.threads = 2;
+  o.threads = 1;
   o.ctx = 512;
   o.spec = spec;
   o.spec_mode = DI_SPEC_AUTO;

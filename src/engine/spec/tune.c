@@ -7,26 +7,41 @@
  * is taken as 1/16 of a step's fixed cost (a memory-bound decode); the first
  * verifications of different lengths replace it with the measurement. */
 #define COST_PRIOR_RATIO (1.0 / 16)
+/* Interference on a shared host only ever adds time, in spikes several
+ * steps long: a step slower than COST_CLIP times the prediction counts as
+ * that, so one descheduled step cannot tilt the slope (which is fitted only
+ * once COST_MIN_STEPS steps are in: a few points give no slope to trust). */
+#define COST_CLIP 1.5
+#define COST_MIN_STEPS 8
 #define P_PRIOR 0.5f
 #define P_RATE 0.25f
 /* Slower than P_RATE, so verified outcomes outweigh the drift (di_spec_seq). */
 #define P_DRIFT 0.1f
+/* A draft row is verified only if it yields a token at least this often
+ * (tune.h): above it the measured costs decide, below it the gain is too
+ * small for a timing fit on a shared host to resolve. */
+#define ROW_P_MIN 0.1
 #define BACKOFF_MIN 3
 #define BACKOFF_MAX 10
 
 void di_spec_cost_add(di_spec_cost *c, int tokens, double seconds) {
   double x = tokens;
+  if (c->fitted && c->w >= COST_MIN_STEPS && seconds > COST_CLIP * (c->c0 + c->c1 * x))
+    seconds = COST_CLIP * (c->c0 + c->c1 * x);
   c->w = c->w * COST_DECAY + 1;
   c->x = c->x * COST_DECAY + x;
   c->y = c->y * COST_DECAY + seconds;
   c->xx = c->xx * COST_DECAY + x * x;
   c->xy = c->xy * COST_DECAY + x * seconds;
   double mx = c->x / c->w, my = c->y / c->w, var = c->xx / c->w - mx * mx;
-  if (var > 0.25) { /* token counts spread enough to separate slope from intercept */
+  if (var > 0.25 && c->w >= COST_MIN_STEPS) { /* token counts spread enough to separate slope from intercept */
     double c1 = (c->xy / c->w - mx * my) / var;
     if (c1 < my * 1e-3) c1 = my * 1e-3; /* noise can tilt it: a token never costs nothing */
     double c0 = my - c1 * mx;
-    if (c0 < 0) c0 = 0;
+    if (c0 < c1) { /* ... nor more than the fixed part, all weights read once: the best fit with c0 = c1 */
+      c1 = (c->xy + c->y) / (c->xx + 2 * c->x + c->w);
+      c0 = c1;
+    }
     c->c0 = c0, c->c1 = c1;
   } else {
     c->c1 = my / (1 / COST_PRIOR_RATIO + mx);
@@ -62,10 +77,18 @@ static int best_k(const di_spec_seq *s, const di_spec_cost *c, const di_spec_pla
   int k_best = 0;
   for (int k = 1; k <= in->k_avail; k++) {
     e += run *= s->p[k - 1];
+    if (run < ROW_P_MIN) break; /* deeper rows are reached even less often */
     double f = (in->emit + e) / (di_spec_cost_time(c, in->tokens + k) + k * in->k_cost);
     if (f > best * (1 + 1e-9)) best = f, k_best = k;
   }
   return k_best;
+}
+
+/* Every fallback and every failed probe doubles the next spacing (up to
+ * 2^BACKOFF_MAX steps); verifications accepted while on halve it again. */
+static void back_off(di_spec_seq *s, uint64_t step) {
+  s->probe_at = step + (1ull << s->backoff);
+  if (s->backoff < BACKOFF_MAX) s->backoff++;
 }
 
 int di_spec_plan(di_spec_seq *s, const di_spec_cost *c, const di_spec_plan_in *in, bool *fallback) {
@@ -79,11 +102,9 @@ int di_spec_plan(di_spec_seq *s, const di_spec_cost *c, const di_spec_plan_in *i
       s->probing = false;
       if (k > 0) {
         s->off = false;
-        s->backoff = BACKOFF_MIN;
         return k;
       }
-      s->backoff = s->backoff < BACKOFF_MAX ? s->backoff + 1 : BACKOFF_MAX;
-      s->probe_at = in->step + (1ull << s->backoff);
+      back_off(s, in->step);
       return 0;
     }
     if (in->step < s->probe_at) return 0;
@@ -92,7 +113,7 @@ int di_spec_plan(di_spec_seq *s, const di_spec_cost *c, const di_spec_plan_in *i
   }
   if (k == 0) {
     s->off = true;
-    s->probe_at = in->step + (1ull << s->backoff);
+    back_off(s, in->step);
     *fallback = true;
   }
   return k;
@@ -100,7 +121,15 @@ int di_spec_plan(di_spec_seq *s, const di_spec_cost *c, const di_spec_plan_in *i
 
 void di_spec_observe(di_spec_seq *s, int k, int a) {
   seq_init(s);
+  if (k <= 0) return;
   int n = 0;
   for (int j = 0; j < k && j <= a; j++, n++) s->p[j] += P_RATE * ((j < a ? 1.0f : 0.0f) - s->p[j]);
-  for (int j = n; j < DI_SPEC_K_LIMIT && n > 0; j++) s->p[j] += P_DRIFT * (s->p[n - 1] - s->p[j]);
+  if (a == 0) { /* the second miss in a row halves p[0], the third quarters it, ... */
+    if (s->misses < 16) s->misses++;
+    s->p[0] *= 1.0f / (float)(1u << (s->misses - 1));
+  } else {
+    s->misses = 0;
+    if (!s->off && s->backoff > BACKOFF_MIN) s->backoff--; /* accepted while on: probe sooner next time */
+  }
+  for (int j = n; j < DI_SPEC_K_LIMIT; j++) s->p[j] += P_DRIFT * (s->p[n - 1] - s->p[j]);
 }

@@ -14,9 +14,24 @@
  * and memory-bound (c0 >> c1) a few likely tokens pay; in a large batch the
  * step's own throughput is already ~1/c1 tokens per second and drafts must be
  * near-certain to beat it, so speculation turns down as the batch grows.
+ * Noise: on a shared host a load that swings step times can tilt the fitted
+ * slope either way: towards nothing (a draft with almost no hope looks free)
+ * or towards all of the step (no draft ever pays). The fit clips a step
+ * slower than 1.5x its prediction (interference only adds time), waits for
+ * 8 steps before it trusts a slope, and keeps a token's cost between 1/1000
+ * of a step and the step's fixed part; and besides paying by the fit, a
+ * draft row must yield a token at least one time in ten (its position's
+ * probability of being reached and accepted): a bound on the rows a
+ * collapsed drafter costs that no timing can lift.
+ * Consecutive verifications whose first draft is rejected lower p[0] ever
+ * faster (each one after the first halves it again), so a drafter that stops
+ * matching is dropped within a few steps whatever the timing says.
  * Back-off: a sequence whose best k is 0 while the drafter had a proposal
  * stops drafting (a fallback) and probes again after 8, 16, 32, ... steps; a
- * probe whose verification lifts the estimate turns it back on. */
+ * probe whose verification lifts the estimate turns it back on. The spacing
+ * doubles with every fallback and failed probe and halves with every
+ * verification accepted while on, so a lucky probe in text the drafter cannot
+ * guess does not restart the probing from its shortest spacing. */
 #ifndef DI_ENGINE_SPEC_TUNE_H
 #define DI_ENGINE_SPEC_TUNE_H
 
@@ -39,6 +54,7 @@ typedef struct di_spec_seq {
   float p[DI_SPEC_K_LIMIT]; /* acceptance of draft position j given 0..j-1 accepted */
   bool init, off, probing;
   int backoff;              /* next probe spacing: 2^backoff steps */
+  int misses;               /* consecutive verifications whose first draft was rejected */
   uint64_t probe_at;        /* step of the next probe while off */
   int drafted, accepted, verify_steps; /* kept by the engine (spec.c) */
 } di_spec_seq;
