@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "graph/dsv4.h"
+#include "util/tscratch.h"
 
 /* Part `part` (V4P_*) of the current layer's values at position pos: in the
  * window table holding its chunk (grouped), or in the position's pool row. */
@@ -102,6 +103,18 @@ static void st_store(stage_ctx *c, int t) {
     rope_tail(c->f->be, f->v4->iq + ((size_t)t * hp->v4.idx_heads + h) * id, id, cs, rd, false);
 }
 
+/* The per-token stages' arrays (their sizes grow with the position) come from
+ * per-thread buffers, one slot per stage that can be live at once; a stage
+ * that gets none marks the step failed (v4->failed) and does nothing. */
+static di_tscratch g_scratch = DI_TSCRATCH_INIT;
+enum { SCR_POOL, SCR_INDEX, SCR_ATTEND };
+
+static void *stage_scratch(const stage_ctx *c, int slot, size_t bytes) {
+  void *p = di_tscratch_get(&g_scratch, slot, bytes);
+  if (!p) __atomic_store_n(&c->f->v4->failed, 1, __ATOMIC_RELAXED);
+  return p;
+}
+
 /* Window w's compressed row of width dim: per channel, softmax over the
  * window's gates (and, overlapping, the previous window's first series) of
  * the projected values; then the weighted RMSNorm and RoPE at w * rate. */
@@ -109,8 +122,11 @@ static void compress_window(const stage_ctx *c, int t, int w, int rate, int dim,
                             const float *norm_w, float *out) {
   const di_hparams *hp = &c->f->m->hp;
   const int rd = hp->rope_dim, second = overlap ? 1 : 0, s0 = overlap && w > 0 ? -rate : 0;
-  float *acc = malloc(3 * (size_t)dim * sizeof(float)), *work = acc + dim;
-  const float **kv = malloc(2 * (size_t)(rate - s0) * sizeof *kv), **gate = kv + (rate - s0);
+  const size_t nw = (size_t)(rate - s0);
+  const float **kv = stage_scratch(c, SCR_POOL, 2 * nw * sizeof *kv + 3 * (size_t)dim * sizeof(float));
+  if (!kv) return;
+  const float **gate = kv + nw;
+  float *acc = (float *)(kv + 2 * nw), *work = acc + dim;
   for (int s = s0; s < rate; s++) {
     const int sr = s < 0 ? 0 : second; /* previous window: its first series; this one: its last */
     kv[s - s0] = part_at(c, t, w * rate + s, pkv + sr), gate[s - s0] = part_at(c, t, w * rate + s, pg + sr);
@@ -120,7 +136,6 @@ static void compress_window(const stage_ctx *c, int t, int w, int rate, int dim,
   float cs[2 * 1024];
   c->f->be->rope_cache(cs, w * rate, rd, hp->rope_base, hp, true, NULL);
   rope_tail(c->f->be, out, dim, cs, rd, false);
-  free(acc), free(kv);
 }
 
 static void st_compress(stage_ctx *c, int t) {
@@ -145,14 +160,13 @@ static int indexer_select(const stage_ctx *c, int t, int n, int32_t *sel) {
   const di_backend *be = c->f->be;
   if (n <= k) return be->topk(NULL, n, k, sel, NULL);
   const float *q = c->f->v4->iq + (size_t)t * IH * id, *wt = c->f->v4->iw + (size_t)t * IH;
-  const float **keys = malloc((size_t)n * sizeof *keys);
-  float *sc = malloc((size_t)n * sizeof *sc);
-  int32_t *work = malloc((size_t)n * sizeof *work);
+  const float **keys = stage_scratch(c, SCR_INDEX, (size_t)n * (sizeof *keys + sizeof(float) + sizeof(int32_t)));
+  if (!keys) return 0;
+  float *sc = (float *)(keys + n);
+  int32_t *work = (int32_t *)(sc + n);
   for (int e = 0; e < n; e++) keys[e] = cmp_at(c, t, e, rate) + c->f->v4->cur.icmp;
   be->indexer_scores(q, wt, IH, id, keys, n, 1.0f / sqrtf((float)id), 1.0f / sqrtf((float)IH), sc);
-  const int ns = be->topk(sc, n, k, sel, work);
-  free(keys), free(sc), free(work);
-  return ns;
+  return be->topk(sc, n, k, sel, work);
 }
 
 static void st_attend(stage_ctx *c, int t) {
@@ -163,9 +177,11 @@ static void st_attend(stage_ctx *c, int t) {
   const int lo = p - W + 1 > 0 ? p - W + 1 : 0, nw = p - lo + 1;
   int rate = 1, n = 0;
   if (L->v4_attn != DI_V4_SWA) rate = layer_rate(hp, L), n = (p + 1) / rate;
-  int32_t *sel = malloc(((size_t)n + 1) * sizeof *sel);
-  const float **keys = malloc(((size_t)nw + n) * sizeof *keys);
-  float *s = malloc(((size_t)nw + n) * sizeof *s);
+  const size_t nk_max = (size_t)nw + n;
+  const float **keys = stage_scratch(c, SCR_ATTEND, nk_max * (sizeof *keys + sizeof(float)) + ((size_t)n + 1) * sizeof(int32_t));
+  if (!keys) return;
+  float *s = (float *)(keys + nk_max);
+  int32_t *sel = (int32_t *)(s + nk_max);
   int ns = 0;
   if (L->v4_attn == DI_V4_CSA) ns = indexer_select(c, t, n, sel);
   else
@@ -180,7 +196,6 @@ static void st_attend(stage_ctx *c, int t) {
                      s, o);
     rope_tail(c->f->be, o, hd, cs, rd, true); /* V carries the keys' rope: rotate it back at the query's position */
   }
-  free(sel), free(keys), free(s);
 }
 
 /* group g's slice of every token's heads, contiguous */
@@ -197,7 +212,6 @@ static void st_group_out(stage_ctx *c, int t) {
 }
 
 di_code di_fwd_v4_attn(stage_ctx *sc, int il, di_status *st) {
-  (void)il, (void)st;
   di_forward_ctx *f = sc->f;
   const di_hparams *hp = &f->m->hp;
   const di_layer_weights *L = sc->L;
@@ -222,6 +236,8 @@ di_code di_fwd_v4_attn(stage_ctx *sc, int il, di_status *st) {
   di_fwd_par_tokens(sc, st_store);
   if (L->v4_attn != DI_V4_SWA) di_fwd_par_tokens(sc, st_compress);
   di_fwd_par_tokens(sc, st_attend);
+  if (__atomic_exchange_n(&v->failed, 0, __ATOMIC_RELAXED))
+    return di_errorf(st, DI_ERR_NOMEM, "DeepSeek-V4 attention, layer %d: out of memory for a token's keys", il);
   /* grouped output: each group of heads through its own o_lora_rank rows of wo_a */
   const int G = hp->v4.o_groups, r = hp->v4.o_lora_rank;
   for (int g = 0; g < G; g++) {

@@ -59,6 +59,7 @@ typedef struct di_v4_scratch {
   float *rope_m, *rope_c; /* [T][rd] main and compress (cos, sin) */
   v4_map cur;             /* the current layer's value locations (ungrouped: offsets in the pool row) */
   v4_groups *groups;      /* the grouped cache's plan for groups->block_size (NULL until needed) */
+  int failed;             /* a per-token stage found no memory (attn_dsv4.c) */
 } di_v4_scratch;
 
 /* attn_dsv4.c: the attention block of layer sc->L on f->xn: f->tmp ([T][D]). */
