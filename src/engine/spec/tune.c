@@ -124,9 +124,9 @@ void di_spec_observe(di_spec_seq *s, int k, int a) {
   if (k <= 0) return;
   int n = 0;
   for (int j = 0; j < k && j <= a; j++, n++) s->p[j] += P_RATE * ((j < a ? 1.0f : 0.0f) - s->p[j]);
-  if (a == 0) { /* the second miss in a row halves p[0], the third quarters it, ... */
+  if (a == 0) { /* the third miss in a row halves p[0], the fourth quarters it, ... */
     if (s->misses < 16) s->misses++;
-    s->p[0] *= 1.0f / (float)(1u << (s->misses - 1));
+    if (s->misses > 2) s->p[0] *= 1.0f / (float)(1u << (s->misses - 2));
   } else {
     s->misses = 0;
     if (!s->off && s->backoff > BACKOFF_MIN) s->backoff--; /* accepted while on: probe sooner next time */

@@ -24,7 +24,8 @@
  * probability of being reached and accepted): a bound on the rows a
  * collapsed drafter costs that no timing can lift.
  * Consecutive verifications whose first draft is rejected lower p[0] ever
- * faster (each one after the first halves it again), so a drafter that stops
+ * faster (from the third on, each halves it again: one or two are what a copy
+ * with a changed word costs), so a drafter that stops
  * matching is dropped within a few steps whatever the timing says.
  * Back-off: a sequence whose best k is 0 while the drafter had a proposal
  * stops drafting (a fallback) and probes again after 8, 16, 32, ... steps; a
