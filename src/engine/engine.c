@@ -1,7 +1,7 @@
-/* The engine: request intake and validation, the step loop, sampling and the
- * event stream (streaming detokenizer + stop strings). Scheduling lives in
- * scheduler.c; the model behind di_engine_backend in engine_model.c. */
-#define _GNU_SOURCE /* memmem */
+/* The engine: creation (pool, window groups, drafters), the step loop and
+ * the stepping thread. Request intake is submit.c, the event stream
+ * (detokenizer, stop strings, finish) events.c, scheduling scheduler.c and
+ * the model behind di_engine_backend engine_model.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,7 +254,7 @@ static void seq_free(di_engine *e, di_seq *s) {
   free(s);
 }
 
-static void req_free(di_engine *e, di_req *r) {
+void di_engine_req_free(di_engine *e, di_req *r) {
   if (!r) return;
   for (int i = 0; i < r->n; i++) seq_free(e, r->seqs ? r->seqs[i] : NULL);
   free(r->seqs);
@@ -281,11 +281,11 @@ void di_engine_destroy(di_engine *e) {
   }
   for (di_req *r = e->reqs, *n; r; r = n) {
     n = r->next;
-    req_free(e, r);
+    di_engine_req_free(e, r);
   }
   for (di_req *r = e->inbox_head, *n; r; r = n) {
     n = r->next;
-    req_free(e, r);
+    di_engine_req_free(e, r);
   }
   free(e->waiting.v);
   free(e->running.v);
@@ -334,275 +334,7 @@ bool di_engine_logit_rows(di_engine *e, int rows) {
 const struct di_tokenizer *di_engine_tokenizer(const di_engine *e) { return e->be.tokenizer; }
 int di_engine_ctx(const di_engine *e) { return e->ctx; }
 int di_engine_n_vocab(const di_engine *e) { return e->be.n_vocab; }
-
-/* ---------------------------------------------------------------- submit */
-
-static di_code validate(const di_engine *e, const di_request_params *p, di_status *st) {
-  if (p->max_tokens < 0) return di_errorf(st, DI_ERR_INVALID, "max_tokens must be >= 0 (got %d)", p->max_tokens);
-  if (p->n < 0) return di_errorf(st, DI_ERR_INVALID, "n must be >= 1 (got %d)", p->n);
-  if (p->n > e->max_seqs)
-    return di_errorf(st, DI_ERR_INVALID, "n = %d exceeds the engine's max_seqs (%d)", p->n, e->max_seqs);
-  if (p->logprobs < 0 || p->top_logprobs < 0 || p->top_logprobs > DI_MAX_TOP_LOGPROBS)
-    return di_errorf(st, DI_ERR_INVALID, "top_logprobs must be in [0, %d] (got %d)", DI_MAX_TOP_LOGPROBS,
-                     p->top_logprobs);
-  if (p->n_stop < 0 || (p->n_stop > 0 && !p->stop)) return di_errorf(st, DI_ERR_INVALID, "stop: bad array");
-  if (p->n_stop > 0 && !e->be.detok_new)
-    return di_errorf(st, DI_ERR_UNSUPPORTED, "stop strings need a tokenizer, and this engine has none");
-  for (int i = 0; i < p->n_stop; i++)
-    if (!p->stop[i] || !p->stop[i][0]) return di_errorf(st, DI_ERR_INVALID, "stop[%d] is empty", i);
-  if (p->n_stop_ids < 0 || (p->n_stop_ids > 0 && !p->stop_ids)) return di_errorf(st, DI_ERR_INVALID, "stop_ids: bad array");
-  for (int i = 0; i < p->n_stop_ids; i++)
-    if (p->stop_ids[i] < 0 || p->stop_ids[i] >= e->be.n_vocab)
-      return di_errorf(st, DI_ERR_RANGE, "stop_ids[%d] = %d is outside the vocabulary [0, %d)", i, p->stop_ids[i],
-                       e->be.n_vocab);
-  if (!p->cb) return di_errorf(st, DI_ERR_INVALID, "a request needs an event callback");
-  if (p->logits_cb && p->n > 1) return di_errorf(st, DI_ERR_INVALID, "logits_cb needs n = 1 (got n = %d)", p->n);
-  return di_sampling_validate(&p->sampling, e->be.n_vocab, st);
-}
-
-static di_code prompt_tokens(const di_engine *e, const di_request_params *p, di_req *r, di_status *st) {
-  if (p->prompt_ids && p->prompt_text) return di_errorf(st, DI_ERR_INVALID, "give prompt ids or prompt text, not both");
-  if (p->prompt_text) {
-    if (!e->be.encode) return di_errorf(st, DI_ERR_UNSUPPORTED, "text prompts need a tokenizer, and this engine has none");
-    size_t n = 0;
-    if (e->be.encode(e->be.user, p->prompt_text, p->prompt_text_len, false, &r->prompt, &n, st) != DI_OK)
-      return di_error_wrap(st, "prompt: ");
-    if (n > (size_t)e->ctx) return di_errorf(st, DI_ERR_RANGE, "prompt has %zu tokens; the context is %d", n, e->ctx);
-    r->n_prompt = (int)n;
-  } else {
-    if (p->n_prompt > (size_t)e->ctx)
-      return di_errorf(st, DI_ERR_RANGE, "prompt has %zu tokens; the context is %d", p->n_prompt, e->ctx);
-    if (p->n_prompt && !p->prompt_ids) return di_errorf(st, DI_ERR_INVALID, "prompt_ids is NULL");
-    r->prompt = malloc((p->n_prompt ? p->n_prompt : 1) * sizeof *r->prompt);
-    if (!r->prompt) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < p->n_prompt; i++) {
-      if (p->prompt_ids[i] < 0 || p->prompt_ids[i] >= e->be.n_vocab)
-        return di_errorf(st, DI_ERR_RANGE, "prompt token %zu: id %d is outside the vocabulary [0, %d)", i,
-                         p->prompt_ids[i], e->be.n_vocab);
-      r->prompt[i] = p->prompt_ids[i];
-    }
-    r->n_prompt = (int)p->n_prompt;
-  }
-  if (r->n_prompt == 0) return di_errorf(st, DI_ERR_INVALID, "the prompt is empty");
-  if (r->n_prompt >= e->ctx)
-    return di_errorf(st, DI_ERR_RANGE, "prompt has %d tokens; the context is %d (no room to generate)", r->n_prompt,
-                     e->ctx);
-  int bs = e->pool->block_size;
-  /* (every layer sliding: the windows are all it keeps, checked at start-up) */
-  if (e->be.policy != DI_KV_POLICY_WINDOW && (r->n_prompt + 1 + bs - 1) / bs > e->pool->n_blocks)
-    return di_errorf(st, DI_ERR_RANGE, "prompt has %d tokens; the whole KV pool holds %d", r->n_prompt,
-                     e->pool->n_blocks * bs - 1);
-  return DI_OK;
-}
-
-static void *dup_array(const void *src, size_t n, size_t elt) {
-  void *d = malloc(n ? n * elt : 1);
-  if (d && n) memcpy(d, src, n * elt);
-  return d;
-}
-
-static di_code build_request(di_engine *e, const di_request_params *p, di_req *r, di_status *st) {
-  r->p = *p;
-  r->n = p->n > 0 ? p->n : 1;
-  r->priority = p->priority;
-  if (prompt_tokens(e, p, r, st) != DI_OK) return st->code;
-  r->p.prompt_ids = NULL;
-  r->p.prompt_text = NULL;
-  r->stop = calloc((size_t)p->n_stop + 1, sizeof *r->stop);
-  r->stop_len = calloc((size_t)p->n_stop + 1, sizeof *r->stop_len);
-  r->stop_ids = dup_array(p->stop_ids, (size_t)p->n_stop_ids, sizeof *r->stop_ids);
-  r->bias_ids = dup_array(p->sampling.logit_bias_ids, (size_t)p->sampling.n_logit_bias, sizeof *r->bias_ids);
-  r->bias_vals = dup_array(p->sampling.logit_bias_values, (size_t)p->sampling.n_logit_bias, sizeof *r->bias_vals);
-  r->seqs = calloc((size_t)r->n, sizeof *r->seqs);
-  if (!r->stop || !r->stop_len || !r->stop_ids || !r->bias_ids || !r->bias_vals || !r->seqs)
-    return di_errorf(st, DI_ERR_NOMEM, "out of memory");
-  for (int i = 0; i < p->n_stop; i++) {
-    r->stop_len[i] = strlen(p->stop[i]);
-    if (!(r->stop[i] = dup_array(p->stop[i], r->stop_len[i] + 1, 1))) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
-  }
-  r->p.stop = (const char *const *)r->stop;
-  r->p.stop_ids = r->stop_ids;
-  r->p.sampling.logit_bias_ids = r->bias_ids;
-  r->p.sampling.logit_bias_values = r->bias_vals;
-  int cap = r->p.max_tokens > 0 && r->n_prompt + r->p.max_tokens < e->ctx ? r->n_prompt + r->p.max_tokens : e->ctx;
-  for (int i = 0; i < r->n; i++) {
-    di_seq *s = calloc(1, sizeof *s);
-    if (!s) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
-    r->seqs[i] = s;
-    s->req = r;
-    s->index = i;
-    s->cap = cap;
-    s->tokens = malloc((size_t)cap * sizeof *s->tokens);
-    if (!s->tokens || di_kv_table_init(&s->table, e->pool->block_size, cap, st) != DI_OK)
-      return di_errorf(st, DI_ERR_NOMEM, "out of memory");
-    for (int k = 0; k < e->be.n_swa_tables; k++) {
-      if (di_kv_table_init(&s->swa[k], e->pool->block_size, cap, st) != DI_OK)
-        return di_errorf(st, DI_ERR_NOMEM, "out of memory");
-      s->swa[k].root ^= (uint64_t)(k + 1) * 0xD6E8FEB86659FD93ull; /* its own prefix-cache names */
-      s->swa[k].group = DI_KV_GROUP_WINDOW;
-      s->swa[k].window = e->be.window;
-      s->swa[k].ckpt = e->swa_ckpt;
-    }
-    if (e->be.policy == DI_KV_POLICY_WINDOW && e->be.window > 0) {
-      s->table.group = DI_KV_GROUP_WINDOW;
-      s->table.window = e->be.window;
-      s->table.ckpt = e->swa_ckpt;
-    }
-    s->rng = di_sampler_seed(p->sampling.seed, i);
-    s->logits_row = -1;
-  }
-  di_seq *s0 = r->seqs[0];
-  memcpy(s0->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s0->tokens);
-  s0->len = r->n_prompt;
-  r->n_seqs = 1;
-  return DI_OK;
-}
-
-static void set_err(char *err, size_t errlen, const di_status *st) {
-  if (err && errlen) snprintf(err, errlen, "%s", st->msg);
-}
-
-di_code di_engine_submit(di_engine *e, const di_request_params *p, uint64_t *id, char *err, size_t errlen) {
-  return di_engine_submit_constrained(e, p, NULL, id, err, errlen);
-}
-
-di_code di_engine_submit_constrained(di_engine *e, const di_request_params *p, const di_constraint *c, uint64_t *id,
-                                     char *err, size_t errlen) {
-  di_status st = {0};
-  if (!e || !p) return DI_ERR_INVALID;
-  if (validate(e, p, &st) != DI_OK || (c && p->n > 1 && di_errorf(&st, DI_ERR_INVALID, "a constraint needs n = 1"))) {
-    set_err(err, errlen, &st);
-    return st.code;
-  }
-  di_req *r = calloc(1, sizeof *r);
-  if (!r) {
-    di_errorf(&st, DI_ERR_NOMEM, "out of memory");
-  } else if (build_request(e, p, r, &st) != DI_OK) {
-    req_free(e, r);
-    r = NULL;
-  }
-  if (!r) {
-    set_err(err, errlen, &st);
-    return st.code;
-  }
-  if (c) r->constraint = *c;
-  r->t_submit = di_engine_now();
-  pthread_mutex_lock(&e->mu);
-  r->id = e->next_id++;
-  r->arrival = e->next_arrival++;
-  if (e->inbox_tail) e->inbox_tail->next = r; else e->inbox_head = r;
-  e->inbox_tail = r;
-  e->n_unfinished++;
-  pthread_cond_signal(&e->cv);
-  pthread_mutex_unlock(&e->mu);
-  if (id) *id = r->id;
-  return DI_OK;
-}
-
-static di_code queue_cmd(di_engine *e, uint64_t id, di_engine_cmd_op op) {
-  pthread_mutex_lock(&e->mu);
-  di_code rc = DI_OK;
-  if (id == 0 || id >= e->next_id) {
-    rc = DI_ERR_INVALID;
-  } else {
-    if (e->n_cmds == e->cap_cmds) {
-      int cap = e->cap_cmds ? e->cap_cmds * 2 : 16;
-      di_engine_cmd *v = realloc(e->cmds, (size_t)cap * sizeof *v);
-      if (v) {
-        e->cmds = v;
-        e->cap_cmds = cap;
-      }
-    }
-    if (e->n_cmds < e->cap_cmds) e->cmds[e->n_cmds++] = (di_engine_cmd){id, op}; else rc = DI_ERR_NOMEM;
-    pthread_cond_signal(&e->cv);
-  }
-  pthread_mutex_unlock(&e->mu);
-  return rc;
-}
-
-di_code di_engine_cancel(di_engine *e, uint64_t id) { return queue_cmd(e, id, DI_CMD_CANCEL); }
-
-di_code di_engine_pause(di_engine *e, uint64_t id, int pause) {
-  return queue_cmd(e, id, pause ? DI_CMD_PAUSE : DI_CMD_RESUME);
-}
-
-/* ---------------------------------------------------------------- events */
-
-static void emit(di_engine *e, di_seq *s, int32_t token, const char *text, size_t len, const di_sample_out *so,
-                 di_finish finish, const char *error) {
-  di_req *r = s->req;
-  di_event ev = {0};
-  ev.request_id = r->id;
-  ev.index = s->index;
-  ev.token = token;
-  ev.text = text ? text : "";
-  ev.text_len = len;
-  if (so) {
-    ev.logprob = so->logprob;
-    if (r->p.top_logprobs > 0) {
-      ev.n_top = so->n_top;
-      ev.top_ids = so->top_ids;
-      ev.top_logprobs = so->top_logprobs;
-    }
-  }
-  ev.finish = finish;
-  ev.error = error;
-  ev.prompt_tokens = r->n_prompt;
-  ev.cached_tokens = r->cached_tokens;
-  ev.replayed_tokens = r->replayed_tokens;
-  ev.completion_tokens = s->n_gen;
-  ev.queue_seconds = r->admitted_once ? r->t_admit - r->t_submit : -1;
-  ev.spec_drafted = s->spec.drafted;
-  ev.spec_accepted = s->spec.accepted;
-  ev.spec_verify_steps = s->spec.verify_steps;
-  r->p.cb(&ev, r->p.user);
-}
-
-static bool pending_append(di_seq *s, const char *text, size_t len) {
-  if (s->pending_len + len + 1 > s->pending_cap) {
-    size_t cap = (s->pending_len + len + 1) * 2;
-    char *p = realloc(s->pending, cap < 64 ? 64 : cap);
-    if (!p) return false;
-    s->pending = p;
-    s->pending_cap = cap < 64 ? 64 : cap;
-  }
-  memcpy(s->pending + s->pending_len, text, len);
-  s->pending_len += len;
-  s->pending[s->pending_len] = 0;
-  return true;
-}
-
-/* Earliest occurrence of any stop string in the pending text, or -1. */
-static long find_stop(const di_seq *s) {
-  const di_req *r = s->req;
-  long best = -1;
-  if (!s->pending) return -1; /* nothing decoded yet (memmem must not see NULL) */
-  for (int i = 0; i < r->p.n_stop; i++) {
-    const char *m = memmem(s->pending, s->pending_len, r->stop[i], r->stop_len[i]);
-    if (m && (best < 0 || m - s->pending < best)) best = m - s->pending;
-  }
-  return best;
-}
-
-/* Bytes at the end of the pending text that could begin a stop string. */
-static size_t holdback(const di_seq *s) {
-  const di_req *r = s->req;
-  size_t hold = 0;
-  for (int i = 0; i < r->p.n_stop; i++) {
-    size_t k = r->stop_len[i] - 1 < s->pending_len ? r->stop_len[i] - 1 : s->pending_len;
-    for (; k > hold; k--)
-      if (!memcmp(s->pending + s->pending_len - k, r->stop[i], k)) {
-        hold = k;
-        break;
-      }
-  }
-  return hold;
-}
-
-static void seq_unlist(di_engine *e, di_seq *s) {
-  if (s->state == DI_SEQ_RUNNING) di_seq_list_remove(&e->running, s);
-  else if (s->state == DI_SEQ_WAITING) di_seq_list_remove(&e->waiting, s);
-}
+/* ---------------------------------------------------------------- step */
 
 /* Finished requests are freed only here, at the end of a step, so no loop
  * over a batch or a request's completions ever touches freed memory. */
@@ -617,7 +349,7 @@ static void sweep_finished(di_engine *e) {
     *l = r->next;
     e->n_reqs--;
     e->acc.finished++;
-    req_free(e, r);
+    di_engine_req_free(e, r);
     n++;
   }
   if (!n) return;
@@ -625,141 +357,6 @@ static void sweep_finished(di_engine *e) {
   e->n_unfinished -= n;
   pthread_mutex_unlock(&e->mu);
 }
-
-void di_engine_finish_seq(di_engine *e, di_seq *s, di_finish why, const char *error) {
-  if (s->state == DI_SEQ_DONE) return;
-  di_req *r = s->req;
-  /* The rest of the text: flush the detokenizer, and a stop string may still
-   * complete in what it releases. */
-  if (s->detok && why != DI_FINISH_ERROR && e->be.detok_flush) {
-    const char *t = NULL;
-    size_t n = 0;
-    e->be.detok_flush(s->detok, &t, &n);
-    if (n) pending_append(s, t, n);
-    long at = find_stop(s);
-    if (at >= 0) {
-      s->pending_len = (size_t)at;
-      if (why == DI_FINISH_LENGTH) why = DI_FINISH_STOP;
-    }
-  }
-  seq_unlist(e, s);
-  s->state = DI_SEQ_DONE;
-  di_seq_kv_release(e, s);
-  emit(e, s, -1, s->pending, s->pending_len, NULL, why, why == DI_FINISH_ERROR ? (error ? error : "error") : NULL);
-  s->pending_len = 0;
-  /* Siblings not forked yet (n > 1 whose prompt never finished) end too. */
-  if (s->index == 0 && r->n_seqs < r->n) {
-    for (int i = r->n_seqs; i < r->n; i++) {
-      r->seqs[i]->state = DI_SEQ_DONE;
-      emit(e, r->seqs[i], -1, NULL, 0, NULL, why, why == DI_FINISH_ERROR ? (error ? error : "error") : NULL);
-    }
-    r->n_done += r->n - r->n_seqs;
-    r->n_seqs = r->n;
-  }
-  r->n_done++;
-}
-
-static bool is_stop_token(const di_engine *e, const di_req *r, int32_t t) {
-  for (int i = 0; i < r->p.n_stop_ids; i++)
-    if (r->stop_ids[i] == t) return true;
-  if (!r->p.ignore_eos)
-    for (int i = 0; i < e->be.n_eos; i++)
-      if (e->be.eos_ids[i] == t) return true;
-  return false;
-}
-
-void di_engine_sample_emit(di_engine *e, di_seq *s, const float *logits) {
-  di_req *r = s->req;
-  di_sample_in in = {.p = &r->p.sampling, .history = s->tokens, .n_history = s->len, .n_prompt = r->n_prompt,
-                     .rng = &s->rng, .top_logprobs = r->p.top_logprobs, .logprob = r->p.logprobs > 0};
-  di_sample_out so;
-  const di_constraint *c = &r->constraint;
-  if (c->accept) {
-    c->fill_mask(c->self, e->cmask);
-    in.mask = e->cmask;
-  }
-  in.cand = e->cand;
-  di_sampler_sample(&e->sampler, logits, &in, &so);
-  /* the mask allows end of generation only where the constraint accepts; stop once nothing can follow */
-  bool c_done = c->accept && (!c->accept(c->self, so.token) || c->finished(c->self));
-  s->n_gen++;
-  e->acc.generated_tokens++;
-  if (is_stop_token(e, r, so.token)) {
-    di_engine_finish_seq(e, s, DI_FINISH_STOP, NULL);
-    return;
-  }
-  s->tokens[s->len++] = so.token;
-  size_t release = 0;
-  bool stopped = false;
-  if (s->detok) {
-    const char *t = NULL;
-    size_t n = 0;
-    e->be.detok_push(s->detok, so.token, &t, &n);
-    if (n) pending_append(s, t, n);
-    long at = find_stop(s);
-    if (at >= 0) {
-      s->pending_len = (size_t)at;
-      release = (size_t)at;
-      stopped = true;
-    } else {
-      release = s->pending_len - holdback(s);
-    }
-  }
-  emit(e, s, so.token, s->pending, release, &so, DI_FINISH_NONE, NULL);
-  if (s->pending) memmove(s->pending, s->pending + release, s->pending_len - release);
-  s->pending_len -= release;
-  if (stopped || c_done) di_engine_finish_seq(e, s, DI_FINISH_STOP, NULL);
-  else if ((r->p.max_tokens > 0 && s->n_gen >= r->p.max_tokens) || s->len >= s->cap)
-    di_engine_finish_seq(e, s, DI_FINISH_LENGTH, NULL);
-}
-
-void di_engine_deliver_logits(di_engine *e, di_seq *s, const float *row, int pos) {
-  if (!s->req->p.logits_cb || pos < s->n_delivered) return;
-  s->req->p.logits_cb(row, e->be.n_vocab, pos, s->req->p.user);
-  s->n_delivered = pos + 1;
-}
-
-/* The detokenizer starts with the last prompt tokens so the first output
- * token decodes in context (a SentencePiece "▁word" keeps its space); their
- * own text is discarded. */
-static void open_detok(di_engine *e, di_seq *s) {
-  if (s->detok || !e->be.detok_new) return;
-  s->detok = e->be.detok_new(e->be.user);
-  if (!s->detok) return;
-  int n = s->req->n_prompt < 4 ? s->req->n_prompt : 4;
-  const char *t;
-  size_t len;
-  for (int i = s->req->n_prompt - n; i < s->req->n_prompt; i++) e->be.detok_push(s->detok, s->tokens[i], &t, &len);
-}
-
-/* Called for a sequence whose last token got logits this step. The first
- * completion of an n > 1 request forks its siblings here: they share every
- * prompt block (the partial last one is copied on first write). */
-void di_engine_after_forward(di_engine *e, di_seq *s, const float *logits) {
-  di_req *r = s->req;
-  if (s->index == 0 && r->n_seqs < r->n) {
-    for (int i = 1; i < r->n; i++) {
-      di_seq *c = r->seqs[i];
-      memcpy(c->tokens, s->tokens, (size_t)s->len * sizeof *c->tokens);
-      c->len = s->len;
-      c->n_computed = s->n_computed;
-      di_seq_kv_fork(e, c, s);
-      c->state = DI_SEQ_RUNNING;
-      di_seq_list_insert(&e->running, c);
-    }
-    r->n_seqs = r->n;
-    for (int i = 0; i < r->n; i++) {
-      di_seq *c = r->seqs[i];
-      open_detok(e, c);
-      di_engine_sample_emit(e, c, logits);
-    }
-    return;
-  }
-  open_detok(e, s);
-  di_engine_sample_emit(e, s, logits);
-}
-
-/* ---------------------------------------------------------------- step */
 
 static void drain_inbox(di_engine *e) {
   pthread_mutex_lock(&e->mu);

@@ -216,6 +216,8 @@ di_code di_engine_create_backend(const di_engine_opts *o, const di_engine_backen
  * owns both backends from the call on, failure included. */
 di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *be, const di_engine_backend *draft,
                               di_engine **out, di_status *st);
+/* Frees a request and its sequences (their KV back to the pool). */
+void di_engine_req_free(di_engine *e, di_req *r);
 void di_engine_finish_seq(di_engine *e, di_seq *s, di_finish why, const char *error);
 void di_engine_after_forward(di_engine *e, di_seq *s, const float *logits);
 /* Samples one token from a logits row and emits it (stop tokens, stop strings, max_tokens). */
