@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A copy of a GGUF model with its quantized tensors stored in another type (F16, BF16 or
-Q8_0), for draft-model speculation: the original (low precision) drafts for the copy (higher
+"""A copy of a GGUF model with its quantized tensors stored in another type (F32, F16,
+BF16 or Q8_0), for draft-model speculation: the original (low precision) drafts for the copy (higher
 precision), a real target/draft pair with the same vocabulary and shapes.
 
     /work/refvenv/bin/python bench/make_gguf_copy.py IN.gguf OUT.gguf --type f16
@@ -13,7 +13,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader, GGUFValueType, GGUFWriter, Keys
 from gguf.quants import dequantize, quantize
 
-TYPES = {"f16": Q.F16, "bf16": Q.BF16, "q8_0": Q.Q8_0}
+TYPES = {"f32": Q.F32, "f16": Q.F16, "bf16": Q.BF16, "q8_0": Q.Q8_0}
 KEEP = {Q.F32, Q.F16, Q.BF16}
 
 
@@ -38,8 +38,8 @@ def main():
             out.append((t.name, np.asarray(t.data), t.tensor_type))
             continue
         x = dequantize(np.asarray(t.data), t.tensor_type)  # shape in numpy order (rows, cols)
-        if qt == Q.F16:
-            out.append((t.name, x.astype(np.float16), qt))
+        if qt in (Q.F16, Q.F32):
+            out.append((t.name, x.astype(np.float16 if qt == Q.F16 else np.float32), qt))
         else:
             out.append((t.name, quantize(x.astype(np.float32), qt), qt))
     for name, data, typ in out:
