@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Distance-to-the-truth goldens for the real test models: for three texts, the reference
+"""Distance-to-the-truth goldens for the real test models: for eight texts, the reference
 distribution at EVERY position is transformers' own forward in float64 on the GGUF's weights
 (gguf-py dequantizes them; the quantized weights are the model under test, so this is the exact
 answer for this file), and llama.cpp's mean KL to the same reference on the same file and ids.
@@ -59,6 +59,63 @@ TEXTS = [
               "while ATP and NADPH are produced. The Calvin cycle, in the stroma, then uses that ATP and NADPH "
               "to fix carbon dioxide into three-carbon sugars. Most plants use this C3 pathway; C4 and CAM "
               "plants add steps that concentrate carbon dioxide and limit water loss in hot, dry climates."),
+    ("dialogue", "\"You are late again,\" said Mara, without looking up from the ledger.\n"
+                 "\"The tram broke down at the bridge,\" Tomas answered. \"We all had to walk.\"\n"
+                 "\"All of you? The whole tram?\"\n\"Forty people in the rain. You should have seen the "
+                 "conductor. He kept apologising as if he had broken the axle himself.\"\n"
+                 "Mara closed the book and finally looked at him. His coat was soaked through, and there was "
+                 "mud on his boots up to the ankles. \"Sit by the stove,\" she said. \"I will make tea. And "
+                 "tomorrow, take the early tram, the one at six. It has never broken down in the eight years "
+                 "I have taken it.\"\n\"Eight years,\" he said, pulling off his boots. \"Have you really worked "
+                 "here for eight years?\"\n\"Nine in March. Old Henrik hired me the week the river froze. He "
+                 "said anyone who came to an interview across the ice deserved the job.\"\n"
+                 "Tomas laughed, and for a while neither of them said anything. The kettle began to sing. "
+                 "Outside, the rain turned to sleet, and the lamps along the quay came on one by one."),
+    ("manual", "## Installing the service\n\n1. Download the archive for your platform and check its "
+               "checksum against the value published on the release page.\n2. Unpack it into `/opt/relay` "
+               "and create a dedicated user: `useradd --system --home /opt/relay relay`.\n3. Copy "
+               "`relay.example.toml` to `/etc/relay/relay.toml` and set `listen_address`, `data_dir` and "
+               "`max_connections`. The defaults listen on port 8443 and keep 64 connections.\n4. Install the "
+               "unit file, then run `systemctl daemon-reload` and `systemctl enable --now relay`.\n\n"
+               "## Troubleshooting\n\nIf the service exits immediately, run `journalctl -u relay -n 50`. "
+               "The most common causes are a data directory the service user cannot write to, a port that "
+               "is already in use, and a certificate whose private key does not match. When clients "
+               "connect but time out, check the firewall first: the relay needs inbound TCP on its listen "
+               "port and outbound UDP for health checks. Memory use grows with the number of open "
+               "connections, roughly 40 KB each, so a server with 10,000 clients needs about 400 MB "
+               "beyond the base process."),
+    ("history", "The city's first public library opened in 1871 in two rooms above a bakery on Market "
+                "Street. Its founders, a schoolteacher and a retired sea captain, had collected about eight "
+                "hundred books by subscription, most of them sermons, travel accounts and almanacs. Readers "
+                "paid a penny a week, and the rooms were open only on Saturday afternoons. Within ten years "
+                "the collection had outgrown the bakery, and the town council, after a long and bitter "
+                "debate about taxes, agreed to fund a building of its own. The new library, finished in "
+                "1886, was built of local granite with a reading room lit by tall windows on three sides. "
+                "During the war years it served as a recruitment office and later as a hospital for soldiers "
+                "recovering from influenza, and the books were stored in crates in the basement. When it "
+                "reopened in 1920, the librarians found that damp had ruined nearly a third of the "
+                "collection. The loss prompted the first public appeal for donations, which brought in more "
+                "than four thousand volumes in a single year."),
+    ("c_code", "#include <stdio.h>\n#include <stdlib.h>\n\n/* Returns the number of words in s: runs of "
+               "characters separated by spaces, tabs or newlines. */\nstatic int count_words(const char *s) "
+               "{\n    int n = 0, in_word = 0;\n    for (; *s; s++) {\n        if (*s == ' ' || *s == '\\t' "
+               "|| *s == '\\n') {\n            in_word = 0;\n        } else if (!in_word) {\n            "
+               "in_word = 1;\n            n++;\n        }\n    }\n    return n;\n}\n\nint main(int argc, char "
+               "**argv) {\n    char line[4096];\n    long total = 0, lines = 0;\n    FILE *f = argc > 1 ? "
+               "fopen(argv[1], \"r\") : stdin;\n    if (!f) {\n        perror(argv[1]);\n        return 1;\n"
+               "    }\n    while (fgets(line, sizeof line, f)) {\n        total += count_words(line);\n"
+               "        lines++;\n    }\n    printf(\"%ld lines, %ld words\\n\", lines, total);\n    if (f != "
+               "stdin) fclose(f);\n    return 0;\n}\n"),
+    ("math", "To find the sum of the first n odd numbers, write them out: 1, 3, 5, and so on up to 2n - 1. "
+             "Pair the first with the last, the second with the second to last, and continue inward. Each "
+             "pair adds up to 2n, and there are n / 2 pairs, so the sum is n squared. For example, the first "
+             "five odd numbers are 1, 3, 5, 7 and 9, and their sum is 25, which is five squared. A second "
+             "argument uses induction. The claim holds for n = 1, since the first odd number is 1. Suppose "
+             "it holds for some n, so that the first n odd numbers add up to n squared. The next odd number "
+             "is 2n + 1, and n squared plus 2n + 1 equals (n + 1) squared, so the claim holds for n + 1 as "
+             "well. A third argument is geometric: arrange dots in a square, and notice that each new odd "
+             "number of dots adds an L-shaped border that turns a square of side n into a square of side "
+             "n + 1. The same idea shows that the sum of the first n even numbers is n times (n + 1)."),
 ]
 
 
@@ -68,23 +125,29 @@ def log_softmax64(x):
     return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
 
 
-def kl_topk(ref_ids, ref_lp, logits):
-    """Mean over rows of sum_topk p (log p - log q) + tail bucket; logits: [n, V]."""
+def kl_rows(ref_ids, ref_lp, logits):
+    """Per row: sum_topk p (log p - log q) + the tail bucket's term; logits: [n, V]."""
     lq = log_softmax64(logits)
-    total = 0.0
+    out = np.empty(len(ref_ids))
     for i in range(len(ref_ids)):
         p = np.exp(ref_lp[i].astype(np.float64))
         q = np.exp(lq[i, ref_ids[i]])
         kl = float(np.sum(p * (ref_lp[i].astype(np.float64) - lq[i, ref_ids[i]])))
         pt, qt = max(1.0 - p.sum(), 1e-300), max(1.0 - q.sum(), 1e-300)
-        total += kl + pt * np.log(pt / qt)
-    return total / len(ref_ids)
+        out[i] = kl + pt * np.log(pt / qt)
+    return out
+
+
+def kl_topk(ref_ids, ref_lp, logits):
+    return float(kl_rows(ref_ids, ref_lp, logits).mean())
 
 
 def peer_kl(llama_mod, path, texts, top_ids, top_lp):
-    """llama.cpp's mean KL and top-1 agreement to the stored reference on the same ids."""
-    total, npos, agree = 0.0, 0, 0
-    llm = llama_mod.Llama(model_path=str(path), n_ctx=1024, n_threads=2, logits_all=True, verbose=False)
+    """llama.cpp's mean KL and top-1 agreement to the stored reference on the same ids, and its KL
+    at every position (the test compares position by position: paired differences have far less
+    spread than two means over a few hundred positions)."""
+    rows, npos, agree = [], 0, 0
+    llm = llama_mod.Llama(model_path=str(path), n_ctx=2048, n_threads=2, logits_all=True, verbose=False)
     off = 0
     for t in texts:
         n = t["n"]
@@ -93,10 +156,12 @@ def peer_kl(llama_mod, path, texts, top_ids, top_lp):
         llm.reset()
         llm.eval(t["ids"])
         lg = np.array(llm.scores[:n], dtype=np.float64)
-        total += kl_topk(ti, tl, lg) * n
+        rows.append(kl_rows(ti, tl, lg))
         npos += n
         agree += int((lg.argmax(axis=-1) == ti[:, 0]).sum())
-    return {"llama_cpp_python": llama_mod.__version__, "mean_kl": total / npos, "top1_agree": agree / npos}
+    rows = np.concatenate(rows)
+    return {"llama_cpp_python": llama_mod.__version__, "mean_kl": float(rows.mean()),
+            "top1_agree": agree / npos}, rows.astype(np.float32)
 
 
 def main():
@@ -119,7 +184,9 @@ def main():
         if args.peer_only:
             meta = json.loads((HERE / f"kl_{key}.json").read_text())
             data = np.load(HERE / f"kl_{key}.npz")
-            meta["llama_cpp"] = peer_kl(llama_mod, path, meta["texts"], data["top_ids"], data["top_lp"])
+            meta["llama_cpp"], peer_rows = peer_kl(llama_mod, path, meta["texts"], data["top_ids"], data["top_lp"])
+            np.savez_compressed(HERE / f"kl_{key}.npz", top_ids=data["top_ids"], top_lp=data["top_lp"],
+                                peer_kl=peer_rows)
             print(f"[{key}] llama.cpp: {meta['llama_cpp']}")
             (HERE / f"kl_{key}.json").write_text(json.dumps(meta, indent=1) + "\n")
             continue
@@ -145,8 +212,9 @@ def main():
             top_lp.append(tl.astype(np.float32))
             print(f"[{key}] {name}: {len(ids)} positions, reference top-1 {int(order[0, 0])}")
         top_ids, top_lp = np.concatenate(top_ids), np.concatenate(top_lp)
-        peer = peer_kl(llama_mod, path, texts, top_ids, top_lp) if llama_mod else None
-        np.savez_compressed(HERE / f"kl_{key}.npz", top_ids=top_ids, top_lp=top_lp)
+        peer, peer_rows = peer_kl(llama_mod, path, texts, top_ids, top_lp) if llama_mod else (None, None)
+        extra = {} if peer_rows is None else {"peer_kl": peer_rows}
+        np.savez_compressed(HERE / f"kl_{key}.npz", top_ids=top_ids, top_lp=top_lp, **extra)
         meta = {"model": {"file": m["file"], "sha256": m["sha256"], "n_vocab": int(model.config.vocab_size)},
                 "reference": "transformers float64 forward on the GGUF's dequantized weights, eager attention",
                 "topk": TOPK, "tail_mass_mean": float(np.concatenate(tails).mean()),
