@@ -83,6 +83,8 @@ typedef struct di_backend {
   void (*softcap)(float *x, int n, float cap);
   /* n floats into the KV cache's element type at dst. */
   void (*kv_store)(void *dst, const float *src, int n, di_kv_dtype type);
+  /* n values of the KV cache's element type at src into floats (exact: every f16 / bf16 is a float). */
+  void (*kv_load)(float *dst, const void *src, int n, di_kv_dtype type);
 
   /* ---- attention ---- */
   di_attn_sched *(*attn_create)(int max_tokens);

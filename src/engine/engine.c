@@ -128,7 +128,7 @@ di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *
   }
   size_t kv_mem = o->kv_mem;
   di_kv_spec spec = {.n_layers = be->n_layers, .kv_dim = be->kv_dim, .v_in_k = be->kv_v_in_k,
-                     .type = be->kv_f32 ? DI_KV_DTYPE_F32 : o->kv_type};
+                     .type = o->kv_type};
   if (kv_mem == 0) { /* enough for max_seqs full contexts (sliding-window tables: window + a chunk), capped */
     size_t per_seq = (size_t)((e->ctx + bs - 1) / bs + 1);
     if (be->n_swa_tables > 0) {

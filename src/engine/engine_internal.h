@@ -24,7 +24,6 @@ typedef struct di_engine_backend {
   int n_vocab, n_ctx;     /* n_ctx: max positions per sequence */
   int n_layers, kv_dim;   /* KV pool geometry */
   bool kv_v_in_k;         /* blocks hold one row per token and layer, read as K and V (MLA's latent) */
-  bool kv_f32;            /* the forward reads f32 rows only, whatever --kv-type says (DeepSeek-V4) */
   di_kv_policy policy;
   int window;             /* WINDOW policy / sliding-window tables: attention window in positions */
   /* Mixed models (full-attention and sliding-window layers): the pool's blocks

@@ -134,7 +134,6 @@ static di_code backend_open(const char *path, const di_engine_opts *o, bool lead
   be->n_layers = spec.n_layers; /* DeepSeek-V4: one pool layer holding every layer's values */
   be->kv_dim = spec.kv_dim;
   be->kv_v_in_k = spec.v_in_k;
-  be->kv_f32 = hp->attn_kind == DI_ATTN_DSV4;
   /* Layer groups (kv/table.h): all sliding -> one table under WINDOW; mixed ->
    * the pool's blocks hold the full-attention layers and the sliding ones
    * are spread over ceil(n_swa / n_full) WINDOW tables of the same blocks. */

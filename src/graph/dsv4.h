@@ -6,7 +6,7 @@
 #include "graph/forward.h"
 #include "graph/forward_internal.h"
 
-/* One pool row per position holding every layer's values side by side (f32,
+/* One pool row per position holding every layer's values side by side (in the pool's element type,
  * no V: K = V); a layer's part is laid out per its kind. Every value in it is a function of that position's own inputs
  * (and, for the compressed rows, of the positions of its window), so rows are
  * the same whatever the chunking or batch, and prefix-cache hits reuse them:

@@ -26,7 +26,7 @@ int di_forward_v4_row_values(const di_hparams *hp, di_v4_attn kind);
 
 /* DeepSeek-V4's grouped cache (graph/dsv4.h) for pool blocks of block_size
  * positions: a pool of one layer of `unit` floats per position
- * (di_kv_spec kv_dim, v_in_k, f32), whose sequences have a main FULL table of
+ * (di_kv_spec kv_dim, v_in_k; f32, f16 or bf16: --kv-type), whose sequences have a main FULL table of
  * compressed rows (`main_floats` of each block used) and `n_tables` WINDOW
  * tables keeping `window` positions of raw rows and compressor projections
  * (`window_floats` per position, of n_tables * unit). */

@@ -256,7 +256,6 @@ di_code di_fwd_v4(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *l
   const di_model *m = f->m;
   const di_hparams *hp = &m->hp;
   const int T = b->n_tokens, D = hp->n_embd, N = hp->v4.hc_mult;
-  if (kv->type != DI_KV_DTYPE_F32) return di_errorf(st, DI_ERR_INVALID, "forward: DeepSeek-V4 needs an f32 KV pool");
   if (N > 16) return di_errorf(st, DI_ERR_UNSUPPORTED, "forward: hc_mult %d over 16", N);
   di_code rc;
   if (b->n_swa_tables > 0 && (rc = groups_check(f, kv, b, st))) return rc;

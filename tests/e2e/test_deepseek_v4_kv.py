@@ -19,7 +19,7 @@ from test_swa_replay import BIN, GEN, batch, need, same, workload
 
 DOC, BRANCH = 300, 200
 BRANCH_P, RETURN_P = (BRANCH + 3 - 1) // 16 * 16, (DOC + 2 - 1) // 16 * 16  # 192, 288
-BASE = ["--max-batch-tokens", "32"]
+BASE = ["--max-batch-tokens", "32", "--kv-type", "f32"]  # the pool sizes below are f32 blocks
 
 
 def test_grouped_exact(tmp_path, v4):  # noqa: F811
@@ -47,9 +47,15 @@ def test_grouped_exact(tmp_path, v4):  # noqa: F811
     assert same(ref, got) and st["swa_replays"] == 0
     # preemption: four at once, chunks of 7 that cut the compression windows, in a pool for about one
     # (older checkpoints go back to the cache first: 360K needs no preemption)
-    got, st = batch(tmp_path, v4, prompts, "--max-batch-tokens", "7", "--kv-mem", "300K", concurrency=4)
+    got, st = batch(tmp_path, v4, prompts, "--max-batch-tokens", "7", "--kv-type", "f32", "--kv-mem", "300K",
+                    concurrency=4)
     print("tight", [(q["cached_tokens"], q["replayed_tokens"]) for q in got], st)
     assert same(ref, got) and st["preemptions"] > 0, st
+    # f16 (the default --kv-type): every cached value rounded once where it is stored, the same
+    # values in both layouts, so grouped and one-row-per-position still agree bit for bit
+    ref16, full16 = batch(tmp_path, v4, prompts, "--max-batch-tokens", "32", "--swa-full", "--no-prefix-cache")
+    got, st = batch(tmp_path, v4, prompts, "--max-batch-tokens", "32", "--kv-mem", "300K", "--swa-checkpoint", "64")
+    assert same(ref16, got) and st["kv_block_bytes"] // 16 == 64 and full16["kv_block_bytes"] // 16 == 1408, st
 
 
 def test_info_groups(v4):  # noqa: F811

@@ -25,6 +25,8 @@
 #define NBLK 64
 
 static char cache_dir[512];
+/* the pools' element type: f32 for transformers' goldens (1e-4), f16 / bf16 in check_kv_type */
+static di_kv_dtype g_kv_type = DI_KV_DTYPE_F32;
 
 static bool make_models(void) {
   const char *c = getenv("DI_TEST_CACHE"), *home = getenv("HOME");
@@ -62,6 +64,7 @@ static bool runner_open(runner *r, const char *path, int max_tokens, int threads
   di_kv_spec spec;
   di_forward_kv_spec(r->m, &spec);
   CHECK(spec.v_in_k && spec.type == DI_KV_DTYPE_F32);
+  spec.type = g_kv_type;
   CHECK(di_kv_pool_create_spec(&r->kv, 2 * NBLK * di_kv_spec_block_bytes(&spec, 16), 16, &spec, &st) == DI_OK);
   for (int s = 0; s < 2; s++)
     for (int i = 0; i < NBLK; i++) r->blocks[s][i] = di_kv_alloc(r->kv);
@@ -249,7 +252,7 @@ static void check_grouped(const char *name) {
   di_v4_geometry geo;
   di_forward_v4_geometry(&r.m->hp, 16, &geo);
   CHECK(geo.n_tables > 0 && geo.n_tables <= DI_KV_MAX_SWA_TABLES && geo.unit >= r.m->hp.head_dim);
-  di_kv_spec gs = {.n_layers = 1, .kv_dim = geo.unit, .v_in_k = true, .type = DI_KV_DTYPE_F32};
+  di_kv_spec gs = {.n_layers = 1, .kv_dim = geo.unit, .v_in_k = true, .type = g_kv_type};
   di_kv_pool *gp = NULL;
   di_status st = {0};
   CHECK(di_kv_pool_create_spec(&gp, (size_t)(1 + geo.n_tables) * NBLK * di_kv_spec_block_bytes(&gs, 16), 16, &gs, &st) ==
@@ -281,11 +284,89 @@ static void check_grouped(const char *name) {
   di_batch b = {.n_tokens = 1, .tokens = ids, .pos = pos, .seq = seq, .n_seqs = 1, .seqs = &bs,
                 .n_swa_tables = geo.n_tables - 1};
   CHECK(di_forward(r.f, gp, &b, got, &st) != DI_OK && strstr(st.msg, "window tables"));
-  printf("%-10s grouped cache: %d window tables x %d floats, window %d: logits identical\n", name, geo.n_tables,
-         geo.unit, geo.window);
+  printf("%-10s grouped cache (%s): %d window tables x %d values, window %d: logits identical\n", name,
+         g_kv_type == DI_KV_DTYPE_F32 ? "f32" : g_kv_type == DI_KV_DTYPE_F16 ? "f16" : "bf16", geo.n_tables, geo.unit,
+         geo.window);
   free(ref), free(got);
   di_kv_pool_destroy(gp);
   runner_close(&r);
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+/* A pool of f16 / bf16 (the engine's --kv-type; every cached value rounded
+ * once where it is stored, read back widened) against the f32 pool: the
+ * median position's max |logit diff| within tol, argmax at >= 95% of the
+ * positions the same (a rounded indexer score may swap a CSA row near the
+ * top-k boundary: a few positions move by more); chunked prefill and decode
+ * give the full prefill's bits (rounding is per stored value, so row
+ * invariance holds); with `greedy`, the continuation is transformers'. */
+static void check_kv_type(const char *name, di_kv_dtype type, double tol, bool greedy) {
+  json_t *g = load_golden(name);
+  if (!g) return;
+  json_t *tj = json_object_get(g, "tokens"), *gj = json_object_get(g, "greedy");
+  const int n = (int)json_array_size(tj), pl = (int)json_integer_value(json_object_get(g, "greedy_prompt_len"));
+  const int ng = (int)json_array_size(gj);
+  int32_t ids[MAXN];
+  for (int i = 0; i < n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(tj, i));
+  char p[700];
+  snprintf(p, sizeof p, "%s/%s", cache_dir, name);
+  runner r32, r16;
+  g_kv_type = DI_KV_DTYPE_F32;
+  bool ok = runner_open(&r32, p, n, 1);
+  g_kv_type = type;
+  ok = ok && runner_open(&r16, p, n, 1);
+  g_kv_type = DI_KV_DTYPE_F32;
+  if (!ok) {
+    json_decref(g);
+    return;
+  }
+  const int V = r32.m->hp.n_vocab;
+  float *a = malloc((size_t)n * V * sizeof(float)), *b = malloc((size_t)n * V * sizeof(float));
+  run(&r32, ids, n, &n, 1, a);
+  run(&r16, ids, n, &n, 1, b);
+  double worst = 0, scale = 0, *pd = calloc((size_t)n, sizeof *pd);
+  int agree = 0;
+  for (int t = 0; t < n; t++) {
+    for (size_t i = (size_t)t * V; i < (size_t)(t + 1) * V; i++)
+      pd[t] = fmax(pd[t], fabs(a[i] - b[i])), scale = fmax(scale, fabs(a[i]));
+    worst = fmax(worst, pd[t]);
+    agree += argmax(a + (size_t)t * V, V) == argmax(b + (size_t)t * V, V);
+  }
+  qsort(pd, (size_t)n, sizeof *pd, cmp_double);
+  const double med = pd[n / 2];
+  free(pd);
+  CHECKF(med <= tol && worst > 0 && agree >= n * 95 / 100,
+         "%s: KV %d vs f32: median position max |diff| %.3g (tolerance %.3g; 0 anywhere: nothing rounded), argmax "
+         "%d of %d",
+         name, (int)type, med, tol, agree, n);
+  const int ch[] = {7, 13, 5, 64}, dec[] = {n - 20, 1};
+  run(&r16, ids, n, ch, 4, a);
+  CHECKF(!memcmp(a, b, (size_t)n * V * sizeof(float)), "%s: KV %d: chunks 7,13,5,64 differ from the full prefill", name,
+         (int)type);
+  run(&r16, ids, n, dec, 2, a);
+  CHECKF(!memcmp(a, b, (size_t)n * V * sizeof(float)), "%s: KV %d: prefill + decode differs", name, (int)type);
+  int32_t seqids[MAXN];
+  memcpy(seqids, ids, (size_t)pl * sizeof *seqids);
+  int same = 0, one = 1;
+  run(&r16, seqids, pl, &pl, 1, a);
+  for (int i = 0; i < ng; i++) {
+    if (i) run_from(&r16, seqids, pl + i - 1, pl + i, &one, 1, a);
+    seqids[pl + i] = argmax(a + (size_t)(pl + i - 1) * V, V);
+    same += seqids[pl + i] == json_integer_value(json_array_get(gj, i));
+  }
+  CHECKF(!greedy || same == ng, "%s: KV %d: greedy continuation: %d of %d tokens as transformers", name, (int)type,
+         same, ng);
+  printf("%-10s KV %s vs the f32 pool (logits up to %.1f): max |diff| median %.2e, worst %.2e; argmax %d of %d; "
+         "greedy %d of %d as transformers\n",
+         name, type == DI_KV_DTYPE_F16 ? "f16" : "bf16", scale, med, worst, agree, n, same, ng);
+  free(a), free(b);
+  json_decref(g);
+  runner_close(&r32);
+  runner_close(&r16);
 }
 
 /* V4-Flash's shape (transformers' DeepseekV4Config defaults: 43 layers, 20
@@ -364,6 +445,13 @@ int main(void) {
   check_config("flashratio");
   check_grouped("tiny");
   check_grouped("flashratio");
+  check_kv_type("tiny", DI_KV_DTYPE_F16, 2e-3, true);
+  check_kv_type("flashratio", DI_KV_DTYPE_F16, 2e-3, true);
+  check_kv_type("tiny", DI_KV_DTYPE_BF16, 2e-2, false); /* 8 bits of mantissa: greedy drifts on this random model */
+  g_kv_type = DI_KV_DTYPE_F16; /* the grouped layout rounds the same values: the same bits as one row per position */
+  check_grouped("tiny");
+  check_grouped("flashratio");
+  g_kv_type = DI_KV_DTYPE_F32;
   check_flash_geometry();
   check_config("tiny-bf16"); /* BF16 weights, f32 activations: transformers upcasts them the same way */
   check_bad("layer_types",

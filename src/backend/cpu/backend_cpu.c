@@ -73,6 +73,7 @@ static const di_backend cpu_backend = {
     .add = di_cpu_add,
     .softcap = di_cpu_softcap,
     .kv_store = di_cpu_kv_store,
+    .kv_load = di_cpu_kv_load,
     .attn_create = di_attn_sched_create,
     .attn_free = di_attn_sched_free,
     .attn = di_attn_run,

@@ -146,6 +146,25 @@ void di_cpu_kv_store(void *dst, const float *src, int n, di_kv_dtype type) {
   }
 }
 
+void di_cpu_kv_load(float *dst, const void *src, int n, di_kv_dtype type) {
+  if (type == DI_KV_DTYPE_F32) {
+    memcpy(dst, src, (size_t)n * 4);
+    return;
+  }
+  const uint16_t *s = src;
+  if (type == DI_KV_DTYPE_BF16) {
+    for (int i = 0; i < n; i++) dst[i] = di_bf16_to_f32(s[i]);
+    return;
+  }
+#if defined(DI_CPU_X86)
+  if (di_cpu_isa() >= DI_ISA_AVX2) {
+    di_cpu_kv_load_f16_avx2(dst, s, n);
+    return;
+  }
+#endif
+  for (int i = 0; i < n; i++) dst[i] = di_f16_to_f32(s[i]);
+}
+
 static inline float load_elt(const void *base, size_t i, di_kv_dtype t) {
   if (t == DI_KV_DTYPE_F32) return ((const float *)base)[i];
   uint16_t h = ((const uint16_t *)base)[i];

@@ -52,5 +52,7 @@ void di_cpu_softcap(float *x, int n, float cap);
 void di_cpu_kv_store(void *dst, const float *src, int n, di_kv_dtype type);
 /* Its F16 case with F16C (same bits as the scalar di_f32_to_f16). */
 void di_cpu_kv_store_f16_avx2(uint16_t *dst, const float *src, int n);
+void di_cpu_kv_load(float *dst, const void *src, int n, di_kv_dtype type);
+void di_cpu_kv_load_f16_avx2(float *dst, const uint16_t *src, int n);
 
 #endif

@@ -36,3 +36,10 @@ void di_cpu_kv_store_f16_avx2(uint16_t *dst, const float *src, int n) {
   }
   for (; i < n; i++) dst[i] = di_f32_to_f16(src[i]);
 }
+
+/* F16C widening is exact, as di_f16_to_f32 (NaNs keep their payload either way). */
+void di_cpu_kv_load_f16_avx2(float *dst, const uint16_t *src, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+  for (; i < n; i++) dst[i] = di_f16_to_f32(src[i]);
+}
