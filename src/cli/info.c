@@ -10,13 +10,14 @@
 #include "model/tensors.h"
 
 static const char *usage =
-    "usage: deepinfer info -m MODEL [--ctx N] [--tp N]\n"
+    "usage: deepinfer info -m MODEL [--ctx N] [--kv-type T] [--tp N]\n"
     "\n"
     "Prints the architecture, hyperparameters, weight dtypes, parameter count and\n"
-    "the memory the model needs (weights + F16 KV cache for one context).\n"
+    "the memory the model needs (weights + KV cache for one context).\n"
     "\n"
     "  -m, --model PATH   GGUF file or Hugging Face directory (required)\n"
     "      --ctx N        context for the KV estimate (default: the model's)\n"
+    "      --kv-type T    the KV cache's element type for the estimate: f16 (default, as the engine), bf16, f32\n"
     "      --tp N         also what each of N tensor-parallel ranks holds (under mpirun -np N)\n"
     "  -h, --help         this help\n";
 
@@ -41,35 +42,47 @@ static void info_v4(const di_model *m, const di_kv_spec *spec) {
   for (int k = 0; k < 3; k++)
     if (n[k]) printf("KV row %-7s  %d layers x %d values\n", names[k], n[k], di_forward_v4_row_values(hp, (di_v4_attn)k));
   const int bs = 16;
+  const double eb = spec->type == DI_KV_DTYPE_F32 ? 4.0 : 2.0;
   di_v4_geometry g;
   di_forward_v4_geometry(hp, bs, &g);
-  const double block = 4.0 * bs * g.unit, main_tok = block / bs;
-  /* the compressed rows alone, without the block's slots for windows that close elsewhere */
-  const double rows_tok = 4.0 * (n[1] * (double)(hp->head_dim + hp->v4.idx_dim) / hp->v4.csa_rate +
-                                 n[2] * (double)hp->head_dim / hp->v4.hca_rate);
+  const double block = eb * bs * g.unit, main_tok = block / bs;
+  /* the compressed rows alone: a block's unit rounds its need up to 8 values */
+  const double csa = eb * n[1] * (double)hp->head_dim / hp->v4.csa_rate,
+               idx = eb * n[1] * (double)hp->v4.idx_dim / hp->v4.csa_rate,
+               hca = eb * n[2] * (double)hp->head_dim / hp->v4.hca_rate;
   const int win_blocks = (g.window - 1 + bs - 1) / bs + 1;
   const double win = (double)g.n_tables * win_blocks * block;
-  printf("KV groups:      compressed %.0f B/token (rows %.1f B/token); window %d tables x %d floats = %.0f B/position, "
-         "%d positions kept: %.1f KiB per sequence\n",
-         main_tok, rows_tok, g.n_tables, g.unit, 4.0 * g.n_tables * g.unit, g.window, win / 1024.0);
+  printf("KV groups (%s): compressed %.0f B/token (rows %.1f B/token: CSA %.1f + indexer %.1f + HCA %.1f); window %d "
+         "tables x %d values = %.0f B/position, %d positions kept: %.1f KiB per sequence\n",
+         spec->type == DI_KV_DTYPE_F32 ? "f32" : spec->type == DI_KV_DTYPE_F16 ? "f16" : "bf16", main_tok,
+         csa + idx + hca, csa, idx, hca, g.n_tables, g.unit, eb * g.n_tables * g.unit, g.window, win / 1024.0);
   const long ctxs[3] = {8192, 131072, 1048576};
   for (int i = 0; i < 3; i++) {
     double pool = (double)di_kv_spec_block_bytes(spec, 1) * ctxs[i];
     double cmp = block * (double)((ctxs[i] + bs - 1) / bs);
-    printf("KV at %-8ld  grouped %.1f MiB (compressed %.1f + window %.2f); one row per position %.1f MiB\n", ctxs[i],
-           (cmp + win) / 1048576.0, cmp / 1048576.0, win / 1048576.0, pool / 1048576.0);
+    printf("KV at %-8ld  grouped %.1f MiB (compressed %.1f + window %.2f) = %.0f B/token; one row per position %.1f "
+           "MiB\n",
+           ctxs[i], (cmp + win) / 1048576.0, cmp / 1048576.0, win / 1048576.0, (cmp + win) / (double)ctxs[i],
+           pool / 1048576.0);
   }
 }
 
 int di_cmd_info(int argc, char **argv) {
   const char *path = NULL;
   long ctx = 0;
+  di_kv_dtype kv_type = DI_KV_DTYPE_F16;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
       fputs(usage, stdout);
       return 0;
     } else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) {
       path = argv[++i];
+    } else if (!strcmp(argv[i], "--kv-type") && i + 1 < argc) {
+      const char *v = argv[++i];
+      if (!strcmp(v, "f16")) kv_type = DI_KV_DTYPE_F16;
+      else if (!strcmp(v, "bf16")) kv_type = DI_KV_DTYPE_BF16;
+      else if (!strcmp(v, "f32")) kv_type = DI_KV_DTYPE_F32;
+      else return di_cli_fail("info", "--kv-type: '%s' must be f16, bf16 or f32", v);
     } else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) {
       if (sscanf(argv[++i], "%ld", &ctx) != 1 || ctx <= 0) return di_cli_fail("info", "--ctx must be positive");
     } else {
@@ -139,18 +152,19 @@ int di_cmd_info(int argc, char **argv) {
   printf("\n");
   di_kv_spec spec;
   di_forward_kv_spec(m, &spec);
+  spec.type = kv_type;
   if (hp->attn_kind == DI_ATTN_DSV4) info_v4(m, &spec);
-  else spec.type = DI_KV_DTYPE_F16;
   size_t kv = di_kv_spec_block_bytes(&spec, 16) * (size_t)((ctx + 15) / 16);
   size_t per_tok = di_kv_spec_block_bytes(&spec, 1);
-  printf("KV per token:   %zu bytes (%s, %d layers x %d values%s)", per_tok, spec.type == DI_KV_DTYPE_F32 ? "f32" : "f16",
+  const char *tname = spec.type == DI_KV_DTYPE_F32 ? "f32" : spec.type == DI_KV_DTYPE_F16 ? "f16" : "bf16";
+  printf("KV per token:   %zu bytes (%s, %d layers x %d values%s)", per_tok, tname,
          spec.n_layers, spec.kv_dim,
          spec.v_in_k ? ": one latent row, read as K and V" : " K + the same V");
   if (hp->attn_kind == DI_ATTN_MLA) /* per-head K (nope + rope) and V, as MHA would cache them */
     printf("; MHA would need %zu", (size_t)hp->n_layer * hp->n_head * (hp->head_dim + hp->v_head_dim) * 2);
   printf("\n");
   printf("memory:         weights %.1f MiB + KV (%s, %ld tokens) %.1f MiB\n", (double)m->weight_bytes / 1048576.0,
-         spec.type == DI_KV_DTYPE_F32 ? "f32" : "f16", ctx, (double)kv / 1048576.0);
+         tname, ctx, (double)kv / 1048576.0);
   const int N = di_cli_tp_ranks();
   if (N > 1) { /* what each rank of --tp N holds (model/tp_slice.c, graph/forward.c) */
     di_tp_weights w0 = di_model_tp_plan(m, 0, N);

@@ -59,10 +59,15 @@ def test_grouped_exact(tmp_path, v4):  # noqa: F811
 
 
 def test_info_groups(v4):  # noqa: F811
-    """`deepinfer info`: per-group bytes and the KV of one 1M-token sequence."""
+    """`deepinfer info`: per-group bytes and the KV of one 1M-token sequence, in f16 (the engine's
+    default) and f32."""
     need(v4)
-    out = subprocess.run([str(BIN), "info", "-m", str(v4)], capture_output=True, text=True, check=True).stdout
-    assert "compressed 128 B/token (rows 104.0 B/token); window 18 tables x 32 floats" in out, out
-    m = re.search(r"KV at 1048576\s+grouped ([\d.]+) MiB \(compressed ([\d.]+) \+ window ([\d.]+)\); "
-                  r"one row per position ([\d.]+) MiB", out)
-    assert m and float(m[2]) == 128.0 and float(m[3]) < 0.1 and float(m[4]) == 2816.0, out
+    for kvt, cmp, one in (("f16", 64, 1408), ("f32", 128, 2816)):
+        out = subprocess.run([str(BIN), "info", "-m", str(v4), "--kv-type", kvt], capture_output=True, text=True,
+                             check=True).stdout
+        rows = cmp * 104 // 128  # the rows alone: 2 CSA x (32 + 16) / 4 + HCA 32 / 16 values
+        assert (f"KV groups ({kvt}): compressed {cmp} B/token (rows {rows}.0 B/token: " in out
+                and "window 18 tables x 32 values" in out), out
+        m = re.search(r"KV at 1048576\s+grouped ([\d.]+) MiB \(compressed ([\d.]+) \+ window ([\d.]+)\) = (\d+) "
+                      r"B/token; one row per position ([\d.]+) MiB", out)
+        assert m and float(m[2]) == cmp and float(m[3]) < 0.1 and int(m[4]) == cmp and float(m[5]) == one, out
