@@ -30,6 +30,7 @@ typedef struct di_engine_backend {
    * hold n_layers full-attention layers, and the sliding-window layers go to
    * n_swa_tables extra tables per sequence under the WINDOW policy (0: none). */
   int n_swa_tables;
+  int align;              /* main table: di_kv_table.align (DeepSeek-V4's sliced HCA rows), 0: none */
   const int32_t *eos_ids;
   int n_eos;
   void *user;

@@ -159,6 +159,7 @@ static di_code backend_open(const char *path, const di_engine_opts *o, bool lead
     be->policy = DI_KV_POLICY_FULL;
     be->window = g.window;
     be->n_swa_tables = g.n_tables;
+    be->align = g.align > (o->block_size > 0 ? o->block_size : 16) ? g.align : 0;
   }
   const int32_t *eos = NULL;
   size_t n_eos = m->tok ? di_tokenizer_eos(m->tok, &eos) : 0;

@@ -106,6 +106,7 @@ static di_code build_request(di_engine *e, const di_request_params *p, di_req *r
     s->tokens = malloc((size_t)cap * sizeof *s->tokens);
     if (!s->tokens || di_kv_table_init(&s->table, e->pool->block_size, cap, st) != DI_OK)
       return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+    s->table.align = e->be.align;
     for (int k = 0; k < e->be.n_swa_tables; k++) {
       if (di_kv_table_init(&s->swa[k], e->pool->block_size, cap, st) != DI_OK)
         return di_errorf(st, DI_ERR_NOMEM, "out of memory");

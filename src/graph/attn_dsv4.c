@@ -23,36 +23,9 @@
 #include "graph/dsv4.h"
 #include "util/tscratch.h"
 
-/* Part `part` (V4P_*) of the current layer's values at position pos: in the
- * window table holding its chunk (grouped), or in the position's pool row.
- * Values are in the pool's element type (kv->type); offsets count elements. */
-static void *part_at(const stage_ctx *c, int t, int pos, int part) {
-  const di_kv_pool *kv = c->kv;
-  const di_batch_seq *s = &c->b->seqs[c->b->seq[t]];
-  const int off = c->f->v4->cur.part[part], bs = kv->block_size;
-  const size_t u = (size_t)kv->kv_dim, e = kv->elt_bytes;
-  if (c->b->n_swa_tables == 0)
-    return (uint8_t *)di_kv_k(kv, s->blocks[pos / bs], 0) + ((size_t)(pos % bs) * u + (size_t)off) * e;
-  const int32_t blk = s->swa[off / u][pos / bs];
-  return (uint8_t *)di_kv_k(kv, blk, 0) + ((size_t)(pos % bs) * u + off % u) * e;
-}
-
-/* The current layer's compressed row of window e (rate positions each); its
- * indexer key (CSA) is cur.icmp elements after it. Grouped: slot e - (first
- * window closing in the block) of the block holding the window's last position. */
-static void *cmp_at(const stage_ctx *c, int t, int e, int rate) {
-  const di_kv_pool *kv = c->kv;
-  const di_batch_seq *s = &c->b->seqs[c->b->seq[t]];
-  const v4_map *m = &c->f->v4->cur;
-  const int q = e * rate + rate - 1, bs = kv->block_size;
-  uint8_t *b = di_kv_k(kv, s->blocks[q / bs], 0);
-  if (c->b->n_swa_tables == 0) return b + ((size_t)(q % bs) * (size_t)kv->kv_dim + (size_t)m->main_off) * kv->elt_bytes;
-  const int slot = e - q / bs * bs / rate;
-  return b + ((size_t)m->main_off + (size_t)slot * m->entry) * kv->elt_bytes;
-}
-
-/* n cached values at p as floats: p itself in an f32 pool, else widened into
- * buf (f16 / bf16 pools round each value once, where it is stored). */
+/* Cached values are in the pool's element type (kv->type); offsets count
+ * elements. kv_get gives n of them at p as floats: p itself in an f32 pool,
+ * else widened into buf (f16 / bf16 round each value once, where stored). */
 static const float *kv_get(const stage_ctx *c, const void *p, int n, float *buf) {
   if (c->kv->type == DI_KV_DTYPE_F32) return p;
   c->f->be->kv_load(buf, p, n, c->kv->type);
@@ -61,6 +34,87 @@ static const float *kv_get(const stage_ctx *c, const void *p, int n, float *buf)
 
 static void kv_put(const stage_ctx *c, void *dst, const float *src, int n) {
   c->f->be->kv_store(dst, src, n, c->kv->type);
+}
+
+static uint8_t *elt_at(const di_kv_pool *kv, int32_t block, size_t i) {
+  return (uint8_t *)di_kv_k(kv, block, 0) + i * kv->elt_bytes;
+}
+
+/* Part `part` (V4P_*, n values) of the current layer's values at position
+ * pos: in the position's pool row, or (grouped) in its window row, whose
+ * chunks lie in the window tables; a part across two chunks is gathered into
+ * buf. win_put stores one. */
+static const float *win_get(const stage_ctx *c, int t, int pos, int part, int n, float *buf) {
+  const di_kv_pool *kv = c->kv;
+  const di_batch_seq *s = &c->b->seqs[c->b->seq[t]];
+  const int off = c->f->v4->cur.part[part], bs = kv->block_size, u = kv->kv_dim;
+  const size_t row = (size_t)(pos % bs) * (size_t)u;
+  if (c->b->n_swa_tables == 0) return kv_get(c, elt_at(kv, s->blocks[pos / bs], row + (size_t)off), n, buf);
+  if (off % u + n <= u) return kv_get(c, elt_at(kv, s->swa[off / u][pos / bs], row + (size_t)(off % u)), n, buf);
+  for (int o = off, done = 0; done < n;) {
+    const int len = n - done < u - o % u ? n - done : u - o % u;
+    c->f->be->kv_load(buf + done, elt_at(kv, s->swa[o / u][pos / bs], row + (size_t)(o % u)), len, kv->type);
+    done += len, o += len;
+  }
+  return buf;
+}
+
+static void win_put(const stage_ctx *c, int t, int pos, int part, int n, const float *src) {
+  const di_kv_pool *kv = c->kv;
+  const di_batch_seq *s = &c->b->seqs[c->b->seq[t]];
+  const int off = c->f->v4->cur.part[part], bs = kv->block_size, u = kv->kv_dim;
+  const size_t row = (size_t)(pos % bs) * (size_t)u;
+  if (c->b->n_swa_tables == 0) {
+    kv_put(c, elt_at(kv, s->blocks[pos / bs], row + (size_t)off), src, n);
+    return;
+  }
+  for (int o = off, done = 0; done < n;) {
+    const int len = n - done < u - o % u ? n - done : u - o % u;
+    kv_put(c, elt_at(kv, s->swa[o / u][pos / bs], row + (size_t)(o % u)), src + done, len);
+    done += len, o += len;
+  }
+}
+
+/* The current layer's compressed row of window e (rate positions each), or
+ * (key) its indexer key (CSA: cur.icmp values after the row). Grouped: slot
+ * e - (first window closing in the block) of the block holding the window's
+ * last position, or (sliced HCA) slice j in block j of the window, gathered
+ * into buf. cmp_put stores one. */
+static const float *cmp_get(const stage_ctx *c, int t, int e, int rate, bool key, float *buf) {
+  const di_kv_pool *kv = c->kv;
+  const di_batch_seq *s = &c->b->seqs[c->b->seq[t]];
+  const v4_map *m = &c->f->v4->cur;
+  const int q = e * rate + rate - 1, bs = kv->block_size, n = key ? c->f->m->hp.v4.idx_dim : c->f->m->hp.head_dim;
+  const size_t k = key ? (size_t)m->icmp : 0;
+  if (c->b->n_swa_tables == 0)
+    return kv_get(c, elt_at(kv, s->blocks[q / bs], (size_t)(q % bs) * (size_t)kv->kv_dim + (size_t)m->main_off + k), n,
+                  buf);
+  if (m->slices > 0) {
+    const int len = n / m->slices, b0 = e * rate / bs;
+    for (int j = 0; j < m->slices; j++)
+      c->f->be->kv_load(buf + (size_t)j * len, elt_at(kv, s->blocks[b0 + j], (size_t)m->main_off), len, kv->type);
+    return buf;
+  }
+  const int slot = e - q / bs * bs / rate;
+  return kv_get(c, elt_at(kv, s->blocks[q / bs], (size_t)m->main_off + (size_t)slot * m->entry + k), n, buf);
+}
+
+static void cmp_put(const stage_ctx *c, int t, int e, int rate, bool key, const float *src) {
+  const di_kv_pool *kv = c->kv;
+  const di_batch_seq *s = &c->b->seqs[c->b->seq[t]];
+  const v4_map *m = &c->f->v4->cur;
+  const int q = e * rate + rate - 1, bs = kv->block_size, n = key ? c->f->m->hp.v4.idx_dim : c->f->m->hp.head_dim;
+  const size_t k = key ? (size_t)m->icmp : 0;
+  if (c->b->n_swa_tables == 0) {
+    kv_put(c, elt_at(kv, s->blocks[q / bs], (size_t)(q % bs) * (size_t)kv->kv_dim + (size_t)m->main_off + k), src, n);
+  } else if (m->slices > 0) {
+    const int len = n / m->slices, b0 = e * rate / bs;
+    for (int j = 0; j < m->slices; j++)
+      kv_put(c, elt_at(kv, s->blocks[b0 + j], (size_t)m->main_off), src + (size_t)j * len, len);
+  } else {
+    const int slot = e - q / bs * bs / rate;
+    kv_put(c, elt_at(kv, s->blocks[q / bs], (size_t)m->main_off + (size_t)slot * m->entry + k), src, n);
+  }
 }
 
 static int layer_rate(const di_hparams *hp, const di_layer_weights *L) {
@@ -108,15 +162,15 @@ static void st_store(stage_ctx *c, int t) {
   if (!kvr) return;
   f->be->rms_norm(f->v4->kvp + (size_t)t * hd, L->kv_norm.data, kvr, hd, hp->rms_eps);
   rope_tail(c->f->be, kvr, hd, cs, rd, false);
-  kv_put(c, part_at(c, t, p, V4P_KV), kvr, hd);
+  win_put(c, t, p, V4P_KV, hd, kvr);
   if (L->v4_attn == DI_V4_SWA) return;
   const int cw = lay.c * hd, slot = p % layer_rate(hp, L);
   const float *ape = (const float *)L->cmp_ape.data + (size_t)slot * cw;
   for (int sr = 0; sr < lay.c; sr++) { /* each series its own part; the gate with its slot's bias */
     float *cg = f->v4->cg + (size_t)t * cw + sr * hd;
     f->be->add(cg, ape + sr * hd, hd);
-    kv_put(c, part_at(c, t, p, V4P_CKV + sr), f->v4->ckv + (size_t)t * cw + sr * hd, hd);
-    kv_put(c, part_at(c, t, p, V4P_CG + sr), cg, hd);
+    win_put(c, t, p, V4P_CKV + sr, hd, f->v4->ckv + (size_t)t * cw + sr * hd);
+    win_put(c, t, p, V4P_CG + sr, hd, cg);
   }
   if (L->v4_attn != DI_V4_CSA) return;
   const int id = hp->v4.idx_dim, iw = 2 * id;
@@ -124,8 +178,8 @@ static void st_store(stage_ctx *c, int t) {
   for (int sr = 0; sr < 2; sr++) {
     float *ig = f->v4->ig + (size_t)t * iw + sr * id;
     f->be->add(ig, iape + sr * id, id);
-    kv_put(c, part_at(c, t, p, V4P_IKV + sr), f->v4->ikv + (size_t)t * iw + sr * id, id);
-    kv_put(c, part_at(c, t, p, V4P_IG + sr), ig, id);
+    win_put(c, t, p, V4P_IKV + sr, id, f->v4->ikv + (size_t)t * iw + sr * id);
+    win_put(c, t, p, V4P_IG + sr, id, ig);
   }
   for (int h = 0; h < hp->v4.idx_heads; h++)
     rope_tail(c->f->be, f->v4->iq + ((size_t)t * hp->v4.idx_heads + h) * id, id, cs, rd, false);
@@ -134,26 +188,26 @@ static void st_store(stage_ctx *c, int t) {
 /* Window w's compressed row of width dim: per channel, softmax over the
  * window's gates (and, overlapping, the previous window's first series) of
  * the projected values; then the weighted RMSNorm and RoPE at w * rate. */
-static void compress_window(const stage_ctx *c, int t, int w, int rate, int dim, bool overlap, int pkv, int pg,
-                            const float *norm_w, void *out) {
+static const float *compress_window(const stage_ctx *c, int t, int w, int rate, int dim, bool overlap, int pkv,
+                                    int pg, const float *norm_w) {
   const di_hparams *hp = &c->f->m->hp;
   const int rd = hp->rope_dim, second = overlap ? 1 : 0, s0 = overlap && w > 0 ? -rate : 0;
-  const size_t nw = (size_t)(rate - s0), cvt = c->kv->type != DI_KV_DTYPE_F32 ? 2 * nw * (size_t)dim : 0;
-  const float **kv = stage_scratch(c, SCR_POOL, 2 * nw * sizeof *kv + (4 * (size_t)dim + cvt) * sizeof(float));
-  if (!kv) return;
+  const size_t nw = (size_t)(rate - s0);
+  const float **kv = stage_scratch(c, SCR_POOL, 2 * nw * sizeof *kv + (3 + 2 * nw) * (size_t)dim * sizeof(float));
+  if (!kv) return NULL;
   const float **gate = kv + nw;
   float *acc = (float *)(kv + 2 * nw), *work = acc + dim, *row = work + dim, *buf = row + dim;
   for (int s = s0; s < rate; s++) {
     const int sr = s < 0 ? 0 : second, i = s - s0; /* previous window: its first series; this one: its last */
-    kv[i] = kv_get(c, part_at(c, t, w * rate + s, pkv + sr), dim, buf + (size_t)(2 * i) * dim);
-    gate[i] = kv_get(c, part_at(c, t, w * rate + s, pg + sr), dim, buf + (size_t)(2 * i + 1) * dim);
+    kv[i] = win_get(c, t, w * rate + s, pkv + sr, dim, buf + (size_t)(2 * i) * dim);
+    gate[i] = win_get(c, t, w * rate + s, pg + sr, dim, buf + (size_t)(2 * i + 1) * dim);
   }
   c->f->be->compress_pool(kv, gate, rate - s0, dim, work, acc);
   c->f->be->rms_norm(acc, norm_w, row, dim, hp->rms_eps);
   float cs[2 * 1024];
   c->f->be->rope_cache(cs, w * rate, rd, hp->rope_base, hp, true, NULL);
   rope_tail(c->f->be, row, dim, cs, rd, false);
-  kv_put(c, out, row, dim);
+  return row;
 }
 
 static void st_compress(stage_ctx *c, int t) {
@@ -163,11 +217,10 @@ static void st_compress(stage_ctx *c, int t) {
   if ((p + 1) % rate) return;
   if (p < c->b->seqs[c->b->seq[t]].full_cached) return; /* a replay: the cached row is this one */
   const bool csa = L->v4_attn == DI_V4_CSA;
-  uint8_t *row = cmp_at(c, t, p / rate, rate);
-  compress_window(c, t, p / rate, rate, hp->head_dim, csa, V4P_CKV, V4P_CG, L->cmp_norm.data, row);
-  if (csa)
-    compress_window(c, t, p / rate, rate, hp->v4.idx_dim, true, V4P_IKV, V4P_IG, L->idx_norm.data,
-                    row + (size_t)c->f->v4->cur.icmp * c->kv->elt_bytes);
+  const float *row = compress_window(c, t, p / rate, rate, hp->head_dim, csa, V4P_CKV, V4P_CG, L->cmp_norm.data);
+  if (row) cmp_put(c, t, p / rate, rate, false, row);
+  if (csa && (row = compress_window(c, t, p / rate, rate, hp->v4.idx_dim, true, V4P_IKV, V4P_IG, L->idx_norm.data)))
+    cmp_put(c, t, p / rate, rate, true, row);
 }
 
 /* The Lightning Indexer: of the n closed rows, the index_topk best scored
@@ -178,13 +231,13 @@ static int indexer_select(const stage_ctx *c, int t, int n, int32_t *sel) {
   const di_backend *be = c->f->be;
   if (n <= k) return be->topk(NULL, n, k, sel, NULL);
   const float *q = c->f->v4->iq + (size_t)t * IH * id, *wt = c->f->v4->iw + (size_t)t * IH;
-  const size_t cvt = c->kv->type != DI_KV_DTYPE_F32 ? (size_t)id : 0, ioff = (size_t)c->f->v4->cur.icmp * c->kv->elt_bytes;
+  const size_t cvt = c->kv->type != DI_KV_DTYPE_F32 ? (size_t)id : 0;
   const float **keys =
       stage_scratch(c, SCR_INDEX, (size_t)n * (sizeof *keys + (1 + cvt) * sizeof(float) + sizeof(int32_t)));
   if (!keys) return 0;
   float *sc = (float *)(keys + n), *buf = sc + n;
   int32_t *work = (int32_t *)(buf + (size_t)n * cvt);
-  for (int e = 0; e < n; e++) keys[e] = kv_get(c, (uint8_t *)cmp_at(c, t, e, rate) + ioff, id, buf + (size_t)e * cvt);
+  for (int e = 0; e < n; e++) keys[e] = cmp_get(c, t, e, rate, true, buf + (size_t)e * cvt);
   be->indexer_scores(q, wt, IH, id, keys, n, 1.0f / sqrtf((float)id), 1.0f / sqrtf((float)IH), sc);
   return be->topk(sc, n, k, sel, work);
 }
@@ -197,7 +250,7 @@ static void st_attend(stage_ctx *c, int t) {
   const int lo = p - W + 1 > 0 ? p - W + 1 : 0, nw = p - lo + 1;
   int rate = 1, n = 0;
   if (L->v4_attn != DI_V4_SWA) rate = layer_rate(hp, L), n = (p + 1) / rate;
-  const size_t nk_max = (size_t)nw + n, cvt = c->kv->type != DI_KV_DTYPE_F32 ? (size_t)hd : 0;
+  const size_t nk_max = (size_t)nw + n, cvt = hd; /* a row gathered or widened goes to buf */
   const float **keys = stage_scratch(c, SCR_ATTEND, nk_max * (sizeof *keys + (1 + cvt) * sizeof(float)) +
                                                         ((size_t)n + 1) * sizeof(int32_t));
   if (!keys) return;
@@ -208,8 +261,8 @@ static void st_attend(stage_ctx *c, int t) {
   else
     for (int i = 0; i < n; i++) sel[ns++] = i;
   int nk = 0;
-  for (int j = lo; j <= p; j++, nk++) keys[nk] = kv_get(c, part_at(c, t, j, V4P_KV), hd, buf + nk * cvt);
-  for (int i = 0; i < ns; i++, nk++) keys[nk] = kv_get(c, cmp_at(c, t, sel[i], rate), hd, buf + nk * cvt);
+  for (int j = lo; j <= p; j++, nk++) keys[nk] = win_get(c, t, j, V4P_KV, hd, buf + nk * cvt);
+  for (int i = 0; i < ns; i++, nk++) keys[nk] = cmp_get(c, t, sel[i], rate, false, buf + nk * cvt);
   const float *cs = (L->v4_attn == DI_V4_SWA ? f->v4->rope_m : f->v4->rope_c) + (size_t)t * rd;
   for (int h = 0; h < H; h++) {
     float *o = f->att + ((size_t)t * H + h) * hd;

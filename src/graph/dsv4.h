@@ -26,12 +26,16 @@ v4_layout di_v4_layout(const di_hparams *hp, di_v4_attn kind);
  * > 0; forward.h di_v4_geometry). Window rows: what is read only within
  * `window` positions of where it was written (the latent row; the compressor's
  * and indexer's projections, one part per series, which a window's row reads
- * at most 2 * rate back), per position packed into n_tables chunks of `unit`
- * floats, a part never across two (window table k holds chunk k). Compressed
- * rows: in the main table's block holding the position that closes the
- * window, at slot (entry - first entry closing in that block), each the row
- * [hd] and for CSA the indexer key [id] after it: a block holds only the rows
- * of the windows that close in it, so the group grows by 1/rate. */
+ * at most 2 * rate back), per position laid end to end and cut into n_tables
+ * chunks of `unit` values (window table k holds chunk k; a part may span two).
+ * Compressed rows: in the main table's block holding the position that closes
+ * the window, at slot (entry - first entry closing in that block), each the
+ * row [hd] and for CSA the indexer key [id] after it: a block holds only the
+ * rows of the windows that close in it, so the group grows by 1/rate. An HCA
+ * rate a multiple of the block size (128 on 16) would leave most blocks' slot
+ * empty: its row is cut into `slices` = rate / bs slices instead, slice j in
+ * the window's block j, so such a block's values depend on positions after it
+ * (prefix hits and commits stop at multiples of the rate: g.align). */
 enum { V4P_KV = 0, V4P_CKV = 1, V4P_CG = 3, V4P_IKV = 5, V4P_IG = 7, V4P_N = 9 };
 
 typedef struct v4_map {
@@ -39,6 +43,7 @@ typedef struct v4_map {
   int main_off;    /* grouped: offset of the layer's compressed rows in a main block */
   int entry;       /* grouped: floats per compressed row (hd, + id for CSA) */
   int icmp;        /* the indexer key's offset from its compressed row */
+  int slices;      /* grouped HCA: its row cut over this many blocks (0: whole rows in slots) */
 } v4_map;
 
 typedef struct v4_groups {

@@ -33,6 +33,7 @@ int di_forward_v4_row_values(const di_hparams *hp, di_v4_attn kind);
 typedef struct di_v4_geometry {
   int unit, n_tables, window;
   int main_floats, window_floats;
+  int align; /* positions: prefix hits and commits of the main table stop at multiples of it (dsv4.h) */
 } di_v4_geometry;
 void di_forward_v4_geometry(const di_hparams *hp, int block_size, di_v4_geometry *g);
 

@@ -34,9 +34,10 @@ static int rate_of(const di_hparams *hp, int il) {
   return hp->v4.attn[il] == DI_V4_CSA ? hp->v4.csa_rate : hp->v4.hca_rate;
 }
 
-/* Packs every layer's window parts into chunks of `unit` floats (a part
- * never across two); returns the floats the packing spans. */
-static int pack_window(const di_hparams *hp, int unit, v4_groups *out) {
+/* Lays every layer's window parts end to end in a position's window row
+ * (chunk k of `unit` values of it in window table k; a part may run across
+ * two chunks: readers gather it); returns the values the row spans. */
+static int pack_window(const di_hparams *hp, v4_groups *out) {
   const int hd = hp->head_dim, id = hp->v4.idx_dim;
   int o = 0;
   for (int il = 0; il < hp->n_layer; il++) {
@@ -50,10 +51,7 @@ static int pack_window(const di_hparams *hp, int unit, v4_groups *out) {
     if (kind == DI_V4_CSA)
       for (int sr = 0; sr < 2; sr++) size[V4P_IKV + sr] = size[V4P_IG + sr] = id;
     for (int p = 0; p < V4P_N; p++) {
-      m->part[p] = -1;
-      if (!size[p]) continue;
-      if (o % unit + size[p] > unit) o = (o / unit + 1) * unit;
-      m->part[p] = o;
+      m->part[p] = size[p] ? o : -1;
       o += size[p];
     }
   }
@@ -66,6 +64,7 @@ void di_v4_groups_plan(const di_hparams *hp, int bs, v4_groups *out) {
   out->block_size = bs;
   di_v4_geometry *g = &out->g;
   int main = 0, window = hp->v4.window;
+  g->align = bs;
   for (int il = 0; il < hp->n_layer; il++) {
     v4_map *m = &out->layer[il];
     const int kind = hp->v4.attn[il], rate = rate_of(hp, il);
@@ -74,21 +73,26 @@ void di_v4_groups_plan(const di_hparams *hp, int bs, v4_groups *out) {
     m->entry = hd + (kind == DI_V4_CSA ? id : 0);
     m->icmp = hd;
     m->main_off = main;
-    main += (bs + rate - 1) / rate * m->entry; /* the most windows that close in one block */
+    if (kind == DI_V4_HCA && rate > bs && rate % bs == 0 && hd % (rate / bs) == 0) {
+      /* one row per rate / bs blocks: each block of the window keeps a slice */
+      m->slices = rate / bs;
+      main += hd / m->slices;
+      if (rate > g->align) g->align = rate;
+    } else {
+      main += (bs + rate - 1) / rate * m->entry; /* the most windows that close in one block */
+    }
     const int reach = kind == DI_V4_CSA ? 2 * rate : rate; /* the positions a window's row reads */
     if (reach > window) window = reach;
   }
   g->main_floats = main;
   g->window = window;
-  /* A block is `unit` floats per position: the main table's rows need
-   * main/bs of them, a window part a whole chunk; wider when the window rows
-   * would need more tables than a sequence may have. */
-  const int part = hd > id ? hd : id;
-  int unit = (main + bs - 1) / bs;
-  if (unit < part) unit = part;
-  unit = (unit + part - 1) / part * part;
-  for (;; unit += part) {
-    g->window_floats = pack_window(hp, unit, out);
+  g->window_floats = pack_window(hp, out);
+  /* A block is `unit` values per position: what the main table's rows need
+   * (rounded to 8 values), wider when the window rows would need more
+   * tables than a sequence may have. */
+  int unit = ((main + bs - 1) / bs + 7) / 8 * 8;
+  if (unit < 8) unit = 8;
+  for (;; unit += 8) {
     g->n_tables = (g->window_floats + unit - 1) / unit;
     if (g->n_tables <= DI_KV_MAX_SWA_TABLES) break;
   }

@@ -9,7 +9,7 @@ di_code di_kv_table_init(di_kv_table *t, int block_size, int max_positions, di_s
   t->n_blocks = t->n_hashed = t->n_released = 0;
   t->root = DI_KV_PREFIX_ROOT;
   t->group = DI_KV_GROUP_FULL;
-  t->window = t->ckpt = 0;
+  t->window = t->ckpt = t->align = 0;
   t->blocks = malloc((size_t)t->cap * sizeof *t->blocks);
   t->hashes = malloc((size_t)t->cap * sizeof *t->hashes);
   if (!t->blocks || !t->hashes) {
@@ -27,20 +27,40 @@ void di_kv_table_free(di_kv_table *t) {
   t->cap = t->n_blocks = 0;
 }
 
-static bool shared_partial(const di_kv_pool *p, const di_kv_table *t, int start) {
-  int bi = start / p->block_size;
-  return start % p->block_size != 0 && bi < t->n_blocks && t->blocks[bi] >= 0 && p->refcount[t->blocks[bi]] > 1;
+/* The first block a write of [start, end) may change besides the blocks of
+ * the positions themselves (t->align: back to the previous multiple when the
+ * write reaches the next). */
+static int first_written(const di_kv_pool *p, const di_kv_table *t, int start, int end) {
+  if (t->align > 0 && end / t->align > start / t->align) return start / t->align * t->align / p->block_size;
+  return start / p->block_size;
+}
+
+static bool shared(const di_kv_pool *p, const di_kv_table *t, int bi) {
+  return bi < t->n_blocks && t->blocks[bi] >= 0 && p->refcount[t->blocks[bi]] > 1;
+}
+
+/* The blocks [*first, *last] a write of [start, end) changes that already
+ * hold data: start's own when start is inside it, and those back to
+ * first_written. Shared ones need a copy first. */
+static void written_before(const di_kv_pool *p, const di_kv_table *t, int start, int end, int *first, int *last) {
+  const int own = start / p->block_size;
+  *first = end > start ? first_written(p, t, start, end) : own;
+  *last = end > start && start % p->block_size ? own : own - 1;
 }
 
 int di_kv_table_blocks_needed(const di_kv_pool *p, const di_kv_table *t, int start, int end) {
-  int want = (end + p->block_size - 1) / p->block_size;
+  int want = (end + p->block_size - 1) / p->block_size, first, last;
   int n = want > t->n_blocks ? want - t->n_blocks : 0;
-  return n + (end > start && shared_partial(p, t, start) ? 1 : 0);
+  written_before(p, t, start, end, &first, &last);
+  for (int bi = first; bi <= last; bi++) n += shared(p, t, bi);
+  return n;
 }
 
 void di_kv_table_prepare(di_kv_pool *p, di_kv_table *t, int start, int end) {
-  if (end > start && shared_partial(p, t, start)) {
-    int bi = start / p->block_size;
+  int first, last;
+  written_before(p, t, start, end, &first, &last);
+  for (int bi = first; bi <= last; bi++) {
+    if (!shared(p, t, bi)) continue;
     int32_t nb = di_kv_alloc_group(p, t->group);
     di_kv_copy_block(p, nb, t->blocks[bi]);
     di_kv_unref(p, t->blocks[bi]);
@@ -85,6 +105,7 @@ int di_kv_table_match_prefix(di_kv_pool *p, di_kv_table *t, const int32_t *token
   if (!di_kv_prefix_enabled(p) || t->n_blocks != 0) return 0;
   int bs = p->block_size;
   int max_blocks = (n - 1) / bs; /* the last token must be computed to get logits */
+  if (t->align > bs) max_blocks = max_blocks * bs / t->align * t->align / bs;
   uint64_t parent = t->root;
   while (t->n_blocks < max_blocks && t->n_blocks < t->cap) {
     const int32_t *tok = tokens + (size_t)t->n_blocks * bs;
@@ -101,7 +122,7 @@ int di_kv_table_match_prefix(di_kv_pool *p, di_kv_table *t, const int32_t *token
 
 void di_kv_table_commit(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, int n_computed) {
   int bs = p->block_size;
-  int full = n_computed / bs;
+  int full = (t->align > bs ? n_computed / t->align * t->align : n_computed) / bs;
   if (full > t->n_blocks) full = t->n_blocks;
   while (t->n_hashed < full) {
     int i = t->n_hashed;

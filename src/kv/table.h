@@ -54,6 +54,12 @@ typedef struct di_kv_table {
   int group;         /* DI_KV_GROUP_* of the blocks it allocates (pool accounting) */
   int window;        /* > 0: a window table (its cached blocks get a window class) */
   int ckpt;          /* checkpoint interval in positions; 0: every cached block KEEP */
+  /* > 0: a block's values may depend on the positions up to the next
+   * multiple of `align` (DeepSeek-V4's sliced HCA rows, graph/dsv4.h): prefix
+   * hits and registrations stop at such multiples, and a write of positions
+   * [start, end) that passes one may also write the blocks back to the
+   * previous one (copied first where shared). A multiple of the block size. */
+  int align;
 } di_kv_table;
 
 /* max_positions: the most positions the sequence can ever hold. */

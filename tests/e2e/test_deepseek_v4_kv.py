@@ -71,3 +71,21 @@ def test_info_groups(v4):  # noqa: F811
         m = re.search(r"KV at 1048576\s+grouped ([\d.]+) MiB \(compressed ([\d.]+) \+ window ([\d.]+)\) = (\d+) "
                       r"B/token; one row per position ([\d.]+) MiB", out)
         assert m and float(m[2]) == cmp and float(m[3]) < 0.1 and int(m[4]) == cmp and float(m[5]) == one, out
+
+
+def test_sliced_hca_rows(tmp_path, v4):  # noqa: F811
+    """Blocks of 8 positions under the HCA rate 16: each HCA row is cut into two slices, one in
+    each block of its window (graph/dsv4.h), so a block's values depend on the next one's
+    positions. Prefix hits stop at multiples of 16, shared blocks are copied before a closing
+    window writes its slice back into them, and the outputs stay those of cold runs."""
+    need(v4)
+    prompts = workload(129000, DOC, BRANCH)
+    ref, _ = batch(tmp_path, v4, prompts, *BASE, "--swa-full", "--no-prefix-cache")
+    got, st = batch(tmp_path, v4, prompts, *BASE, "--block-size", "8", "--kv-mem", "8M")
+    print("roomy", [(q["cached_tokens"], q["replayed_tokens"]) for q in got], st)
+    assert same(ref, got)
+    assert got[2]["cached_tokens"] == 192 and got[3]["cached_tokens"] == 288  # (203 - 1) // 8 * 8 = 200 -> 192
+    got, st = batch(tmp_path, v4, prompts, "--max-batch-tokens", "7", "--kv-type", "f32", "--block-size", "8",
+                    "--kv-mem", "300K", concurrency=4)
+    print("tight", [(q["cached_tokens"], q["replayed_tokens"]) for q in got], st)
+    assert same(ref, got) and all(q["cached_tokens"] % 16 == 0 for q in got), st

@@ -107,8 +107,40 @@ static void test_prefix(void) {
   di_kv_pool_destroy(p);
 }
 
+/* align (DeepSeek-V4's sliced HCA rows: a block's values depend on the
+ * positions up to the next multiple of align): hits and registrations stop at
+ * multiples of it, and a write reaching one copies the shared blocks back to
+ * the previous one first; a write that reaches none copies only its partial block. */
+static void test_table_align(void) {
+  di_kv_pool *p = pool(24, 4, true);
+  di_status st = {0};
+  int32_t toks[24];
+  for (int i = 0; i < 24; i++) toks[i] = i + 1;
+  di_kv_table a, b, c;
+  di_kv_table_init(&a, 4, 24, &st), di_kv_table_init(&b, 4, 24, &st), di_kv_table_init(&c, 4, 24, &st);
+  a.align = b.align = c.align = 8;
+  di_kv_table_prepare(p, &a, 0, 14);
+  di_kv_table_commit(p, &a, toks, 14); /* 3 full blocks, registered only up to position 8 */
+  CHECK(a.n_hashed == 2 && di_kv_prefix_n_cached(p) == 2);
+  CHECK(di_kv_table_match_prefix(p, &b, toks, 24) == 8); /* 2 blocks, not 3 (nor 5) */
+  di_kv_table_release(p, &b);
+  di_kv_table_fork(p, &b, &a);
+  /* b writes 14..16: it closes the window [8, 16), so blocks 2 and 3 change: both copied */
+  CHECK(di_kv_table_blocks_needed(p, &b, 14, 16) == 2);
+  di_kv_table_prepare(p, &b, 14, 16);
+  CHECK(b.blocks[2] != a.blocks[2] && b.blocks[3] != a.blocks[3] && b.blocks[1] == a.blocks[1]);
+  /* a writes 14..15: no window closes, only its partial block 3 (now its own) changes */
+  CHECK(di_kv_table_blocks_needed(p, &a, 14, 15) == 0);
+  di_kv_table_fork(p, &c, &a);
+  CHECK(di_kv_table_blocks_needed(p, &c, 14, 15) == 1 && di_kv_table_blocks_needed(p, &c, 14, 16) == 2);
+  di_kv_table_release(p, &a), di_kv_table_release(p, &b), di_kv_table_release(p, &c);
+  di_kv_table_free(&a), di_kv_table_free(&b), di_kv_table_free(&c);
+  di_kv_pool_destroy(p);
+}
+
 int main(void) {
   test_pool();
+  test_table_align();
   test_table_cow_and_window();
   test_prefix();
   return di_test_finish("test_kv");
