@@ -16,6 +16,8 @@ wall-clock figures are noisy (the load average before each run is printed with i
 
   bench/dsv4_vs_llamacpp.py --depths 512,8192 --gen 16           # generates dsv4-flash-mini.gguf if missing
   bench/dsv4_vs_llamacpp.py -m FILE.gguf --depths 512 --skip-llamacpp
+  bench/dsv4_vs_llamacpp.py --depths 8192,65536 --kv-only   # each engine's KV allocation for that
+      context (D + gen + 16 positions) without running it: one token of prompt, one generated
   bench/dsv4_vs_llamacpp.py -m ~/.cache/deepinfer/bench/dsv4-tiny-f32.gguf --depths 300 --gen 8 --logits
       (--logits: both engines also dump every prompt position's logits; max / median |difference|
       and the argmax agreement are printed)
@@ -62,6 +64,9 @@ def llamacpp_worker(a):
     ctx = L.llama_init_from_model(model, cp)
     if not ctx:
         raise SystemExit("llama_init_from_model failed")
+    if a.kv_only:  # the caches are allocated (and logged) at creation
+        print(json.dumps({"prefill_tok_s": 0.0, "decode_tok_s": 0.0, "gen": [], "n_ctx": cp.n_ctx}))
+        return
     b = L.llama_batch_init(512, 0, 1)
 
     def decode(toks, pos0, want_logits):
@@ -99,7 +104,7 @@ def llamacpp_worker(a):
 
 def run_llamacpp(a, depth):
     cmd = [a.llamacpp_python, __file__, "--_worker", "-m", str(a.model), "--depth", str(depth),
-           "--gen", str(a.gen), "--threads", str(a.threads)]
+           "--gen", str(a.gen), "--threads", str(a.threads)] + (["--kv-only"] if a.kv_only else [])
     if a.logits:
         cmd += ["--logits-out", str(a.logits_dir / f"llamacpp-{depth}.f32")]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
@@ -116,9 +121,11 @@ def run_llamacpp(a, depth):
 def run_deepinfer(a, depth):
     vocab = int(re.search(r"vocab:\s+(\d+)", subprocess.run([a.deepinfer, "info", "-m", str(a.model)],
                                                              capture_output=True, text=True).stdout).group(1))
-    ids = prompt_ids(depth, vocab)
     n_ctx = depth + a.gen + 16
-    cmd = [a.deepinfer, "run", "-m", str(a.model), "--ids", ",".join(map(str, ids)), "-n", str(a.gen), "--temp", "0",
+    ids = prompt_ids(1 if a.kv_only else depth, vocab)  # kv_only: the pool is sized for -c n_ctx all the same
+    ids_file = a.logits_dir / f"ids-{depth}.txt"  # a 64K-id list is longer than one argument may be
+    ids_file.write_text(",".join(map(str, ids)))
+    cmd = [a.deepinfer, "run", "-m", str(a.model), "--ids", f"@{ids_file}", "-n", str(1 if a.kv_only else a.gen), "--temp", "0",
            "--ignore-eos", "--print-ids", "--stats", "-t", str(a.threads), "-c", str(n_ctx)]
     if a.logits:
         cmd += ["--dump-logits", str(a.logits_dir / f"deepinfer-{depth}.f32")]
@@ -126,6 +133,8 @@ def run_deepinfer(a, depth):
     if p.returncode != 0:
         raise SystemExit(f"deepinfer failed:\n{p.stderr[-3000:]}")
     st = json.loads([ln for ln in p.stderr.splitlines() if ln.startswith("{")][-1])
+    if a.kv_only:
+        return {"prefill_tok_s": 0.0, "decode_tok_s": 0.0, "gen": [], "kv_bytes": st["tp"]["kv_bytes"][0], "n_ctx": n_ctx}
     return {"prefill_tok_s": depth / st["prefill_s"], "decode_tok_s": st["decode_tok_s"],
             "gen": json.loads(p.stdout.strip().splitlines()[-1]), "kv_bytes": st["tp"]["kv_bytes"][0], "n_ctx": n_ctx}
 
@@ -143,6 +152,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=3600)
     ap.add_argument("--json-out")
     ap.add_argument("--logits", action="store_true", help="compare every prompt position's logits")
+    ap.add_argument("--kv-only", action="store_true", help="only each engine's KV allocation for the context")
     ap.add_argument("--logits-out", help=argparse.SUPPRESS)
     ap.add_argument("--_worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--depth", type=int, help=argparse.SUPPRESS)
@@ -168,7 +178,7 @@ def main():
             print(f"[dsv4] depth {depth} {eng}: prefill {r['prefill_tok_s']:.1f} tok/s, decode {r['decode_tok_s']:.2f} "
                   f"tok/s, KV {r['kv_bytes'] / r['n_ctx']:.0f} B/token of context (load {load:.1f})", file=sys.stderr,
                   flush=True)
-        if "deepinfer" in row and "llamacpp" in row:
+        if "deepinfer" in row and "llamacpp" in row and not a.kv_only:
             g1, g2 = row["deepinfer"]["gen"], row["llamacpp"]["gen"]
             row["greedy_agree"] = next((i for i, (x, y) in enumerate(zip(g1, g2)) if x != y), len(g1))
             if a.logits:

@@ -83,12 +83,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="flash-mini", choices=sorted(SHAPES) + ["tiny-f32"])
     ap.add_argument("--out")
+    ap.add_argument("--max-pos", type=int, help="tiny-f32: max_position_embeddings (the context a run may use; "
+                    "default the config's 8192)")
     a = ap.parse_args()
     bench_dir = Path(os.environ.get("DI_BENCH_DIR") or Path.home() / ".cache" / "deepinfer" / "bench")
     out = Path(a.out) if a.out else bench_dir / f"dsv4-{a.shape}.gguf"
     out.parent.mkdir(parents=True, exist_ok=True)
     if a.shape == "tiny-f32":
-        to_gguf.write(out, gen_tiny.config_json(TINY_F32), dict(gen_tiny.generate(TINY_F32)), name="tiny-f32")
+        c = dict(TINY_F32, max_position_embeddings=a.max_pos) if a.max_pos else TINY_F32
+        to_gguf.write(out, gen_tiny.config_json(c), dict(gen_tiny.generate(c)), name="tiny-f32")
         print(out)
         return
     c = SHAPES[a.shape]

@@ -21,7 +21,7 @@ static const char *usage =
     "Generates a completion of PROMPT and streams it to stdout.\n"
     "\n"
     "  -p, --prompt TEXT     prompt text (tokenized with the model's tokenizer, BOS as the model wants)\n"
-    "      --ids LIST        prompt as token ids, e.g. 1,2,3 (no BOS added)\n"
+    "      --ids LIST        prompt as token ids, e.g. 1,2,3 (no BOS added); @FILE reads the list from FILE\n"
     "  -n, --n-predict N     tokens to generate (default 128; stops early at EOS)\n"
     "      --temp T          temperature (default 0.8; 0 = greedy)\n"
     "      --top-k K         top-k (default 40; 0 = off)\n"
@@ -254,8 +254,31 @@ int di_cmd_run(int argc, char **argv) {
   di_request_params_default(&rp);
   int32_t *ids = NULL;
   int n_ids = 0;
+  char *ids_text = NULL; /* --ids @FILE: a list longer than one argument may be */
+  if (ids_arg && ids_arg[0] == '@') {
+    FILE *f = fopen(ids_arg + 1, "rb");
+    long len = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (ids_text = malloc((size_t)len + 1)) && fread(ids_text, 1, (size_t)len, f) == (size_t)len) {
+      ids_text[len] = 0;
+      for (long i = 0; i < len; i++)
+        if (ids_text[i] == '\n' || ids_text[i] == '\r') ids_text[i] = ' ';
+    } else {
+      free(ids_text);
+      ids_text = NULL;
+    }
+    if (f) fclose(f);
+    if (!ids_text) return di_cli_fail("run", "--ids: cannot read '%s'", ids_arg + 1);
+    ids_arg = ids_text;
+  }
   if (ids_arg) {
-    if (!di_arg_ids(ids_arg, &ids, &n_ids)) return di_cli_fail("run", "--ids: '%s' is not a list of ids", ids_arg);
+    bool ok = di_arg_ids(ids_arg, &ids, &n_ids);
+    if (!ok) {
+      int rc = di_cli_fail("run", "--ids: '%.60s' is not a list of ids", ids_arg);
+      free(ids_text);
+      return rc;
+    }
+    free(ids_text);
     if (n_ids == 0) {
       free(ids);
       return di_cli_fail("run", "empty prompt: give -p TEXT or --ids LIST");

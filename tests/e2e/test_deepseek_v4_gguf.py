@@ -51,7 +51,11 @@ def ids(n, seed=7):
 
 def run(model, tmp, tag, *extra):
     f = tmp / f"{tag}.logits.f32"
-    p = subprocess.run([BIN, "run", "-m", str(model), "--ids", ids(N_PROMPT), "-n", str(N_GEN), "--temp", "0",
+    prompt = ids(N_PROMPT)
+    if tag == "hf":  # --ids @FILE (a list longer than one argument may be; newlines allowed): the same prompt
+        (tmp / "ids.txt").write_text(prompt.replace(",", ",\n"))
+        prompt = f"@{tmp / 'ids.txt'}"
+    p = subprocess.run([BIN, "run", "-m", str(model), "--ids", prompt, "-n", str(N_GEN), "--temp", "0",
                         "--ignore-eos", "--print-ids", "--dump-logits", str(f), *extra],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
