@@ -129,6 +129,10 @@ static di_code backend_open(const char *path, const di_engine_opts *o, bool lead
   be->n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
   /* A forced window (testing) bounds what every layer sees, so --ctx may pass the trained context. */
   if (o->swa_window > 0 && o->ctx > be->n_ctx) be->n_ctx = o->ctx;
+  /* DeepSeek-V4 under --spec mtp: the cache plan holds the MTP block's window
+   * (one more sliding layer's values), so it is settled before sizing */
+  const bool v4_mtp = o->spec == DI_SPEC_MTP && m->model->mtp && hp->attn_kind == DI_ATTN_DSV4;
+  m->model->hp.v4.mtp_kv = v4_mtp;
   di_kv_spec spec;
   di_forward_kv_spec(m->model, &spec);
   be->n_layers = spec.n_layers; /* DeepSeek-V4: one pool layer holding every layer's values */
@@ -186,16 +190,18 @@ static di_code backend_open(const char *path, const di_engine_opts *o, bool lead
   /* --spec mtp on a model with an MTP module: the engine reads the hidden
    * states, and the module's K/V are one more pool layer (without a module the
    * engine reports that --spec mtp cannot run) */
-  if (o->spec == DI_SPEC_MTP && m->model->mtp && be->n_swa_tables == 0) {
-    m->hidden = malloc((size_t)max_batch * (size_t)hp->n_embd * sizeof *m->hidden);
+  if (o->spec == DI_SPEC_MTP && m->model->mtp && (be->n_swa_tables == 0 || v4_mtp)) {
+    /* V4's hidden state is its hc_mult streams; its module's K/V are in the plan already */
+    const int width = v4_mtp ? hp->v4.hc_mult * hp->n_embd : hp->n_embd;
+    m->hidden = malloc((size_t)max_batch * (size_t)width * sizeof *m->hidden);
     if (!m->hidden) {
       mb_destroy(m);
       memset(be, 0, sizeof *be);
       return di_errorf(st, DI_ERR_NOMEM, "--spec mtp: out of memory");
     }
     di_forward_capture_hidden(m->fwd, m->hidden);
-    be->n_layers++;
-    be->n_embd = hp->n_embd;
+    if (!v4_mtp) be->n_layers++;
+    be->n_embd = width;
     be->hidden = m->hidden;
     be->forward_mtp = mb_forward_mtp;
   }

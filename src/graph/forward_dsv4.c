@@ -23,6 +23,10 @@ v4_layout di_v4_layout(const di_hparams *hp, di_v4_attn kind) {
 
 int di_forward_v4_row_values(const di_hparams *hp, di_v4_attn kind) { return di_v4_layout(hp, kind).width; }
 
+/* Layers whose values the cache holds: the main ones, and the MTP block's
+ * window (layer n_layer, sliding) when the module runs. */
+static int kv_layers(const di_hparams *hp) { return hp->n_layer + (hp->v4.mtp_kv ? 1 : 0); }
+
 /* Layer il's values start at this offset of a position's pool row. */
 static int row_offset(const di_hparams *hp, int il) {
   int o = 0;
@@ -40,7 +44,7 @@ static int rate_of(const di_hparams *hp, int il) {
 static int pack_window(const di_hparams *hp, v4_groups *out) {
   const int hd = hp->head_dim, id = hp->v4.idx_dim;
   int o = 0;
-  for (int il = 0; il < hp->n_layer; il++) {
+  for (int il = 0; il < kv_layers(hp); il++) {
     v4_map *m = &out->layer[il];
     const int kind = hp->v4.attn[il], c = kind == DI_V4_CSA ? 2 : 1;
     int size[V4P_N];
@@ -65,7 +69,7 @@ void di_v4_groups_plan(const di_hparams *hp, int bs, v4_groups *out) {
   di_v4_geometry *g = &out->g;
   int main = 0, window = hp->v4.window;
   g->align = bs;
-  for (int il = 0; il < hp->n_layer; il++) {
+  for (int il = 0; il < kv_layers(hp); il++) {
     v4_map *m = &out->layer[il];
     const int kind = hp->v4.attn[il], rate = rate_of(hp, il);
     m->main_off = -1;
@@ -149,7 +153,7 @@ static di_code groups_check(di_forward_ctx *f, const di_kv_pool *kv, const di_ba
  * kind takes only its own width (a sliding layer's row is 1/6 of a CSA one's). */
 void di_fwd_v4_kv_spec(const di_model *m, di_kv_spec *s) {
   const di_hparams *hp = &m->hp;
-  *s = (di_kv_spec){.n_layers = 1, .kv_dim = row_offset(hp, hp->n_layer), .v_in_k = true, .type = DI_KV_DTYPE_F32};
+  *s = (di_kv_spec){.n_layers = 1, .kv_dim = row_offset(hp, kv_layers(hp)), .v_in_k = true, .type = DI_KV_DTYPE_F32};
 }
 
 di_code di_fwd_v4_alloc(di_forward_ctx *f) {
@@ -237,15 +241,52 @@ static void hc_pre(stage_ctx *sc, const hc_site *s) {
   di_fwd_par_tokens(&c, st_hc_pre);
 }
 
-/* the hyper head: streams collapsed by sigmoid(mix * scale + base) + eps, then the final norm */
+/* the hyper head: streams collapsed by sigmoid(mix * scale + base) + eps into f->x */
 static void st_head(stage_ctx *c, int t) {
   di_forward_ctx *f = c->f;
-  const di_model *m = f->m;
-  const int N = m->hp.v4.hc_mult, D = m->hp.n_embd;
+  const di_hparams *hp = &f->m->hp;
+  const int N = hp->v4.hc_mult, D = hp->n_embd;
+  const hc_site *s = (const hc_site *)c->prep_x;
   float pre[16];
-  f->be->hc_maps(f->v4->mix + (size_t)t * N, m->hc_head_base.data, m->hc_head_scale.data, N, 0, m->hp.v4.hc_eps, pre,
-                 NULL, NULL);
+  f->be->hc_maps(f->v4->mix + (size_t)t * N, s->base->data, s->scale->data, N, 0, hp->v4.hc_eps, pre, NULL, NULL);
   f->be->hc_collapse(f->v4->X + (size_t)t * N * D, pre, N, D, f->x + (size_t)t * D);
+}
+
+static void hc_head(stage_ctx *sc, const hc_site *s) {
+  di_forward_ctx *f = sc->f;
+  di_fwd_par_tokens(sc, st_hc_norm);
+  di_fwd_matmul(f, s->fn, f->v4->hcn, sc->b->n_tokens, f->v4->mix);
+  stage_ctx c = *sc;
+  c.prep_x = (const float *)s;
+  di_fwd_par_tokens(&c, st_head);
+}
+
+/* The wanted rows of f->x, normed, into f->xn; their count. */
+static int head_rows(di_forward_ctx *f, const di_batch *b, const di_tensor *norm) {
+  const di_hparams *hp = &f->m->hp;
+  const int D = hp->n_embd;
+  int n_out = 0;
+  for (int t = 0; t < b->n_tokens; t++)
+    if (b->want_logits ? b->want_logits[t] : t == b->n_tokens - 1)
+      f->be->rms_norm(f->x + (size_t)t * D, norm->data, f->xn + (size_t)n_out++ * D, D, hp->rms_eps);
+  return n_out;
+}
+
+/* One block: attention, then MoE, each between its hyper-connection maps. */
+static di_code v4_layer(stage_ctx *sc, const di_layer_weights *L, int il, di_status *st) {
+  di_code rc;
+  sc->L = L;
+  sc->loc = (kv_loc){-1, 0};
+  layer_map(sc->f, sc->b, il);
+  hc_site as = {&L->hc_attn_fn, &L->hc_attn_base, &L->hc_attn_scale, &L->attn_norm};
+  hc_pre(sc, &as);
+  if ((rc = di_fwd_v4_attn(sc, il, st))) return rc;
+  di_fwd_par_tokens(sc, st_hc_post);
+  hc_site fs = {&L->hc_ffn_fn, &L->hc_ffn_base, &L->hc_ffn_scale, &L->ffn_norm};
+  hc_pre(sc, &fs);
+  di_fwd_v4_ffn(sc);
+  di_fwd_par_tokens(sc, st_hc_post);
+  return DI_OK;
 }
 
 static void st_ropes(stage_ctx *c, int t) {
@@ -270,30 +311,43 @@ di_code di_fwd_v4(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *l
   }
   stage_ctx sc = {.f = f, .kv = kv, .b = b};
   di_fwd_par_tokens(&sc, st_ropes);
-  for (int il = 0; il < hp->n_layer; il++) {
-    const di_layer_weights *L = &m->layers[il];
-    sc.L = L;
-    sc.loc = (kv_loc){-1, 0};
-    layer_map(f, b, il);
-    hc_site as = {&L->hc_attn_fn, &L->hc_attn_base, &L->hc_attn_scale, &L->attn_norm};
-    hc_pre(&sc, &as);
-    if ((rc = di_fwd_v4_attn(&sc, il, st))) return rc;
-    di_fwd_par_tokens(&sc, st_hc_post);
-    hc_site fs = {&L->hc_ffn_fn, &L->hc_ffn_base, &L->hc_ffn_scale, &L->ffn_norm};
-    hc_pre(&sc, &fs);
-    di_fwd_v4_ffn(&sc);
-    di_fwd_par_tokens(&sc, st_hc_post);
+  for (int il = 0; il < hp->n_layer; il++)
+    if ((rc = v4_layer(&sc, &m->layers[il], il, st))) return rc;
+  /* --spec mtp reads the streams themselves (the MTP block takes all hc_mult) */
+  if (f->hidden_out) memcpy(f->hidden_out, f->v4->X, (size_t)T * N * D * sizeof(float));
+  hc_site head = {&m->hc_head_fn, &m->hc_head_base, &m->hc_head_scale, NULL};
+  hc_head(&sc, &head);
+  di_fwd_classifier(f, b, logits, head_rows(f, b, &m->output_norm));
+  return DI_OK;
+}
+
+/* The MTP block (forward.h di_forward_mtp): every stream of the main model's
+ * hidden state at pos, normed, beside the normed embedding of the token at
+ * pos + 1, through eh_proj (the shared first step, forward_mtp.c) is the
+ * block's input streams; the block (its K/V the cache's MTP window), its own
+ * hyper head and norm, and the main classifier give the token at pos + 2. */
+di_code di_fwd_v4_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
+                      float *hidden_out, di_status *st) {
+  const di_model *m = f->m;
+  const di_hparams *hp = &m->hp;
+  const di_mtp_weights *w = m->mtp;
+  const int T = b->n_tokens, D = hp->n_embd, N = hp->v4.hc_mult;
+  if (!hp->v4.mtp_kv) return di_errorf(st, DI_ERR_INVALID, "forward: the KV plan has no MTP window (hparams v4.mtp_kv)");
+  di_code rc;
+  if (b->n_swa_tables > 0 && (rc = groups_check(f, kv, b, st))) return rc;
+  di_fwd_embed(f, b, f->x);
+  for (int j = 0; j < N; j++) { /* stream j of every token, then scattered into the streams */
+    di_fwd_mtp_project(f, f->x, hidden + (size_t)j * D, (size_t)N * D, T, f->tmp);
+    for (int t = 0; t < T; t++)
+      memcpy(f->v4->X + ((size_t)t * N + j) * D, f->tmp + (size_t)t * D, (size_t)D * sizeof(float));
   }
-  di_fwd_par_tokens(&sc, st_hc_norm);
-  di_fwd_matmul(f, &m->hc_head_fn, f->v4->hcn, T, f->v4->mix);
-  di_fwd_par_tokens(&sc, st_head);
-  int n_out = 0;
-  for (int t = 0; t < T; t++) {
-    bool want = b->want_logits ? b->want_logits[t] : t == T - 1;
-    if (!want) continue;
-    f->be->rms_norm(f->x + (size_t)t * D, m->output_norm.data, f->xn + (size_t)n_out * D, D, hp->rms_eps);
-    n_out++;
-  }
-  di_fwd_classifier(f, b, logits, n_out);
+  stage_ctx sc = {.f = f, .kv = kv, .b = b};
+  di_fwd_par_tokens(&sc, st_ropes);
+  if ((rc = v4_layer(&sc, &w->layer, hp->n_layer, st))) return rc;
+  if (hidden_out) memcpy(hidden_out, f->v4->X, (size_t)T * N * D * sizeof(float));
+  hc_site head = {&w->hc_head_fn, &w->hc_head_base, &w->hc_head_scale, NULL};
+  hc_head(&sc, &head);
+  const int n_out = head_rows(f, b, &w->head_norm);
+  if (n_out) di_fwd_matmul(f, w->head.data ? &w->head : &m->output, f->xn, n_out, logits);
   return DI_OK;
 }

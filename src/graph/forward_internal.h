@@ -167,5 +167,9 @@ di_code di_fwd_v4_alloc(di_forward_ctx *f);
 void di_fwd_v4_free(di_forward_ctx *f);
 void di_fwd_v4_kv_spec(const di_model *m, di_kv_spec *s);
 di_code di_fwd_v4(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st);
+di_code di_fwd_v4_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
+                      float *hidden_out, di_status *st);
+/* forward_mtp.c: out[t] = eh_proj [enorm(e[t]); hnorm(h[t])] (h's rows h_stride floats apart) */
+void di_fwd_mtp_project(di_forward_ctx *f, const float *e, const float *h, size_t h_stride, int T, float *out);
 
 #endif

@@ -1,10 +1,26 @@
-/* DeepSeek-V3's multi-token-prediction module as a draft forward: the
- * embedding of the next token and the main model's hidden state, each normed,
- * projected together, then one decoder block (the same layer code as the main
- * forward, its K/V in the pool's extra layer) and the module's own head. */
+/* The multi-token-prediction module as a draft forward: the embedding of the
+ * next token and the main model's hidden state, each normed, projected
+ * together, then one decoder block (the same layer code as the main forward,
+ * its K/V in the pool's extra layer) and the module's own head. DeepSeek-V4's
+ * block (hyper-connection streams, a sliding window) is forward_dsv4.c's
+ * di_fwd_v4_mtp, which shares the projection. */
 #include <string.h>
 
 #include "graph/forward_internal.h"
+
+/* out[t] = eh_proj [enorm(e[t]); hnorm(h[t])] for T rows, h's rows h_stride
+ * floats apart (DeepSeek's order: the embedding first). */
+void di_fwd_mtp_project(di_forward_ctx *f, const float *e, const float *h, size_t h_stride, int T, float *out) {
+  const di_hparams *hp = &f->m->hp;
+  const di_mtp_weights *w = f->m->mtp;
+  const int D = hp->n_embd;
+  for (int t = 0; t < T; t++) {
+    float *c = f->cat + (size_t)t * 2 * D;
+    f->be->rms_norm(e + (size_t)t * D, w->enorm.data, c, D, hp->rms_eps);
+    f->be->rms_norm(h + (size_t)t * h_stride, w->hnorm.data, c + D, D, hp->rms_eps);
+  }
+  di_fwd_matmul(f, &w->eh_proj, f->cat, T, out);
+}
 
 di_code di_forward_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
                        float *hidden_out, di_status *st) {
@@ -15,17 +31,13 @@ di_code di_forward_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, con
   if (!w || !f->cat) return di_errorf(st, DI_ERR_UNSUPPORTED, "%s has no MTP module", m->path);
   if (f->tpar) return di_errorf(st, DI_ERR_UNSUPPORTED, "--spec mtp does not run with --tp yet");
   if ((rc = di_fwd_check_batch(f, kv, b, st))) return rc;
+  if (hp->attn_kind == DI_ATTN_DSV4) return di_fwd_v4_mtp(f, kv, b, hidden, logits, hidden_out, st);
   if (kv->n_layers != hp->n_layer + 1 || b->n_swa_tables)
     return di_errorf(st, DI_ERR_INVALID, "forward: the KV pool has no MTP layer (%d layers for %d)", kv->n_layers,
                      hp->n_layer);
   const int T = b->n_tokens, D = hp->n_embd;
   di_fwd_embed(f, b, f->x);
-  for (int t = 0; t < T; t++) { /* [enorm(embedding); hnorm(hidden)], DeepSeek's order */
-    float *c = f->cat + (size_t)t * 2 * D;
-    f->be->rms_norm(f->x + (size_t)t * D, w->enorm.data, c, D, hp->rms_eps);
-    f->be->rms_norm(hidden + (size_t)t * D, w->hnorm.data, c + D, D, hp->rms_eps);
-  }
-  di_fwd_matmul(f, &w->eh_proj, f->cat, T, f->x);
+  di_fwd_mtp_project(f, f->x, hidden, (size_t)D, T, f->x); /* f->x is read into f->cat before it is written */
   di_fwd_rope_tables(f, b);
   if ((rc = di_fwd_layer(f, kv, b, &w->layer, (kv_loc){-1, hp->n_layer}, false, true, NULL, st))) return rc;
   if (hidden_out) memcpy(hidden_out, f->x, (size_t)T * D * sizeof *f->x);

@@ -133,7 +133,8 @@ static di_code bind_v4(di_model *m, di_status *st) {
       (rc = bind(m, &m->hc_head_base, "hc_head_base", N, 1, 0, true, st)) ||
       (rc = bind(m, &m->hc_head_scale, "hc_head_scale", 1, 1, 0, true, st)))
     return rc;
-  return di_model_bind_layers(m, "", bind, 0, st);
+  if ((rc = di_model_bind_layers(m, "", bind, 0, st))) return rc;
+  return di_model_bind_mtp(m, "", bind, 0, st);
 }
 
 di_code di_hf_load(di_model *m, bool use_mmap, di_status *st) {

@@ -601,7 +601,7 @@ static di_code read_v4(cfgr *c, di_hparams *hp) {
       (rc = v4_int(c, "index_n_heads", &hp->v4.idx_heads, 64, 1)) ||
       (rc = v4_int(c, "index_head_dim", &hp->v4.idx_dim, 128, 2)) ||
       (rc = v4_int(c, "index_topk", &hp->v4.idx_topk, 512, 1)) ||
-      (rc = get_int(c, "num_nextn_predict_layers", &nextn, false)) || /* MTP: not part of the main forward */
+      (rc = get_int(c, "num_nextn_predict_layers", &nextn, false)) ||
       (rc = get_int(c, "qk_rope_head_dim", &qk_rope, false)) ||
       (rc = get_num(c, "partial_rotary_factor", &partial, &has_partial)) ||
       (rc = get_num(c, "routed_scaling_factor", &scale, NULL)) || (rc = get_num(c, "rope_theta", &theta, NULL)) ||
@@ -612,6 +612,8 @@ static di_code read_v4(cfgr *c, di_hparams *hp) {
     return rc;
   if (hp->n_head <= 0 || hp->n_embd <= 0 || hp->n_layer <= 0)
     return di_errorf(c->st, DI_ERR_FORMAT, "%s/config.json: sizes must be positive", c->path);
+  if (nextn < 0) return bad(c, "num_nextn_predict_layers", "must be >= 0");
+  hp->n_nextn = nextn; /* the MTP block, bound if the checkpoint has its weights (--spec mtp) */
   if (hp->n_layer > DI_V4_MAX_LAYERS) return unsupported(c, "num_hidden_layers", "over 256 layers");
   if (n_kv != 1) return unsupported(c, "num_key_value_heads", "DeepSeek-V4 has one latent KV head (1)");
   if (n_shared != 1) return unsupported(c, "n_shared_experts", "transformers' DeepSeek-V4 has exactly one shared expert");

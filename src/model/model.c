@@ -349,14 +349,13 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
     hp->n_layer -= nextn;
     hp->n_nextn = nextn;
   }
-  if (hp->attn_kind == DI_ATTN_DSV4) { /* the hyper head; V4's MTP layer is not run (nor bound) */
+  if (hp->attn_kind == DI_ATTN_DSV4) { /* the hyper head, then the layers and the MTP block (if any) */
     const int64_t D = hp->n_embd, N = hp->v4.hc_mult;
     if ((rc = bind_gguf(m, &m->hc_head_fn, "output_hc_fn.weight", N * D, N, 0, true, st)) ||
         (rc = bind_gguf(m, &m->hc_head_base, "output_hc_base.weight", N, 1, 0, true, st)) ||
         (rc = bind_gguf(m, &m->hc_head_scale, "output_hc_scale.weight", 1, 1, 0, true, st)) ||
-        (rc = di_model_bind_layers(m, NULL, bind_gguf, 0, st)))
+        (rc = di_model_bind_layers(m, NULL, bind_gguf, 0, st)) || (rc = di_model_bind_mtp(m, NULL, bind_gguf, 0, st)))
       return rc;
-    hp->n_nextn = 0;
   } else if ((rc = di_model_bind_layers(m, NULL, bind_gguf, 0, st)) ||
              (rc = di_model_bind_mtp(m, NULL, bind_gguf, 0, st))) {
     return rc;
@@ -432,9 +431,9 @@ static di_code finish_load(di_model *m, di_status *st) {
   for (int il = 0; il < hp->n_layer; il++)
     if ((rc = layer_finish(m, &m->layers[il], st))) return rc;
   if (m->mtp) {
-    di_tensor *mt[] = {&m->mtp->enorm, &m->mtp->hnorm, &m->mtp->head_norm};
+    di_tensor *mt[] = {&m->mtp->enorm, &m->mtp->hnorm, &m->mtp->head_norm, &m->mtp->hc_head_base, &m->mtp->hc_head_scale};
     for (size_t i = 0; i < sizeof mt / sizeof *mt; i++)
-      if (mt[i]->type != DI_F32 && (rc = di_model_to_f32(m, mt[i], 0, st))) return rc;
+      if (mt[i]->data && mt[i]->type != DI_F32 && (rc = di_model_to_f32(m, mt[i], 0, st))) return rc;
     if ((rc = layer_finish(m, &m->mtp->layer, st))) return rc;
   }
   if (!m->output.data) m->output = m->tok_embd;

@@ -102,6 +102,9 @@ typedef struct di_hparams {
     int idx_heads, idx_dim, idx_topk;
     float swiglu_limit;
     float rope_theta_main; /* sliding layers: plain RoPE; CSA/HCA: rope_base (compress_rope_theta) with the scaling */
+    /* the KV plan holds the MTP block's window (layer n_layer, sliding only):
+     * set by whoever runs the module (--spec mtp) before sizing the pool */
+    bool mtp_kv;
   } v4;
 } di_hparams;
 
@@ -172,6 +175,10 @@ typedef struct di_layer_weights {
 typedef struct di_mtp_weights {
   di_layer_weights layer;
   di_tensor enorm, hnorm, eh_proj, head_norm, head;
+  /* DeepSeek-V4: the block's own hyper head (hc_mult streams -> one before
+   * head_norm); eh_proj is applied to every stream ([enorm(embedding);
+   * hnorm(stream)], the checkpoint's e_proj and h_proj side by side). */
+  di_tensor hc_head_fn, hc_head_base, hc_head_scale;
 } di_mtp_weights;
 
 typedef struct di_model {

@@ -172,22 +172,24 @@ unsigned di_layer_bits(const di_hparams *hp, const di_layer_weights *L) {
   return b;
 }
 
-static di_code bind_experts(di_model *m, const di_tensor_desc *d, di_tensor **slot, const char *hf_prefix, int il, int64_t ne0, int64_t ne1, di_bind_fn bind, di_status *st) {
+/* lname: the layer's name prefix ("blk.3", "model.layers.3", "mtp.0"); gguf: GGUF names and stacked experts */
+static di_code bind_experts(di_model *m, const di_tensor_desc *d, di_tensor **slot, const char *lname, bool gguf,
+                            int64_t ne0, int64_t ne1, di_bind_fn bind, di_status *st) {
   const int E = m->hp.n_expert;
   di_tensor *t = calloc((size_t)E, sizeof *t);
   if (!t) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
   *slot = t;
   char n[192], n2[160];
   di_code rc;
-  if (hf_prefix) {
+  if (!gguf) {
     for (int e = 0; e < E; e++) {
       snprintf(n2, sizeof n2, d->hf, e);
-      snprintf(n, sizeof n, "%s%slayers.%d.%s", hf_prefix, *hf_prefix ? "." : "", il, n2);
+      snprintf(n, sizeof n, "%s.%s", lname, n2);
       if ((rc = bind(m, &t[e], n, ne0, ne1, 0, true, st))) return rc;
     }
     return DI_OK;
   }
-  snprintf(n, sizeof n, "blk.%d.%s", il, d->gguf);
+  snprintf(n, sizeof n, "%s.%s", lname, d->gguf);
   di_tensor all;
   if ((rc = bind(m, &all, n, ne0, ne1, E, true, st))) return rc;
   for (int e = 0; e < E; e++) {
@@ -198,7 +200,7 @@ static di_code bind_experts(di_model *m, const di_tensor_desc *d, di_tensor **sl
   return DI_OK;
 }
 
-static di_code bind_layer(di_model *m, di_layer_weights *L, int il, const char *hf_prefix, di_bind_fn bind,
+static di_code bind_layer(di_model *m, di_layer_weights *L, int il, const char *lname, bool gguf, di_bind_fn bind,
                           float norm_offset, di_status *st) {
   const di_hparams *hp = &m->hp;
   di_code rc;
@@ -208,22 +210,27 @@ static di_code bind_layer(di_model *m, di_layer_weights *L, int il, const char *
   unsigned bits = di_layer_bits(hp, L);
   for (size_t i = 0; i < di_n_layer_tensors; i++) {
     const di_tensor_desc *d = &di_layer_tensors[i];
-    const char *nm = hf_prefix ? d->hf : d->gguf;
+    const char *nm = gguf ? d->gguf : d->hf;
     if (!nm || (d->need & bits) != d->need) continue;
     int64_t ne0 = di_dim_value(hp, d->ne0), ne1 = di_dim_value(hp, d->ne1);
     if (d->experts) {
-      if ((rc = bind_experts(m, d, (di_tensor **)((char *)L + d->off), hf_prefix, il, ne0, ne1, bind, st))) return rc;
+      if ((rc = bind_experts(m, d, (di_tensor **)((char *)L + d->off), lname, gguf, ne0, ne1, bind, st))) return rc;
       continue;
     }
     di_tensor *t = (di_tensor *)((char *)L + d->off);
     char n[192];
-    if (hf_prefix) snprintf(n, sizeof n, "%s%slayers.%d.%s", hf_prefix, *hf_prefix ? "." : "", il, nm);
-    else snprintf(n, sizeof n, "blk.%d.%s", il, nm);
+    snprintf(n, sizeof n, "%s.%s", lname, nm);
     if ((rc = bind(m, t, n, ne0, ne1, d->sub == DIM_ONE ? 0 : di_dim_value(hp, d->sub), true, st))) return rc;
-    if (hf_prefix && d->kind == DI_W_NORM && t->data && norm_offset != 0 && (rc = di_model_to_f32(m, t, norm_offset, st)))
+    if (!gguf && d->kind == DI_W_NORM && t->data && norm_offset != 0 && (rc = di_model_to_f32(m, t, norm_offset, st)))
       return rc;
   }
   return DI_OK;
+}
+
+/* A layer's name prefix: GGUF blk.N, HF <prefix>.layers.N (or layers.N without one) */
+static void layer_name(char *out, size_t n, const char *hf_prefix, int il) {
+  if (!hf_prefix) snprintf(out, n, "blk.%d", il);
+  else snprintf(out, n, "%s%slayers.%d", hf_prefix, *hf_prefix ? "." : "", il);
 }
 
 di_code di_model_bind_layers(di_model *m, const char *hf_prefix, di_bind_fn bind, float norm_offset, di_status *st) {
@@ -231,14 +238,83 @@ di_code di_model_bind_layers(di_model *m, const char *hf_prefix, di_bind_fn bind
   m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
   if (!m->layers) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
   di_code rc;
-  for (int il = 0; il < hp->n_layer; il++)
-    if ((rc = bind_layer(m, &m->layers[il], il, hf_prefix, bind, norm_offset, st))) return rc;
+  char ln[160];
+  for (int il = 0; il < hp->n_layer; il++) {
+    layer_name(ln, sizeof ln, hf_prefix, il);
+    if ((rc = bind_layer(m, &m->layers[il], il, ln, !hf_prefix, bind, norm_offset, st))) return rc;
+  }
   return DI_OK;
+}
+
+/* eh_proj from DeepSeek's e_proj and h_proj: row r is [e_proj row r, h_proj
+ * row r], the layout llama.cpp's converter writes, so one matmul per stream
+ * takes [enorm(embedding); hnorm(stream)]. */
+static di_code join_eh(di_model *m, di_tensor *e, di_tensor *h, di_tensor *out, di_status *st) {
+  di_code rc;
+  if ((e->type != DI_F32 && (rc = di_model_to_f32(m, e, 0, st))) || (h->type != DI_F32 && (rc = di_model_to_f32(m, h, 0, st))))
+    return rc;
+  const int64_t D = e->ne[0], R = e->ne[1];
+  float *w = di_model_alloc_f32(m, (size_t)(2 * D * R));
+  if (!w) return di_errorf(st, DI_ERR_NOMEM, "%s: out of memory joining mtp.0.e_proj and h_proj", m->path);
+  for (int64_t r = 0; r < R; r++) {
+    memcpy(w + r * 2 * D, (const float *)e->data + r * D, (size_t)D * sizeof(float));
+    memcpy(w + r * 2 * D + D, (const float *)h->data + r * D, (size_t)D * sizeof(float));
+  }
+  *out = (di_tensor){.type = DI_F32, .ne = {2 * D, R}, .row_bytes = (size_t)(2 * D) * 4, .data = w, .name = "mtp.0.eh_proj"};
+  return DI_OK;
+}
+
+/* DeepSeek-V4's MTP block: a sliding-window layer (compress_ratios[n_layers]
+ * is 0 in DeepSeek's configs) with routed (not hash) MoE, its own hyper head
+ * and norm; the embedding and the classifier are the main model's. HF: mtp.0.*
+ * (DeepSeek's names); GGUF: llama.cpp's blk.N.nextn.{eh_proj,enorm,hnorm,
+ * shared_head_norm} and blk.N.* for the block; a GGUF has no name of its own
+ * for the block's hyper head, so as in llama.cpp's MTP graph it is output_hc_*
+ * (the MTP head's in the converter's --mtp file). */
+static di_code bind_mtp_v4(di_model *m, const char *hf_prefix, di_bind_fn bind, di_status *st) {
+  di_hparams *hp = &m->hp;
+  const int il = hp->n_layer;
+  const int64_t D = hp->n_embd, N = hp->v4.hc_mult;
+  if (il >= DI_V4_MAX_LAYERS) return DI_OK;
+  hp->v4.attn[il] = DI_V4_SWA, hp->v4.hash[il] = false;
+  di_mtp_weights *w = m->mtp = calloc(1, sizeof *m->mtp);
+  if (!w) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+  const bool gguf = !hf_prefix;
+  char n[192], ln[64];
+  di_code rc;
+  if (gguf) snprintf(ln, sizeof ln, "blk.%d", il);
+  else snprintf(ln, sizeof ln, "mtp.0");
+#define NM(hf, gg) (snprintf(n, sizeof n, "%s.%s", ln, gguf ? (gg) : (hf)), n)
+  /* a checkpoint may drop the MTP weights its config still counts: then there is no MTP */
+  if ((rc = bind(m, &w->enorm, NM("enorm.weight", "nextn.enorm.weight"), D, 1, 0, false, st))) return rc;
+  if (!w->enorm.data) {
+    free(m->mtp);
+    m->mtp = NULL;
+    return DI_OK;
+  }
+  if ((rc = bind(m, &w->hnorm, NM("hnorm.weight", "nextn.hnorm.weight"), D, 1, 0, true, st)) ||
+      (rc = bind(m, &w->head_norm, NM("norm.weight", "nextn.shared_head_norm.weight"), D, 1, 0, true, st)))
+    return rc;
+  if (gguf) {
+    if ((rc = bind(m, &w->eh_proj, NM("", "nextn.eh_proj.weight"), 2 * D, D, 0, true, st))) return rc;
+    w->hc_head_fn = m->hc_head_fn, w->hc_head_base = m->hc_head_base, w->hc_head_scale = m->hc_head_scale;
+  } else {
+    di_tensor e, h;
+    if ((rc = bind(m, &e, NM("e_proj.weight", ""), D, D, 0, true, st)) ||
+        (rc = bind(m, &h, NM("h_proj.weight", ""), D, D, 0, true, st)) || (rc = join_eh(m, &e, &h, &w->eh_proj, st)) ||
+        (rc = bind(m, &w->hc_head_fn, NM("hc_head_fn", ""), N * D, N, 0, true, st)) ||
+        (rc = bind(m, &w->hc_head_base, NM("hc_head_base", ""), N, 1, 0, true, st)) ||
+        (rc = bind(m, &w->hc_head_scale, NM("hc_head_scale", ""), 1, 1, 0, true, st)))
+      return rc;
+  }
+#undef NM
+  return bind_layer(m, &w->layer, il, ln, gguf, bind, 0, st);
 }
 
 di_code di_model_bind_mtp(di_model *m, const char *hf_prefix, di_bind_fn bind, float norm_offset, di_status *st) {
   const di_hparams *hp = &m->hp;
   if (hp->n_nextn <= 0) return DI_OK;
+  if (hp->attn_kind == DI_ATTN_DSV4) return bind_mtp_v4(m, hf_prefix, bind, st);
   di_mtp_weights *w = m->mtp = calloc(1, sizeof *m->mtp);
   if (!w) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
   const int il = hp->n_layer;
@@ -275,7 +351,9 @@ di_code di_model_bind_mtp(di_model *m, const char *hf_prefix, di_bind_fn bind, f
     if (hf_prefix && extra[i].norm && t->data && norm_offset != 0 && (rc = di_model_to_f32(m, t, norm_offset, st)))
       return rc;
   }
-  return bind_layer(m, &w->layer, il, hf_prefix, bind, norm_offset, st);
+  char ln[160];
+  layer_name(ln, sizeof ln, hf_prefix, il);
+  return bind_layer(m, &w->layer, il, ln, !hf_prefix, bind, norm_offset, st);
 }
 
 void di_layer_each_matrix(const di_hparams *hp, di_layer_weights *L, void (*fn)(di_tensor *t, void *u), void *u) {

@@ -60,10 +60,28 @@ static bool run_module(di_engine *e, di_batch *mb, int j) {
   return true;
 }
 
+/* Blocks for a chained round's scratch row at q in every table of s (the
+ * window tables too: DeepSeek-V4 keeps the module's K/V there), only if the
+ * pool has them free; false: none taken. */
+static bool scratch_row(di_engine *e, di_seq *s, di_batch_seq *bseq, int q) {
+  int need = di_kv_table_blocks_needed(e->pool, &s->table, q, q + 1);
+  for (int k = 0; k < e->be.n_swa_tables; k++) need += di_kv_table_blocks_needed(e->pool, &s->swa[k], q, q + 1);
+  if (need > di_kv_n_available(e->pool)) return false;
+  di_kv_table_prepare(e->pool, &s->table, q, q + 1);
+  bseq->n_blocks = s->table.n_blocks;
+  for (int k = 0; k < e->be.n_swa_tables; k++) {
+    di_kv_table_prepare(e->pool, &s->swa[k], q, q + 1);
+    bseq->swa[k] = s->swa[k].blocks;
+    bseq->n_swa_blocks = s->swa[k].n_blocks;
+  }
+  return true;
+}
+
 void di_spec_mtp_step(di_engine *e, const di_batch *b) {
   const int D = e->be.n_embd, bs = e->pool->block_size;
   di_batch mb = {.tokens = e->spec.mtp_tokens, .pos = e->spec.mtp_pos, .seq = e->spec.mtp_seq,
-                 .want_logits = e->spec.mtp_want, .seqs = b->seqs, .n_seqs = b->n_seqs};
+                 .want_logits = e->spec.mtp_want, .seqs = b->seqs, .n_seqs = b->n_seqs,
+                 .n_swa_tables = b->n_swa_tables};
   int *depth = e->spec.mtp_depth, *row = e->spec.mtp_row, kmax = 0;
   bool *grew = e->spec.mtp_grew;
   for (int i = 0, t0 = 0; i < b->n_seqs; t0 += e->b_owner[i]->take, i++) {
@@ -104,10 +122,8 @@ void di_spec_mtp_step(di_engine *e, const di_batch *b) {
       di_seq *s = e->b_owner[i];
       if (depth[i] <= j || s->mtp_n != j) continue;
       int q = s->len - 2 + j;
-      if (di_kv_table_blocks_needed(e->pool, &s->table, q, q + 1) > di_kv_n_available(e->pool)) continue;
-      if (q / bs >= s->table.n_blocks) grew[i] = true;
-      di_kv_table_prepare(e->pool, &s->table, q, q + 1);
-      e->b_seqs[i].n_blocks = s->table.n_blocks;
+      if (!scratch_row(e, s, &e->b_seqs[i], q)) continue;
+      grew[i] = true;
       memmove(e->spec.mtp_hidden + (size_t)n * D, e->spec.mtp_hidden + (size_t)row[i] * D, (size_t)D * sizeof(float));
       e->spec.mtp_tokens[n] = s->mtp_draft[j - 1];
       e->spec.mtp_pos[n] = q;
@@ -118,6 +134,11 @@ void di_spec_mtp_step(di_engine *e, const di_batch *b) {
     mb.n_tokens = n;
     if (n == 0 || !run_module(e, &mb, j)) break;
   }
-  for (int i = 0; i < b->n_seqs; i++)
-    if (grew[i]) di_kv_table_truncate(e->pool, &e->b_owner[i]->table, (e->b_owner[i]->n_computed + bs - 1) / bs);
+  for (int i = 0; i < b->n_seqs; i++) {
+    if (!grew[i]) continue;
+    di_seq *s = e->b_owner[i];
+    const int keep = (s->n_computed + bs - 1) / bs;
+    di_kv_table_truncate(e->pool, &s->table, keep);
+    for (int k = 0; k < e->be.n_swa_tables; k++) di_kv_table_truncate(e->pool, &s->swa[k], keep);
+  }
 }

@@ -62,6 +62,16 @@ CONFIGS = {
 CONFIGS["engine"] = dict(CONFIGS["tiny"], seed=380003, vocab_size=129280)
 # tiny's weights rounded to BF16 (round to nearest even; tid2eid stays I64)
 CONFIGS["tiny-bf16"] = dict(CONFIGS["tiny"], bf16=True)
+# tiny (the same main weights: its tensors come first from the same seed) with a
+# multi-token-prediction block under DeepSeek's mtp.0.* names: sliding-window
+# attention, routed MoE, its own hyper head and norm (make_goldens_deepseek_v4_mtp.py)
+CONFIGS["tiny-mtp"] = dict(CONFIGS["tiny"], mtp=True)
+# bad input for the loader: the config counts an MTP layer but the weights are gone (loads
+# without a module, as transformers-saved checkpoints are), or one of them is (an error)
+CONFIGS["tiny-mtp-absent"] = dict(CONFIGS["tiny"], mtp="absent")
+CONFIGS["tiny-mtp-partial"] = dict(CONFIGS["tiny"], mtp="partial")
+# the engine model with an MTP block (tests/e2e/test_spec_mtp_deepseek_v4.py)
+CONFIGS["engine-mtp"] = dict(CONFIGS["engine"], mtp=True)
 
 
 def to_bf16(a):
@@ -69,48 +79,64 @@ def to_bf16(a):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def tensor_specs(c):
-    """(name, shape, kind) in file order; kind: embed linear norm bias unit scale tid2eid."""
-    V, D, H, hd, QL = c["vocab_size"], c["hidden_size"], c["num_attention_heads"], c["head_dim"], c["q_lora_rank"]
+def layer_specs(c, p, lt, mt):
+    """One decoder block's tensors under prefix p (layers.N. or mtp.0.)."""
+    D, H, hd, QL = c["hidden_size"], c["num_attention_heads"], c["head_dim"], c["q_lora_rank"]
     N, E, F, K = c["hc_mult"], c["n_routed_experts"], c["moe_intermediate_size"], c["num_experts_per_tok"]
+    V = c["vocab_size"]
     g, r, ih, ihd = c["o_groups"], c["o_lora_rank"], c["index_n_heads"], c["index_head_dim"]
     mix = (2 + N) * N
+    s = []
+    s += [(p + "hc_attn_fn", (mix, N * D), "linear"), (p + "hc_attn_base", (mix,), "bias"),
+          (p + "hc_attn_scale", (3,), "norm"), (p + "attn_norm.weight", (D,), "norm"),
+          (p + "attn.wq_a.weight", (QL, D), "linear"), (p + "attn.q_norm.weight", (QL,), "norm"),
+          (p + "attn.wq_b.weight", (H * hd, QL), "linear"), (p + "attn.wkv.weight", (hd, D), "linear"),
+          (p + "attn.kv_norm.weight", (hd,), "norm"),
+          (p + "attn.wo_a.weight", (g * r, H * hd // g), "linear"), (p + "attn.wo_b.weight", (D, g * r), "linear"),
+          (p + "attn.attn_sink", (H,), "unit")]
+    if lt != "sliding_attention":
+        rate = c["compress_rates"][lt]
+        w = 2 * hd if lt == "compressed_sparse_attention" else hd
+        s += [(p + "attn.compressor.wkv.weight", (w, D), "linear"),
+              (p + "attn.compressor.wgate.weight", (w, D), "linear"),
+              (p + "attn.compressor.ape", (rate, w), "unit"),
+              (p + "attn.compressor.norm.weight", (hd,), "norm")]
+    if lt == "compressed_sparse_attention":
+        rate = c["compress_rates"][lt]
+        s += [(p + "attn.indexer.compressor.wkv.weight", (2 * ihd, D), "linear"),
+              (p + "attn.indexer.compressor.wgate.weight", (2 * ihd, D), "linear"),
+              (p + "attn.indexer.compressor.ape", (rate, 2 * ihd), "unit"),
+              (p + "attn.indexer.compressor.norm.weight", (ihd,), "norm"),
+              (p + "attn.indexer.wq_b.weight", (ih * ihd, QL), "linear"),
+              (p + "attn.indexer.weights_proj.weight", (ih, D), "linear")]
+    s += [(p + "hc_ffn_fn", (mix, N * D), "linear"), (p + "hc_ffn_base", (mix,), "bias"),
+          (p + "hc_ffn_scale", (3,), "norm"), (p + "ffn_norm.weight", (D,), "norm"),
+          (p + "ffn.gate.weight", (E, D), "linear")]
+    s += [(p + "ffn.gate.tid2eid", (V, K), "tid2eid")] if mt == "hash_moe" else [(p + "ffn.gate.bias", (E,), "bias")]
+    for e in range(E):
+        s += [(p + f"ffn.experts.{e}.w1.weight", (F, D), "linear"), (p + f"ffn.experts.{e}.w2.weight", (D, F), "linear"),
+              (p + f"ffn.experts.{e}.w3.weight", (F, D), "linear")]
+    s += [(p + "ffn.shared_experts.w1.weight", (F, D), "linear"), (p + "ffn.shared_experts.w2.weight", (D, F), "linear"),
+          (p + "ffn.shared_experts.w3.weight", (F, D), "linear")]
+    return s
+
+
+def tensor_specs(c):
+    """(name, shape, kind) in file order; kind: embed linear norm bias unit scale tid2eid."""
+    V, D, N = c["vocab_size"], c["hidden_size"], c["hc_mult"]
     s = [("embed.weight", (V, D), "embed")]
     for i, (lt, mt) in enumerate(zip(c["layer_types"], c["mlp_layer_types"])):
-        p = f"layers.{i}."
-        s += [(p + "hc_attn_fn", (mix, N * D), "linear"), (p + "hc_attn_base", (mix,), "bias"),
-              (p + "hc_attn_scale", (3,), "norm"), (p + "attn_norm.weight", (D,), "norm"),
-              (p + "attn.wq_a.weight", (QL, D), "linear"), (p + "attn.q_norm.weight", (QL,), "norm"),
-              (p + "attn.wq_b.weight", (H * hd, QL), "linear"), (p + "attn.wkv.weight", (hd, D), "linear"),
-              (p + "attn.kv_norm.weight", (hd,), "norm"),
-              (p + "attn.wo_a.weight", (g * r, H * hd // g), "linear"), (p + "attn.wo_b.weight", (D, g * r), "linear"),
-              (p + "attn.attn_sink", (H,), "unit")]
-        if lt != "sliding_attention":
-            rate = c["compress_rates"][lt]
-            w = 2 * hd if lt == "compressed_sparse_attention" else hd
-            s += [(p + "attn.compressor.wkv.weight", (w, D), "linear"),
-                  (p + "attn.compressor.wgate.weight", (w, D), "linear"),
-                  (p + "attn.compressor.ape", (rate, w), "unit"),
-                  (p + "attn.compressor.norm.weight", (hd,), "norm")]
-        if lt == "compressed_sparse_attention":
-            rate = c["compress_rates"][lt]
-            s += [(p + "attn.indexer.compressor.wkv.weight", (2 * ihd, D), "linear"),
-                  (p + "attn.indexer.compressor.wgate.weight", (2 * ihd, D), "linear"),
-                  (p + "attn.indexer.compressor.ape", (rate, 2 * ihd), "unit"),
-                  (p + "attn.indexer.compressor.norm.weight", (ihd,), "norm"),
-                  (p + "attn.indexer.wq_b.weight", (ih * ihd, QL), "linear"),
-                  (p + "attn.indexer.weights_proj.weight", (ih, D), "linear")]
-        s += [(p + "hc_ffn_fn", (mix, N * D), "linear"), (p + "hc_ffn_base", (mix,), "bias"),
-              (p + "hc_ffn_scale", (3,), "norm"), (p + "ffn_norm.weight", (D,), "norm"),
-              (p + "ffn.gate.weight", (E, D), "linear")]
-        s += [(p + "ffn.gate.tid2eid", (V, K), "tid2eid")] if mt == "hash_moe" else [(p + "ffn.gate.bias", (E,), "bias")]
-        for e in range(E):
-            s += [(p + f"ffn.experts.{e}.w1.weight", (F, D), "linear"), (p + f"ffn.experts.{e}.w2.weight", (D, F), "linear"),
-                  (p + f"ffn.experts.{e}.w3.weight", (F, D), "linear")]
-        s += [(p + "ffn.shared_experts.w1.weight", (F, D), "linear"), (p + "ffn.shared_experts.w2.weight", (D, F), "linear"),
-              (p + "ffn.shared_experts.w3.weight", (F, D), "linear")]
+        s += layer_specs(c, f"layers.{i}.", lt, mt)
     s += [("norm.weight", (D,), "norm"), ("hc_head_fn", (N, N * D), "linear"), ("hc_head_base", (N,), "bias"),
           ("hc_head_scale", (1,), "norm"), ("head.weight", (V, D), "linear")]
+    if c.get("mtp") in (True, "partial"):
+        s += [("mtp.0.e_proj.weight", (D, D), "linear")]
+        s += [("mtp.0.h_proj.weight", (D, D), "linear")] if c["mtp"] is True else []
+        s += [
+              ("mtp.0.enorm.weight", (D,), "norm"), ("mtp.0.hnorm.weight", (D,), "norm"),
+              ("mtp.0.norm.weight", (D,), "norm"), ("mtp.0.hc_head_fn", (N, N * D), "linear"),
+              ("mtp.0.hc_head_base", (N,), "bias"), ("mtp.0.hc_head_scale", (1,), "norm")]
+        s += layer_specs(c, "mtp.0.", "sliding_attention", "moe")
     return s
 
 
@@ -161,7 +187,7 @@ def config_json(c):
          "num_hidden_layers": len(c["layer_types"]), "num_key_value_heads": 1, "n_shared_experts": 1,
          "scoring_func": "sqrtsoftplus", "norm_topk_prob": True, "hc_eps": 1e-6, "rms_norm_eps": 1e-6,
          "hidden_act": "silu", "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 1,
-         "num_nextn_predict_layers": 0}
+         "num_nextn_predict_layers": 1 if c.get("mtp") else 0}
     j.update({k: c[k] for k in keys})
     return j
 
