@@ -93,3 +93,23 @@ def test_no_mtp_weights(v4):  # noqa: F811
     base.need(v4)
     r = base.run(v4, "-p", "hello", "-n", 2, "--spec", "mtp", check=False)
     assert r.returncode == 2 and "--spec mtp" in r.stderr and "MTP" in r.stderr, r.stderr
+
+
+def test_gguf_mtp(tmp_path):
+    """The block from llama.cpp's GGUF layout (to_gguf.py: blk.N.nextn.*, nextn_predict_layers), routed
+    experts MXFP4 as converted files hold them, matrices F32 and Q8_0; the module's logits from GGUF
+    are checked against the checkpoint's by tests/unit/test_deepseek_v4_mtp.c."""
+    pytest.importorskip("gguf")
+    base.need(GEN)
+    subprocess.run([sys.executable, str(GEN), "--out", str(tmp_path), "--config", "tiny-mtp"], check=True,
+                   stdout=subprocess.DEVNULL)
+    ids = ("--ids", "5,6,7,8,9,10,11,12", "-n", 24, "--temp", 0, "--ignore-eos", "--print-ids", "--stats", *ONE)
+    for m in ("F32", "Q8_0"):
+        f = tmp_path / f"v4-mtp-{m}.gguf"
+        subprocess.run([sys.executable, str(GEN.with_name("to_gguf.py")), "--hf", str(tmp_path / "tiny-mtp"), "--out",
+                        str(f), "--matrices", m], check=True)
+        a = base.run(f, *ids)
+        b = base.run(f, *ids, *SPEC, "--spec-k-max", 3)
+        assert a.stdout == b.stdout and len(json.loads(a.stdout.splitlines()[-1])) == 24
+        st = json.loads(b.stderr.strip().splitlines()[-1])["spec"]
+        assert st["kind"] == "mtp" and st["drafted"] > st["verify_steps"] > 0, st

@@ -117,6 +117,55 @@ static void run_mtp(const di_model *m, di_forward_ctx *f, cache *c, const int32_
   }
 }
 
+/* The block from llama.cpp's GGUF layout (to_gguf.py: blk.4.nextn.*, F32
+ * matrices and experts): the same logits as the checkpoint's, once the HF
+ * model's block takes the main hyper head (a combined GGUF has no name for the
+ * block's own; llama.cpp's MTP graph reads output_hc_* too). */
+static void check_gguf(const int32_t *ids, int n) {
+  char gg[700], cmd[4096];
+  snprintf(gg, sizeof gg, "%s/tiny-mtp.gguf", cache_dir);
+  struct stat sb;
+  if (stat(gg, &sb) != 0) {
+    snprintf(cmd, sizeof cmd, "'%s/.venv/bin/python' '%s/tests/golden/deepseek_v4/to_gguf.py' --hf '%s/tiny-mtp' --out '%s' --experts F32",
+             src_dir(), src_dir(), cache_dir, gg);
+    CHECKF(system(cmd) == 0, "%s", cmd);
+  }
+  di_model *a = NULL, *b = NULL;
+  di_status st = {0};
+  char p[700];
+  snprintf(p, sizeof p, "%s/tiny-mtp", cache_dir);
+  CHECKF(di_backend_load_model(di_backend_cpu(), p, NULL, &a, &st) == DI_OK, "%s", st.msg);
+  CHECKF(di_backend_load_model(di_backend_cpu(), gg, NULL, &b, &st) == DI_OK, "%s", st.msg);
+  if (!a || !b || !b->mtp) {
+    CHECK(b && b->mtp);
+    di_model_free(a), di_model_free(b);
+    return;
+  }
+  CHECK(b->hp.n_layer == a->hp.n_layer && b->hp.n_nextn == 1);
+  a->mtp->hc_head_fn = a->hc_head_fn, a->mtp->hc_head_base = a->hc_head_base, a->mtp->hc_head_scale = a->hc_head_scale;
+  const int V = a->hp.n_vocab;
+  float *la = malloc((size_t)n * V * sizeof(float)), *lb = malloc((size_t)n * V * sizeof(float));
+  di_model *ms[2] = {a, b};
+  float *out[2] = {la, lb};
+  for (int k = 0; k < 2; k++) {
+    ms[k]->hp.v4.mtp_kv = true;
+    di_forward_ctx *f = NULL;
+    cache c;
+    CHECKF(di_forward_ctx_create(ms[k], n, 1, &f, &st) == DI_OK, "%s", st.msg);
+    if (f && cache_open(&c, ms[k], true)) {
+      run_mtp(ms[k], f, &c, ids, n, 9, out[k]);
+      di_kv_pool_destroy(c.kv);
+    }
+    di_forward_ctx_free(f);
+  }
+  double worst = 0;
+  for (size_t i = 0; i < (size_t)(n - 1) * V; i++) worst = fmax(worst, fabs(la[i] - lb[i]));
+  CHECKF(worst <= 1e-4, "GGUF MTP logits: max |diff| %.3g vs the checkpoint's", worst);
+  printf("tiny-mtp GGUF (llama.cpp's nextn names): MTP logits max |diff| %.2e vs the checkpoint\n", worst);
+  free(la), free(lb);
+  di_model_free(a), di_model_free(b);
+}
+
 static void check_golden(void) {
   char p[1024];
   snprintf(p, sizeof p, "%s/tests/golden/deepseek_v4/tiny-mtp.json", src_dir());
@@ -172,6 +221,7 @@ static void check_golden(void) {
   free(full), free(alt), free(ref);
   di_forward_ctx_free(f);
   di_model_free(m);
+  check_gguf(ids, n);
 }
 
 /* The checkpoint without its mtp.* tensors (config still counting one MTP

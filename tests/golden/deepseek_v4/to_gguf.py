@@ -92,6 +92,12 @@ def layer_rates(cfg):
     return [{"sliding_attention": 0, **cfg["compress_rates"]}[t] for t in cfg["layer_types"]]
 
 
+def n_mtp(cfg, tensors=None):
+    """MTP blocks written after the main layers (block_count counts them, nextn_predict_layers names
+    them, as llama.cpp's converter does): 1 when the checkpoint has mtp.0.* tensors."""
+    return 1 if tensors is None or any(k.startswith("mtp.0.") for k in tensors) else 0
+
+
 def n_hash_layers(cfg):
     mt = cfg["mlp_layer_types"]
     n = sum(1 for t in mt if t == "hash_moe")
@@ -111,8 +117,8 @@ def stub_vocab(w, n):
     w.add_eos_token_id(1)
 
 
-def write_metadata(w, cfg, name):
-    L = cfg["num_hidden_layers"]
+def write_metadata(w, cfg, name, mtp=0):
+    L = cfg["num_hidden_layers"] + mtp
     g = f"{ARCH}."
     rs = cfg.get("rope_scaling") or {}
     w.add_string("general.type", "model")
@@ -150,7 +156,9 @@ def write_metadata(w, cfg, name):
     w.add_uint32(g + "attention.indexer.top_k", cfg["index_topk"])
     w.add_uint32(g + "attention.output_group_count", cfg["o_groups"])
     w.add_uint32(g + "attention.output_lora_rank", cfg["o_lora_rank"])
-    w.add_array(g + "attention.compress_ratios", [int(r) for r in layer_rates(cfg)])
+    w.add_array(g + "attention.compress_ratios", [int(r) for r in layer_rates(cfg)] + [0] * mtp)
+    if mtp:
+        w.add_uint32(g + "nextn_predict_layers", mtp)
     w.add_float32(g + "attention.compress_rope_freq_base", cfg["compress_rope_theta"])
     w.add_uint32(g + "hyper_connection.count", cfg["hc_mult"])
     w.add_uint32(g + "hyper_connection.sinkhorn_iterations", cfg["hc_sinkhorn_iters"])
@@ -176,10 +184,25 @@ def gguf_tensors(cfg, tensors, matrices="F32", experts="MXFP4"):
     as its generate_extra_tensors emits them). tensors: {HF name: np array}.
     Matrices (2-D, not hc_*_fn: the converter keeps F32 sources F32) get `matrices`."""
     L, E = cfg["num_hidden_layers"], cfg["n_routed_experts"]
-    n_hash = n_hash_layers(cfg)
+    n_hash, mtp = n_hash_layers(cfg), n_mtp(cfg, tensors)
+    # the MTP block (DeepSeek's mtp.0.*) as layer L: its block under the layers' names, e_proj and
+    # h_proj side by side as nextn.eh_proj, its norms as nextn.*; the converter writes its hyper
+    # head as the root output_hc_* of a separate --mtp file, so a combined file has none of its own
+    if mtp:
+        t = tensors
+        tensors = {k: v for k, v in t.items() if not k.startswith("mtp.")}
+        for k, v in t.items():
+            if not k.startswith("mtp.0."): continue
+            rest = k[len("mtp.0."):]
+            if rest.split(".")[0] in ("e_proj", "h_proj", "enorm", "hnorm", "norm") or rest.startswith("hc_head"): continue
+            tensors[f"layers.{L}.{rest}"] = v
+        arr, q = encode(np.concatenate([t["mtp.0.e_proj.weight"], t["mtp.0.h_proj.weight"]], 1), matrices)
+        yield f"blk.{L}.nextn.eh_proj.weight", arr, q
+        for hf, gn in (("enorm", "enorm"), ("hnorm", "hnorm"), ("norm", "shared_head_norm")):
+            yield f"blk.{L}.nextn.{gn}.weight", t[f"mtp.0.{hf}.weight"].astype(np.float32), None
     for il in range(n_hash):
         yield f"blk.{il}.ffn_gate_tid2eid.weight", tensors[f"layers.{il}.ffn.gate.tid2eid"].astype(np.int32), None
-    for il in range(L):
+    for il in range(L + mtp):
         for w, gname in (("w1", EXPERTS["w1"]), ("w2", EXPERTS["w2"]), ("w3", EXPERTS["w3"])):
             st = np.stack([tensors[f"layers.{il}.ffn.experts.{e}.{w}.weight"] for e in range(E)])
             if experts == "MXFP4":
@@ -208,7 +231,7 @@ def gguf_tensors(cfg, tensors, matrices="F32", experts="MXFP4"):
 
 def write(path, cfg, tensors, matrices="F32", experts="MXFP4", name="DeepSeek-V4 test"):
     w = gguf.GGUFWriter(str(path), ARCH)
-    write_metadata(w, cfg, name)
+    write_metadata(w, cfg, name, n_mtp(cfg, tensors))
     for n, a, q in gguf_tensors(cfg, tensors, matrices, experts):
         w.add_tensor(n, a, raw_dtype=q)
     w.write_header_to_file()
