@@ -24,7 +24,12 @@ matrices Q8_0 (the converter writes FP8 sources as Q8_0), hyper-connection maps,
 biases, norms and sinks F32. Weights are random codes with per-tensor scales ~ 1/sqrt(fan_in)
 (no numpy quantizer needed), so the text is noise but the bytes read per token are real.
 
-Output: ~/.cache/deepinfer/bench/dsv4-<shape>.gguf (or --out; $DI_BENCH_DIR). Needs numpy, gguf.
+--mtp adds a multi-token-prediction block as llama.cpp's converter numbers it (block_count + 1,
+nextn_predict_layers 1: blk.N.nextn.eh_proj Q8_0 as the converter forces it, nextn norms, and a
+sliding-window routed-MoE block of the layers' types), for `--spec mtp` runs: random, so its
+drafts are almost never accepted, and what a run measures is the drafter's cost.
+
+Output: ~/.cache/deepinfer/bench/dsv4-<shape>[-mtp].gguf (or --out; $DI_BENCH_DIR). Needs numpy, gguf.
 
   .venv/bin/python bench/gen_random_gguf_dsv4.py --shape flash-mini
 """
@@ -85,27 +90,29 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--max-pos", type=int, help="tiny-f32: max_position_embeddings (the context a run may use; "
                     "default the config's 8192)")
+    ap.add_argument("--mtp", action="store_true", help="add an MTP block (blk.N.nextn.*)")
     a = ap.parse_args()
     bench_dir = Path(os.environ.get("DI_BENCH_DIR") or Path.home() / ".cache" / "deepinfer" / "bench")
-    out = Path(a.out) if a.out else bench_dir / f"dsv4-{a.shape}.gguf"
+    out = Path(a.out) if a.out else bench_dir / f"dsv4-{a.shape}{'-mtp' if a.mtp else ''}.gguf"
     out.parent.mkdir(parents=True, exist_ok=True)
     if a.shape == "tiny-f32":
         c = dict(TINY_F32, max_position_embeddings=a.max_pos) if a.max_pos else TINY_F32
         to_gguf.write(out, gen_tiny.config_json(c), dict(gen_tiny.generate(c)), name="tiny-f32")
         print(out)
         return
-    c = SHAPES[a.shape]
+    c = dict(SHAPES[a.shape], mtp=a.mtp)
     cfg = gen_tiny.config_json(c)
+    L = len(c["layer_types"])
     rng = np.random.default_rng(c["seed"])
     specs = gen_tiny.tensor_specs(c)
     E = c["n_routed_experts"]
     w = gguf.GGUFWriter(str(out) + ".tmp", to_gguf.ARCH)
-    to_gguf.write_metadata(w, cfg, f"random DeepSeek-V4 {a.shape}")
+    to_gguf.write_metadata(w, cfg, f"random DeepSeek-V4 {a.shape}", int(a.mtp))
     n_hash = to_gguf.n_hash_layers(cfg)
     for il in range(n_hash):
         t = np.stack([rng.permutation(E)[: c["num_experts_per_tok"]] for _ in range(c["vocab_size"])]).astype(np.int32)
         w.add_tensor(f"blk.{il}.ffn_gate_tid2eid.weight", t)
-    for il in range(len(c["layer_types"])):
+    for il in range(L + int(a.mtp)):
         F, D = c["moe_intermediate_size"], c["hidden_size"]
         for key, (rows, cols) in (("w1", (F, D)), ("w2", (D, F)), ("w3", (F, D))):
             w.add_tensor(f"blk.{il}.{to_gguf.EXPERTS[key]}", mxfp4(rng, E, rows, cols), raw_dtype=QT.MXFP4)
@@ -114,6 +121,16 @@ def main():
             continue
         if name in to_gguf.ROOT:
             gname = to_gguf.ROOT[name]
+        elif name.startswith("mtp.0."):  # the block as layer L; e_proj and h_proj become one eh_proj
+            rest = name[len("mtp.0."):]
+            if rest.startswith(("h_proj", "hc_head")):
+                continue
+            if rest.startswith("e_proj"):
+                D = c["hidden_size"]
+                w.add_tensor(f"blk.{L}.nextn.eh_proj.weight", q8_0(rng, D, 2 * D), raw_dtype=QT.Q8_0)
+                continue
+            nextn = {"enorm.weight": "enorm", "hnorm.weight": "hnorm", "norm.weight": "shared_head_norm"}
+            gname = f"blk.{L}.nextn.{nextn[rest]}.weight" if rest in nextn else f"blk.{L}.{to_gguf.LAYER[rest]}"
         else:
             _, il, rest = name.split(".", 2)
             if rest == "ffn.gate.bias" and int(il) < n_hash:
