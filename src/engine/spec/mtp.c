@@ -1,11 +1,13 @@
-/* The MTP drafter (--spec mtp): DeepSeek-V3's multi-token-prediction module
- * proposes one token per step from the target's own last hidden state.
+/* The MTP drafter (--spec mtp): DeepSeek-V3's and V4's multi-token-prediction
+ * module proposes one token per step from the target's own last hidden state
+ * (V4: its hc_mult streams, be.n_embd wide).
  *
  * The module's pair at position p is (the target's hidden state at p, the
  * token at p + 1) and predicts the token at p + 2; its attention reads the
  * pairs of every earlier position, so its K/V are kept for every computed
  * position. They live in the target's pool as one more layer of the same
- * geometry (an MLA latent row), in the sequence's own blocks: rollback,
+ * geometry (V3: an MLA latent row; V4: one more sliding layer of its cache
+ * plan, in the window tables when grouped), in the sequence's own blocks: rollback,
  * preemption and freeing follow the target's tables with no bookkeeping of
  * their own. After each forward, every position the step computed (prompt
  * chunks included; for a verification the base and accepted positions) gets
