@@ -118,7 +118,22 @@ static di_code bind(di_model *m, di_tensor *t, const char *name, int64_t ne0, in
   t->name = s->name;
   m->weight_bytes += s->nbytes;
   m->n_params += (uint64_t)(rows * cols);
-  return DI_OK;
+  return di_model_note_bound(m, s->data, st);
+}
+
+/* The shards' tensors as one list (di_model_check_unused). */
+static const di_st_tensor *st_at(const di_st_model *s, size_t i) {
+  int f = 0;
+  while (i >= s->files[f].n_tensors) i -= s->files[f++].n_tensors;
+  return &s->files[f].tensors[i];
+}
+static const char *st_name_at(const void *s, size_t i) { return st_at(s, i)->name; }
+static const void *st_data_at(const void *s, size_t i) { return st_at(s, i)->data; }
+
+static di_code check_unused(di_model *m, di_status *st) {
+  size_t n = 0;
+  for (int f = 0; f < m->st->n_files; f++) n += m->st->files[f].n_tensors;
+  return di_model_check_unused(m, n, st_name_at, st_data_at, m->st, st);
 }
 
 /* DeepSeek-V4 checkpoints keep DeepSeek's own names, without a prefix. */
@@ -150,7 +165,7 @@ di_code di_hf_load(di_model *m, bool use_mmap, di_status *st) {
   if (rc) return rc;
   if ((rc = open_shards(m, use_mmap, st))) return rc;
   di_hparams *hp = &m->hp;
-  if (hp->attn_kind == DI_ATTN_DSV4) return bind_v4(m, st);
+  if (hp->attn_kind == DI_ATTN_DSV4) return (rc = bind_v4(m, st)) ? rc : check_unused(m, st);
   /* Gemma 3 HF checkpoints prefix the text model. */
   const char *pre = find(m->st, "model.embed_tokens.weight") ? "model" : "language_model.model";
   char n[160];
@@ -162,7 +177,7 @@ di_code di_hf_load(di_model *m, bool use_mmap, di_status *st) {
   if ((rc = di_model_bind_layers(m, pre, bind, norm_offset, st))) return rc;
   if ((rc = di_model_bind_mtp(m, pre, bind, norm_offset, st))) return rc;
   if (norm_offset != 0 && (rc = di_model_to_f32(m, &m->output_norm, norm_offset, st))) return rc;
-  return DI_OK;
+  return check_unused(m, st);
 }
 
 void di_hf_close(di_model *m) {

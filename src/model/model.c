@@ -105,8 +105,11 @@ static di_code bind_gguf(di_model *m, di_tensor *t, const char *name, int64_t ne
   t->name = gt->name;
   m->weight_bytes += gt->nbytes;
   m->n_params += (uint64_t)(gt->ne[0] * rows);
-  return DI_OK;
+  return di_model_note_bound(m, gt->data, st);
 }
+
+static const char *gguf_name_at(const void *g, size_t i) { return di_gguf_tensor_at(g, i)->name; }
+static const void *gguf_data_at(const void *g, size_t i) { return di_gguf_tensor_at(g, i)->data; }
 
 /* deepseek2 keys as llama.cpp's converter writes them: MLA sizes (newer files
  * store the absorbed MQA view in key_length/value_length and the per-head
@@ -360,6 +363,7 @@ static di_code load_gguf(di_model *m, bool use_mmap, di_status *st) {
              (rc = di_model_bind_mtp(m, NULL, bind_gguf, 0, st))) {
     return rc;
   }
+  if ((rc = di_model_check_unused(m, di_gguf_n_tensors(g), gguf_name_at, gguf_data_at, g, st))) return rc;
   return di_model_convert_mxfp4(m, st);
 }
 
@@ -485,6 +489,7 @@ void di_model_free(di_model *m) {
     free(m->mtp);
   }
   free(m->layers);
+  free(m->bound);
   free(m->path);
   free(m);
 }

@@ -198,6 +198,8 @@ typedef struct di_model {
   size_t held_bytes, replicated_bytes;
   int tp_rank, tp_size; /* the slice held (di_model_tp_slice); tp_size 0: whole */
   uint64_t n_params;
+  const void **bound;       /* while loading: the file tensors bound (di_model_note_bound) */
+  size_t n_bound, cap_bound;
   /* the backend whose prepare_weights readied the weights (backend/backend.h);
    * NULL: as loaded, not yet runnable */
   const struct di_backend *backend;

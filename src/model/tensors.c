@@ -369,3 +369,56 @@ void di_layer_each_matrix(const di_hparams *hp, di_layer_weights *L, void (*fn)(
     }
   }
 }
+
+di_code di_model_note_bound(di_model *m, const void *data, di_status *st) {
+  if (m->n_bound == m->cap_bound) {
+    size_t cap = m->cap_bound ? 2 * m->cap_bound : 256;
+    const void **v = realloc(m->bound, cap * sizeof *v);
+    if (!v) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
+    m->bound = v, m->cap_bound = cap;
+  }
+  m->bound[m->n_bound++] = data;
+  return DI_OK;
+}
+
+static int cmp_ptr(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The layer a name belongs to ("blk.N.", "layers.N." after any prefix), or -1. */
+static int layer_of(const char *name) {
+  const char *p = strncmp(name, "blk.", 4) ? strstr(name, "layers.") : name;
+  if (!p || (p != name && p[-1] != '.')) return -1;
+  p = strchr(p, '.') + 1;
+  char *end;
+  long il = strtol(p, &end, 10);
+  return end != p && *end == '.' ? (int)il : -1;
+}
+
+static bool not_run(const di_model *m, const char *name) {
+  static const char *const skip[] = {"rotary_emb.inv_freq", "vision_tower.", "multi_modal_projector."};
+  for (size_t i = 0; i < sizeof skip / sizeof *skip; i++)
+    if (strstr(name, skip[i])) return true;
+  int il = layer_of(name);
+  return !strncmp(name, "mtp.", 4) || il >= m->hp.n_layer;
+}
+
+di_code di_model_check_unused(di_model *m, size_t n, const char *(*name_at)(const void *file, size_t i),
+                              const void *(*data_at)(const void *file, size_t i), const void *file, di_status *st) {
+  di_code rc = DI_OK;
+  qsort(m->bound, m->n_bound, sizeof *m->bound, cmp_ptr);
+  for (size_t i = 0; i < n && !rc; i++) {
+    const void *d = data_at(file, i);
+    if (m->n_bound && bsearch(&d, m->bound, m->n_bound, sizeof *m->bound, cmp_ptr)) continue;
+    const char *name = name_at(file, i);
+    if (!not_run(m, name))
+      rc = di_errorf(st, DI_ERR_UNSUPPORTED,
+                     "%s: tensor %s is not used by the %s forward (an unknown weight would change the output; "
+                     "is this checkpoint a variant the engine does not implement?)",
+                     m->path, name, m->hp.arch);
+  }
+  free(m->bound);
+  m->bound = NULL, m->n_bound = m->cap_bound = 0;
+  return rc;
+}

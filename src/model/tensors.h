@@ -82,6 +82,15 @@ di_code di_model_bind_layers(di_model *m, const char *hf_prefix, di_bind_fn bind
  * shared_head.norm,shared_head.head}", GGUF "blk.N.nextn.{enorm,hnorm,eh_proj,
  * shared_head_norm,shared_head_head}" (llama.cpp's names); the head is optional. */
 di_code di_model_bind_mtp(di_model *m, const char *hf_prefix, di_bind_fn bind, float norm_offset, di_status *st);
+/* Every tensor in the file must be bound or belong to a part the forward
+ * does not run (MTP layers past the main stack, rotary tables it computes,
+ * a multimodal model's vision tower): a weight skipped without a word would
+ * change the output silently. The binders note each bound tensor's data
+ * (di_model_note_bound); di_model_check_unused then names the first file
+ * tensor nobody took and frees the notes. */
+di_code di_model_note_bound(di_model *m, const void *data, di_status *st);
+di_code di_model_check_unused(di_model *m, size_t n, const char *(*name_at)(const void *file, size_t i),
+                              const void *(*data_at)(const void *file, size_t i), const void *file, di_status *st);
 /* Calls fn for every matmul weight of layer L (routed experts included). */
 void di_layer_each_matrix(const di_hparams *hp, di_layer_weights *L, void (*fn)(di_tensor *t, void *u), void *u);
 

@@ -229,6 +229,30 @@ def test_bad_models(tmp_path, gguf_ok):
     expect_load_error(tmp_path / "dtype.gguf", "token_embd.weight", "dtype")
 
 
+def test_unknown_tensor_is_refused(tmp_path, gguf_ok):
+    """A weight the forward would skip (a variant's extra norm, bias, ...) changes the output:
+    refused, naming it. Parts the forward does not run (MTP layers past the stack, rotary
+    tables, a vision tower) load."""
+    kvs, tensors = reader_contents()
+    n = kvs["llama.block_count"][1]
+    extra = tensors + [("blk.1.attn_mystery_norm.weight", np.ones(64, np.float32))]
+    write_gguf(tmp_path / "extra.gguf", kvs, extra)
+    expect_load_error(tmp_path / "extra.gguf", "blk.1.attn_mystery_norm.weight", "not used")
+    benign = tensors + [(f"blk.{n}.nextn.enorm.weight", np.ones(64, np.float32))]
+    write_gguf(tmp_path / "benign.gguf", kvs, benign)
+    assert np.abs(logits(tmp_path / "benign.gguf", tmp_path) - logits(STORIES / "stories260K.gguf", tmp_path)).max() == 0
+
+    d = hf_variant(tmp_path, "hfextra", "F32")
+    ts = read_safetensors(d / "model.safetensors")
+    conv = {k: ("F32", a.shape, a.astype("<f4").tobytes()) for k, a in ts.items()}
+    one = np.ones(4, "<f4").tobytes()
+    write_safetensors(d / "model.safetensors", {**conv, "model.layers.0.self_attn.rotary_emb.inv_freq":
+                                                ("F32", (4,), one)})
+    run("info", "-m", str(d))
+    write_safetensors(d / "model.safetensors", {**conv, "model.layers.0.mlp.up_proj.bias": ("F32", (4,), one)})
+    expect_load_error(d, "model.layers.0.mlp.up_proj.bias", "not used")
+
+
 def test_bad_hf(tmp_path):
     d = tmp_path / "hf"
     shutil.copytree(STORIES / "hf", d)
