@@ -114,11 +114,13 @@ static di_code build_request(di_engine *e, const di_request_params *p, di_req *r
       s->swa[k].group = DI_KV_GROUP_WINDOW;
       s->swa[k].window = e->be.window;
       s->swa[k].ckpt = e->swa_ckpt;
+      s->swa[k].tip = r->n_prompt;
     }
     if (e->be.policy == DI_KV_POLICY_WINDOW && e->be.window > 0) {
       s->table.group = DI_KV_GROUP_WINDOW;
       s->table.window = e->be.window;
       s->table.ckpt = e->swa_ckpt;
+      s->table.tip = r->n_prompt;
     }
     s->rng = di_sampler_seed(p->sampling.seed, i);
     s->logits_row = -1;

@@ -7,6 +7,8 @@
 /* Intrusive structures over block ids: a chained hash map (bucket heads +
  * next[]) and a doubly linked LRU of parked blocks. Everything is sized once
  * from the pool, so lookups and evictions never allocate. */
+#define N_LRU 4 /* eviction tiers */
+
 typedef struct di_kv_prefix {
   int n_blocks, block_size;
   uint32_t mask;         /* n_buckets - 1 */
@@ -17,13 +19,23 @@ typedef struct di_kv_prefix {
   uint8_t *cached;       /* [n_blocks] in the map */
   uint8_t *cls;          /* [n_blocks] di_kv_cache_class of a cached block */
   int32_t *lru_prev, *lru_next;
-  /* One LRU per eviction order: DI_KV_CACHE_WINDOW blocks go first, so the
-   * full-attention prefix and the checkpoints outlive the windows between. */
-  int32_t lru_head[2], lru_tail[2]; /* head = least recently used */
+  /* One LRU per eviction tier (lru_of): WINDOW blocks go first, superseded
+   * checkpoints next, then prompt-end windows, so the full-attention prefix
+   * and each chain's deepest checkpoint outlive the windows that only
+   * shorten a replay. */
+  int32_t lru_head[N_LRU], lru_tail[N_LRU]; /* head = least recently used */
   int n_parked, n_cached, n_ckpt;
 } di_kv_prefix;
 
-static int lru_of(const di_kv_prefix *x, int32_t b) { return x->cls[b] == DI_KV_CACHE_WINDOW ? 0 : 1; }
+static int lru_of(const di_kv_prefix *x, int32_t b) {
+  switch (x->cls[b]) {
+  case DI_KV_CACHE_WINDOW: return 0;
+  case DI_KV_CACHE_CKPT_SHADOWED: return 1;
+  case DI_KV_CACHE_TIP: return 2;
+  default: return 3;
+  }
+}
+static bool is_ckpt(int cls) { return cls != DI_KV_CACHE_KEEP && cls != DI_KV_CACHE_WINDOW; }
 
 di_code di_kv_prefix_enable(di_kv_pool *p, di_status *st) {
   if (p->prefix) return DI_OK;
@@ -51,7 +63,7 @@ di_code di_kv_prefix_enable(di_kv_pool *p, di_status *st) {
     return di_errorf(st, DI_ERR_NOMEM, "prefix cache: cannot index %d blocks", p->n_blocks);
   }
   memset(x->bucket, 0xff, nb * sizeof *x->bucket);
-  x->lru_head[0] = x->lru_tail[0] = x->lru_head[1] = x->lru_tail[1] = -1;
+  for (int l = 0; l < N_LRU; l++) x->lru_head[l] = x->lru_tail[l] = -1;
   p->prefix = x;
   return DI_OK;
 }
@@ -61,7 +73,7 @@ void di_kv_prefix_disable(di_kv_pool *p) {
   if (!x) return;
   /* Parked blocks hold no references: hand them back. */
   if (x->lru_prev)
-    for (int l = 0; l < 2; l++)
+    for (int l = 0; l < N_LRU; l++)
       for (int32_t b = x->lru_head[l]; b >= 0; b = x->lru_next[b]) p->free_list[p->n_free++] = b;
   free(x->bucket);
   free(x->next);
@@ -111,7 +123,7 @@ static void map_remove(di_kv_prefix *x, int32_t b) {
   *link = x->next[b];
   x->cached[b] = 0;
   x->n_cached--;
-  if (x->cls[b] == DI_KV_CACHE_CKPT) x->n_ckpt--;
+  if (is_ckpt(x->cls[b])) x->n_ckpt--;
 }
 
 int32_t di_kv_prefix_lookup(di_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens) {
@@ -140,6 +152,22 @@ void di_kv_prefix_touch(di_kv_pool *p, uint64_t hash, uint64_t parent, const int
   lru_push(x, b);
 }
 
+void di_kv_prefix_demote(di_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens) {
+  di_kv_prefix *x = p->prefix;
+  int32_t b = x ? map_find(x, hash, parent, tokens) : -1;
+  if (b < 0 || x->cls[b] != DI_KV_CACHE_CKPT) return;
+  bool parked = p->refcount[b] == 0;
+  if (parked) lru_remove(x, b);
+  x->cls[b] = DI_KV_CACHE_CKPT_SHADOWED;
+  if (parked) lru_push(x, b);
+}
+
+int di_kv_prefix_class(const di_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens) {
+  const di_kv_prefix *x = p->prefix;
+  int32_t b = x ? map_find(x, hash, parent, tokens) : -1;
+  return b < 0 ? -1 : x->cls[b];
+}
+
 bool di_kv_prefix_contains(const di_kv_pool *p, uint64_t hash, uint64_t parent, const int32_t *tokens) {
   return p->prefix && map_find(p->prefix, hash, parent, tokens) >= 0;
 }
@@ -149,7 +177,7 @@ void di_kv_prefix_insert(di_kv_pool *p, int32_t block, uint64_t hash, uint64_t p
   di_kv_prefix *x = p->prefix;
   if (!x || x->cached[block] || map_find(x, hash, parent, tokens) >= 0) return;
   x->cls[block] = (uint8_t)cls;
-  if (cls == DI_KV_CACHE_CKPT) x->n_ckpt++;
+  if (is_ckpt(cls)) x->n_ckpt++;
   x->hash[block] = hash;
   x->parent[block] = parent;
   memcpy(x->tokens + (size_t)block * x->block_size, tokens, (size_t)x->block_size * sizeof *tokens);
@@ -170,7 +198,8 @@ bool di_kv_prefix_park(di_kv_pool *p, int32_t block) {
 int32_t di_kv_prefix_evict(di_kv_pool *p) {
   di_kv_prefix *x = p->prefix;
   if (!x) return -1;
-  int32_t b = x->lru_head[0] >= 0 ? x->lru_head[0] : x->lru_head[1];
+  int32_t b = -1;
+  for (int l = 0; l < N_LRU && b < 0; l++) b = x->lru_head[l];
   if (b < 0) return -1;
   lru_remove(x, b);
   map_remove(x, b);

@@ -9,7 +9,7 @@ di_code di_kv_table_init(di_kv_table *t, int block_size, int max_positions, di_s
   t->n_blocks = t->n_hashed = t->n_released = 0;
   t->root = DI_KV_PREFIX_ROOT;
   t->group = DI_KV_GROUP_FULL;
-  t->window = t->ckpt = t->align = 0;
+  t->window = t->ckpt = t->align = t->tip = 0;
   t->blocks = malloc((size_t)t->cap * sizeof *t->blocks);
   t->hashes = malloc((size_t)t->cap * sizeof *t->hashes);
   if (!t->blocks || !t->hashes) {
@@ -84,7 +84,7 @@ void di_kv_tables_release(di_kv_pool *p, di_kv_table *const *t, int n, const int
       const di_kv_table *u = t[k];
       if (i >= u->n_blocks) continue;
       if (u->blocks[i] >= 0) di_kv_unref(p, u->blocks[i]);
-      else if (i < u->n_hashed && di_kv_table_ckpt_block(u, bs, i))
+      else if (i < u->n_hashed && (di_kv_table_ckpt_block(u, bs, i) || di_kv_table_tip_block(u, bs, i)))
         di_kv_prefix_touch(p, u->hashes[i], i ? u->hashes[i - 1] : u->root, tokens + (size_t)i * bs);
     }
   for (int k = 0; k < n; k++) t[k]->n_blocks = t[k]->n_hashed = t[k]->n_released = 0;
@@ -120,6 +120,14 @@ int di_kv_table_match_prefix(di_kv_pool *p, di_kv_table *t, const int32_t *token
   return t->n_blocks * bs;
 }
 
+/* The checkpoint at c is superseded by the one after it on the same chain. */
+static void demote_ckpt(di_kv_pool *p, const di_kv_table *t, const int32_t *tokens, int c) {
+  int bs = p->block_size;
+  for (int j = di_kv_window_first(t->window, bs, c); j < c / bs; j++)
+    if (!di_kv_table_tip_block(t, bs, j)) /* also a prompt's end: still worth a checkpoint's place */
+      di_kv_prefix_demote(p, t->hashes[j], j ? t->hashes[j - 1] : t->root, tokens + (size_t)j * bs);
+}
+
 void di_kv_table_commit(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, int n_computed) {
   int bs = p->block_size;
   int full = (t->align > bs ? n_computed / t->align * t->align : n_computed) / bs;
@@ -130,11 +138,18 @@ void di_kv_table_commit(di_kv_pool *p, di_kv_table *t, const int32_t *tokens, in
     const int32_t *tok = tokens + (size_t)i * bs;
     uint64_t h = di_kv_prefix_hash(parent, tok, bs);
     t->hashes[i] = h;
-    di_kv_cache_class cls = t->window <= 0 || t->ckpt <= 0 ? DI_KV_CACHE_KEEP
+    const bool ck = t->window > 0 && t->ckpt > 0;
+    di_kv_cache_class cls = !ck                               ? DI_KV_CACHE_KEEP
                             : di_kv_table_ckpt_block(t, bs, i) ? DI_KV_CACHE_CKPT
+                            : di_kv_table_tip_block(t, bs, i)  ? DI_KV_CACHE_TIP
                                                                : DI_KV_CACHE_WINDOW;
     if (t->blocks[i] >= 0) di_kv_prefix_insert(p, t->blocks[i], h, parent, tok, cls);
     t->n_hashed++;
+    /* Checkpoint (i+1)*bs complete: it supersedes the one before, if it lies
+     * in the prompt (hits land in shared prompts; past them only a
+     * continuation of this very sequence would use it). */
+    const int c = (i + 1) * bs;
+    if (ck && c % t->ckpt == 0 && c > t->ckpt && (t->tip <= 0 || c <= t->tip)) demote_ckpt(p, t, tokens, c - t->ckpt);
   }
 }
 
@@ -209,6 +224,12 @@ bool di_kv_table_ckpt_block(const di_kv_table *t, int block_size, int i) {
    * only (ckpt >= window), earlier ones end before the block. */
   long long c = ((long long)i * block_size / t->ckpt + 1) * t->ckpt;
   return di_kv_window_first(t->window, block_size, (int)c) <= i;
+}
+
+bool di_kv_table_tip_block(const di_kv_table *t, int block_size, int i) {
+  if (t->window <= 0 || t->ckpt <= 0 || t->tip <= 0) return false;
+  int margin = t->window / 4 > block_size ? t->window / 4 : block_size;
+  return i >= di_kv_window_first(t->window, block_size, t->tip - margin) && i < t->tip / block_size;
 }
 
 void di_kv_table_release_before(di_kv_pool *p, di_kv_table *t, int lo) {

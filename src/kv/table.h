@@ -31,6 +31,26 @@
  * full-attention prefix. Under memory pressure the windows between go, and
  * a hit whose window is gone replays from the last checkpoint before it
  * (engine/replay.c): at most C positions of recomputation.
+ * When a table completes the checkpoint at kC within its prompt, the one at
+ * (k-1)C on its chain is demoted to DI_KV_CACHE_CKPT_SHADOWED (a hit at or
+ * past kC replays from kC), which the cache evicts before full-attention
+ * blocks and deepest checkpoints: a pool that holds a few documents'
+ * full-attention KV keeps each one's deepest checkpoint rather than the LRU
+ * document's tail. Checkpoints in the generated part demote none: other
+ * requests branch inside or at the end of a shared prompt.
+ *
+ * The prompt's end (`tip`): requests that share a prefix branch at its end
+ * (a document and its questions: the question is the prompt's last few
+ * tokens), rarely at a multiple of C, so the window blocks of every position
+ * in [tip - M, tip], M = max(W/4, a block), are cached as DI_KV_CACHE_TIP
+ * (those no checkpoint needs: evicted after superseded checkpoints, before
+ * full-attention blocks): a branch within M positions before the end of an
+ * earlier prompt replays nothing. Memory stays bounded: the running sequence does not pin
+ * them (they leave its window and park as usual), so they cost only cache,
+ * at most W + M + a block of positions per cached prompt per window table
+ * (5W/4: 9.4 MiB for Gemma 3 270M at f16, 2.6x the full-attention KV of
+ * 1K positions, hence M is small), and the LRU takes them with their
+ * prompt's full-attention blocks (di_kv_tables_release orders them so).
  *
  * Every table also keeps the chain hash of each full block it computed, so
  * prefix-cache registration does not depend on which block ended up cached. */
@@ -60,6 +80,7 @@ typedef struct di_kv_table {
    * [start, end) that passes one may also write the blocks back to the
    * previous one (copied first where shared). A multiple of the block size. */
   int align;
+  int tip;           /* the prompt's length (0: none); with ckpt, see above */
 } di_kv_table;
 
 /* max_positions: the most positions the sequence can ever hold. */
@@ -107,6 +128,10 @@ static inline int di_kv_window_first(int window, int block_size, int pos) {
 /* Whether block i of a window table holds part of the window ending at a
  * checkpoint (the positions before k*ckpt that the token at k*ckpt sees). */
 bool di_kv_table_ckpt_block(const di_kv_table *t, int block_size, int i);
+/* Whether block i of a window table with checkpoints holds part of the window
+ * of a position in [tip - M, tip] (cached as TIP unless a checkpoint's; the
+ * table does not pin it). */
+bool di_kv_table_tip_block(const di_kv_table *t, int block_size, int i);
 
 /* Gives back the checkpoint blocks a window table still maps before its
  * window (they stay cached, evictable); returns how many. keep_last keeps the

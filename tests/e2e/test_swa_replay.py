@@ -130,8 +130,10 @@ def test_gemma3_exact(tmp_path):
     layers (window 512) in 5 window tables of 3 keep the window and checkpoints;
     a pool that holds both documents' full-attention KV (and the checkpoints)
     but not all their windows. Here 1.3K-token documents, C = 1024 (the branch
-    at 900 replays from 0, the return from 1024); DI_SWA_LONG=1: 4.6K-token
-    documents (9x the window), several C, and --no-replay."""
+    at 900 replays from 0, the return from 1024: this pool gives up the
+    windows kept at the end of the document's first prompt before its
+    full-attention KV); DI_SWA_LONG=1: 4.6K-token documents (9x the
+    window), several C, and --no-replay."""
     model = need(MODELS / "gemma-3-270m-q4_k_m.gguf")
     doc_len, branch = (4600, 3000) if LONG else (1300, 900)
     prompts = workload(200000, doc_len, branch)

@@ -136,6 +136,22 @@ static void test_eviction_order(void) {
   CHECK(di_kv_prefix_n_ckpt(p) == 1 && di_kv_prefix_contains(p, 2, 0, tok[1]));
   CHECK(di_kv_alloc(p) == b[1] && di_kv_prefix_n_ckpt(p) == 0);
   di_kv_pool_destroy(p);
+  /* A superseded checkpoint goes before full-attention blocks and deepest
+   * checkpoints, even when those were parked earlier. */
+  CHECK(di_kv_pool_create(&p, di_kv_block_bytes(BS, 1, 2, DI_KV_DTYPE_F32) * 3, BS, 1, 2, DI_KV_DTYPE_F32, &st) == DI_OK);
+  CHECK(di_kv_prefix_enable(p, &st) == DI_OK);
+  di_kv_cache_class cls2[3] = {DI_KV_CACHE_KEEP, DI_KV_CACHE_CKPT, DI_KV_CACHE_CKPT};
+  for (int i = 0; i < 3; i++) {
+    b[i] = di_kv_alloc_group(p, DI_KV_GROUP_WINDOW);
+    di_kv_prefix_insert(p, b[i], (uint64_t)i + 1, 0, tok[i], cls2[i]);
+  }
+  for (int i = 0; i < 3; i++) di_kv_unref(p, b[i]);
+  di_kv_prefix_demote(p, 3, 0, tok[2]); /* parked: moves to the earlier tier */
+  di_kv_prefix_demote(p, 1, 0, tok[0]); /* KEEP stays KEEP */
+  CHECK(di_kv_prefix_class(p, 3, 0, tok[2]) == DI_KV_CACHE_CKPT_SHADOWED &&
+        di_kv_prefix_class(p, 1, 0, tok[0]) == DI_KV_CACHE_KEEP && di_kv_prefix_n_ckpt(p) == 2);
+  CHECK(di_kv_alloc(p) == b[2] && di_kv_alloc(p) == b[0] && di_kv_alloc(p) == b[1]);
+  di_kv_pool_destroy(p);
 }
 
 static void test_replay_outputs(void) {
@@ -155,22 +171,30 @@ static void test_replay_outputs(void) {
          (unsigned long long)s.swa_replays, got[2].cached, got[3].cached);
   di_engine_destroy(e);
   /* A pool that holds the full-attention blocks of both documents and the
-   * checkpoints but not every window: the branch and the return hit the
-   * cached prefix and replay at most C positions; with --no-replay they
-   * recompute. Several C. */
+   * checkpoints but not every window (150 blocks; checkpoint blocks peak at
+   * 72, 64 and 48 for these C): the branch and the return hit the cached
+   * prefix and replay at most C positions; with --no-replay they recompute.
+   * Several C. A tighter pool (110) cannot keep every checkpoint: the cache
+   * gives up the superseded ones first (kv/prefix.h), so the branch at 86,
+   * whose checkpoint is superseded, replays longer (from position 0 at
+   * C = 16, 24) and the return to the document's end up to 40 positions,
+   * both exact: only the outputs are checked there. */
   const int cs[] = {16, 24, 48, 0};
-  for (size_t k = 0; k < sizeof cs / sizeof *cs; k++) {
-    int c = cs[k];
-    e = make(true, c, c == 0, 110, 4, &st);
+  for (size_t k = 0; k < 2 * sizeof cs / sizeof *cs; k++) {
+    const int c = cs[k % 4], pool = k < 4 ? 150 : 110;
+    e = make(true, c, c == 0, (size_t)pool, 4, &st);
     CHECKF(e, "%s", st.msg);
     if (!e) continue;
     run_queries(e, got, &s);
-    for (int i = 0; i < NQ; i++) CHECKF(same(&ref[i], &got[i]), "C %d, query %d", c, i);
-    printf("C %d: replays %llu (longest %d), branch cached %d replayed %d, return cached %d replayed %d, "
+    for (int i = 0; i < NQ; i++) CHECKF(same(&ref[i], &got[i]), "pool %d, C %d, query %d", pool, c, i);
+    printf("pool %d, C %d: replays %llu (longest %d), branch cached %d replayed %d, return cached %d replayed %d, "
            "checkpoint blocks %d, window group high water %d\n",
-           c, (unsigned long long)s.swa_replays, s.swa_replay_max, got[2].cached, got[2].replayed, got[3].cached,
+           pool, c, (unsigned long long)s.swa_replays, s.swa_replay_max, got[2].cached, got[2].replayed, got[3].cached,
            got[3].replayed, s.kv_ckpt_blocks, s.kv_blocks_high_window);
-    if (c > 0) {
+    if (pool < 150) {
+      CHECKF(c == 0 ? s.swa_replays == 0 : s.swa_replays >= 1, "pool %d C %d: %llu replays", pool, c,
+             (unsigned long long)s.swa_replays);
+    } else if (c > 0) {
       CHECKF(s.swa_replays >= 1 && s.swa_replay_max <= c && s.swa_checkpoint == c, "C %d: %llu replays, longest %d",
              c, (unsigned long long)s.swa_replays, s.swa_replay_max);
       for (int i = 2; i < NQ; i++)
@@ -350,11 +374,63 @@ static void test_hold_fallback(void) {
   }
 }
 
+/* Shared documents under a pool that holds their full-attention KV and about
+ * one checkpoint each, not every checkpoint: three documents of 100 positions
+ * (no multiple of C = 24), then a second question on each (the document plus
+ * another tail), interleaved. The superseded checkpoints (24, 48, 72) go
+ * first, then the windows kept at the prompts' ends; each document keeps its
+ * full-attention KV and its deepest checkpoint in the prompt (96), so every
+ * second question reuses the document (>= 90% of its prompt) and replays
+ * less than C: 4 positions at 136 blocks, 0-4 at 150 (the prompt-end windows
+ * mostly survive). With one LRU for checkpoints and full-attention blocks and
+ * no prompt-end windows, each second question took 48 positions from the
+ * cache and replayed 20 at 136 blocks (the LRU document lost its tail,
+ * deepest checkpoints included), and 96 + 4 at 150. */
+#define SD_LEN 100
+#define SD_DOCS 3
+static void run_shared_docs(di_engine *e, int32_t (*q)[SD_LEN + 4], out *o) {
+  for (int k = 0; k < 2 * SD_DOCS; k++) {
+    submit(e, q[k], SD_LEN + 4, &o[k]);
+    run_all(e);
+    CHECK(o[k].final == 1);
+  }
+}
+
+static void test_shared_docs(void) {
+  static int32_t q[2 * SD_DOCS][SD_LEN + 4];
+  for (int k = 0; k < 2 * SD_DOCS; k++)
+    for (int i = 0; i < SD_LEN + 4; i++)
+      q[k][i] = (int32_t)(3 + fake_mix((uint64_t)(i < SD_LEN ? k % SD_DOCS : 10 + k) * 1000 + (uint64_t)i) % 290);
+  di_status st = {0};
+  out ref[2 * SD_DOCS], got[2 * SD_DOCS];
+  di_engine_stats s;
+  di_engine *e = make(false, 0, 0, 400, 1, &st);
+  run_shared_docs(e, q, ref);
+  di_engine_destroy(e);
+  const int pools[] = {136, 150};
+  for (size_t k = 0; k < sizeof pools / sizeof *pools; k++) {
+    e = make(true, 24, 0, (size_t)pools[k], 1, &st);
+    CHECKF(e, "%s", st.msg);
+    if (!e) return;
+    run_shared_docs(e, q, got);
+    di_engine_stats_get(e, &s);
+    for (int i = 0; i < 2 * SD_DOCS; i++) CHECKF(same(&ref[i], &got[i]), "pool %d, question %d", pools[k], i);
+    for (int i = SD_DOCS; i < 2 * SD_DOCS; i++) {
+      printf("shared documents, pool %d: question %d cached %d replayed %d\n", pools[k], i, got[i].cached,
+             got[i].replayed);
+      CHECKF(got[i].replayed < 24 && got[i].cached * 10 >= (SD_LEN + 4) * 9, "pool %d question %d: cached %d replayed %d",
+             pools[k], i, got[i].cached, got[i].replayed);
+    }
+    di_engine_destroy(e);
+  }
+}
+
 /* Pool accounting of one long sequence (prompt 120 + 24 generated, chunks of
  * 32): the full-attention group holds every position (36 blocks); each of the
  * 2 window tables holds at most its window and a chunk (3 + 9 blocks) plus the
  * checkpoints C predicts: 2 blocks (positions kC-5 .. kC-1) for each multiple
- * of C, which stay cached afterwards. */
+ * of C, which stay cached afterwards, with the prompt's end (the windows of
+ * positions 116..120, W/4 rounded up to a block: blocks 27-29). */
 static void test_accounting(void) {
   di_status st = {0};
   out o;
@@ -365,9 +441,9 @@ static void test_accounting(void) {
     run_all(e);
     di_engine_stats_get(e, &s);
     /* 143 positions computed (the last token is sampled, not computed): 35 full blocks */
-    di_kv_table t = {.window = W, .ckpt = c};
+    di_kv_table t = {.window = W, .ckpt = c, .tip = DOC};
     int ckpt = 0;
-    for (int i = 0; i < 35; i++) ckpt += 2 * di_kv_table_ckpt_block(&t, BS, i);
+    for (int i = 0; i < 35; i++) ckpt += 2 * (di_kv_table_ckpt_block(&t, BS, i) || di_kv_table_tip_block(&t, BS, i));
     CHECKF(s.kv_blocks_high_full == 36 && s.kv_ckpt_blocks == ckpt &&
            s.kv_blocks_high_window <= 2 * (3 + 9) + ckpt && s.kv_blocks_high_window >= ckpt,
            "C %d: full %d, window %d, checkpoint blocks %d (%d predicted)", c, s.kv_blocks_high_full,
@@ -414,6 +490,7 @@ int main(void) {
   test_hold_fallback();
   test_shared_preempt();
   test_accounting();
+  test_shared_docs();
   test_bad_settings();
   return di_test_finish("test_replay");
 }
