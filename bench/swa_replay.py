@@ -179,7 +179,11 @@ def main():
             p.wait()
         outs[name] = [r[1] for r in res]
         cached = [r[2]["prompt_tokens_details"]["cached_tokens"] for r in res]
-        replayed = sum(r[2]["prompt_tokens_details"].get("replayed_tokens", 0) for r in res)
+        reps = [r[2]["prompt_tokens_details"].get("replayed_tokens", 0) for r in res]
+        replayed = sum(reps)
+        print(f"{name:>24}: per request (document, question: cached + replayed of the prompt, TTFT): " +
+              ", ".join(f"d{d} q{q}: {c} + {rp} of {len(pr)}, {r[0]:.2f} s"
+                        for (d, q, pr), c, rp, r in zip(work, cached, reps, res)), flush=True)
         report(name, work, [r[0] for r in res], cached, replayed)
     vals = list(outs.values())
     if vals and any(v != vals[0] for v in vals):
