@@ -31,6 +31,19 @@ static int di_test_checks = 0;
     }                                                                        \
   } while (0)
 
+/* A whole file of little-endian f32 (goldens); *n floats, NULL if unreadable. */
+static inline float *di_test_read_f32(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long sz = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  float *d = sz > 0 ? malloc((size_t)sz) : NULL;
+  *n = d ? fread(d, 1, (size_t)sz, f) / 4 : 0;
+  fclose(f);
+  return d;
+}
+
 /* Path of a file under ../shared/data (set by CTest via DI_SHARED_DATA). */
 static inline const char *di_test_data(const char *rel, char *buf, size_t n) {
   const char *root = getenv("DI_SHARED_DATA");

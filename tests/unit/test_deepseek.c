@@ -25,18 +25,6 @@
 
 static char cache_dir[512];
 
-static float *read_f32(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  float *d = malloc((size_t)sz);
-  *n = fread(d, 1, (size_t)sz, f) / 4;
-  fclose(f);
-  return d;
-}
-
 /* The models: generated once into the cache (written to a temporary folder
  * and renamed, so an interrupted run leaves nothing half-written). */
 static bool make_models(void) {
@@ -143,7 +131,7 @@ static double ref_diff(const char *cfg, const char *file, const float *out, int 
   char p[1024], q[800];
   snprintf(q, sizeof q, "models/deepseek-v3-tiny/refs/%s/%s", cfg, file);
   size_t nref = 0;
-  float *ref = read_f32(di_test_data(q, p, sizeof p), &nref);
+  float *ref = di_test_read_f32(di_test_data(q, p, sizeof p), &nref);
   CHECKF(ref && nref == (size_t)n * json_array_size(subset), "%s: %zu values", p, nref);
   double d = ref ? subset_diff(out, V, ref, subset, n) : 1e9;
   free(ref);
@@ -177,7 +165,7 @@ static void check_config(const char *cfg) {
       char lq[300];
       snprintf(lq, sizeof lq, "models/deepseek-v3-tiny/refs/%s/%s", cfg, json_string_value(lf));
       size_t nl = 0;
-      float *last = read_f32(di_test_data(lq, p, sizeof p), &nl);
+      float *last = di_test_read_f32(di_test_data(lq, p, sizeof p), &nl);
       CHECK(last && nl == (size_t)V);
       double dl = 0;
       for (int i = 0; last && i < V; i++) dl = fmax(dl, fabs(out[(size_t)(n - 1) * V + i] - last[i]));
@@ -295,7 +283,7 @@ static void check_gguf(void) {
       char rq[900];
       snprintf(rq, sizeof rq, "models/deepseek-v3-tiny/refs/v3/%s", q);
       size_t nref = 0;
-      float *ref = read_f32(di_test_data(rq, p, sizeof p), &nref);
+      float *ref = di_test_read_f32(di_test_data(rq, p, sizeof p), &nref);
       int S = (int)json_array_size(subset);
       for (int t = 0; t < n; t++) {
         int b = 0;
@@ -410,7 +398,7 @@ static void check_transformers_v2(void) {
     for (int i = 0; i < n && i < 128; i++) ids[i] = (int32_t)json_integer_value(json_array_get(tj, i));
     snprintf(p, sizeof p, "%s/tests/golden/deepseek_v2/%s.logits.f32", src, names[k]);
     size_t nref = 0;
-    float *ref = read_f32(p, &nref);
+    float *ref = di_test_read_f32(p, &nref);
     for (int form = 0; form < (as_gguf[k] ? 2 : 1); form++) {
       if (form == 0) {
         snprintf(p, sizeof p, "%s/%s", dir, names[k]);

@@ -100,18 +100,6 @@ static void run(runner *r, const int32_t *ids, int n, const int *sizes, int n_si
   run_from(r, ids, 0, n, sizes, n_sizes, out);
 }
 
-static float *read_f32(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  float *d = malloc((size_t)sz);
-  *n = fread(d, 1, (size_t)sz, f) / 4;
-  fclose(f);
-  return d;
-}
-
 static int argmax(const float *l, int V) {
   int b = 0;
   for (int i = 1; i < V; i++)
@@ -141,7 +129,7 @@ static void check_config(const char *name) {
   for (int i = 0; i < n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(tj, i));
   snprintf(p, sizeof p, "%s/%s.logits.f32", gdir, name);
   size_t nref = 0;
-  float *ref = read_f32(p, &nref);
+  float *ref = di_test_read_f32(p, &nref);
   CHECKF(ref && nref == json_array_size(kept) * (size_t)V, "golden logits %s", p);
   snprintf(p, sizeof p, "%s/%s", cache_dir, name);
   runner r;

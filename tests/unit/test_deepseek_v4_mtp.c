@@ -47,18 +47,6 @@ static bool make_model(void) {
   return rc == 0;
 }
 
-static float *read_f32(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  float *d = malloc((size_t)sz);
-  *n = fread(d, 1, (size_t)sz, f) / 4;
-  fclose(f);
-  return d;
-}
-
 typedef struct cache {
   di_kv_pool *kv;
   int n_tables;                                  /* grouped: window tables; 0: one row per position */
@@ -180,7 +168,7 @@ static void check_golden(void) {
   json_decref(g);
   snprintf(p, sizeof p, "%s/tests/golden/deepseek_v4/tiny-mtp.logits.f32", src_dir());
   size_t nref = 0;
-  float *ref = read_f32(p, &nref);
+  float *ref = di_test_read_f32(p, &nref);
   CHECKF(ref && nref == (size_t)(n - 1) * V, "golden logits %s", p);
   di_model *m = NULL;
   di_status st = {0};

@@ -7,18 +7,6 @@
 #include "check.h"
 #include "graph/forward.h"
 
-static float *read_f32(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  float *d = malloc((size_t)sz);
-  *n = fread(d, 1, (size_t)sz, f) / 4;
-  fclose(f);
-  return d;
-}
-
 typedef struct runner {
   di_model *m;
   di_forward_ctx *f;
@@ -73,7 +61,7 @@ static void check_logits(const char *model_path, const char *name, int chunk) {
   json_decref(j);
   snprintf(q, sizeof q, "%s%s.f32", p, name);
   size_t nref;
-  float *ref = read_f32(q, &nref);
+  float *ref = di_test_read_f32(q, &nref);
   CHECK(ref && nref == (size_t)n * 512);
   runner r;
   runner_open(&r, model_path, chunk, DI_KV_DTYPE_F32);
