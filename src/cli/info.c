@@ -31,7 +31,8 @@ static void count_each(di_tensor *t, void *u) { count_dtype(u, t); }
  * 128K / 1M tokens of one sequence in the engine's grouped cache (graph/dsv4.h:
  * compressed rows in the main table, the window tables' ring; 16-position
  * blocks, no checkpoints) beside the one-row-per-position layout (--swa-full). */
-static void info_v4(const di_model *m, const di_kv_spec *spec) {
+/* Prints V4's cache plan; returns the grouped KV of a ctx-token sequence. */
+static double info_v4(const di_model *m, const di_kv_spec *spec, long ctx) {
   const di_hparams *hp = &m->hp;
   int n[3] = {0, 0, 0};
   for (int il = 0; il < hp->n_layer; il++) n[hp->v4.attn[il]]++;
@@ -65,6 +66,7 @@ static void info_v4(const di_model *m, const di_kv_spec *spec) {
            ctxs[i], (cmp + win) / 1048576.0, cmp / 1048576.0, win / 1048576.0, (cmp + win) / (double)ctxs[i],
            pool / 1048576.0);
   }
+  return block * (double)((ctx + bs - 1) / bs) + win;
 }
 
 int di_cmd_info(int argc, char **argv) {
@@ -125,11 +127,17 @@ int di_cmd_info(int argc, char **argv) {
            hp->kv_lora_rank, hp->qk_nope_dim, hp->rope_dim, hp->v_head_dim);
   if (hp->n_expert > 0) {
     static const char *score[] = {"softmax", "sigmoid", "sqrtsoftplus"}, *topk[] = {"greedy", "group_limited_greedy", "noaux_tc"};
-    printf("experts:        %d routed (%d per token, width %d), %d shared; first %d layers dense; %s, %s, "
-           "groups %d/%d%s, scale %g\n",
+    printf("experts:        %d routed (%d per token, width %d), %d shared; first %d layers dense; %s, %s",
            hp->n_expert, hp->n_expert_used, hp->n_ff_exp, hp->n_expert_shared, hp->first_k_dense,
-           score[hp->moe_score], topk[hp->moe_topk], hp->topk_group, hp->n_group, hp->moe_norm_topk ? ", normalized" : "",
-           hp->moe_scale);
+           score[hp->moe_score], topk[hp->moe_topk]);
+    if (hp->n_group > 0) printf(", groups %d/%d", hp->topk_group, hp->n_group);
+    printf("%s, scale %g", hp->moe_norm_topk ? ", normalized" : "", hp->moe_scale);
+    if (hp->attn_kind == DI_ATTN_DSV4) {
+      int nh = 0;
+      for (int il = 0; il < hp->n_layer; il++) nh += hp->v4.hash[il];
+      if (nh) printf("; %d layer%s routed by token id (tid2eid)", nh, nh > 1 ? "s" : "");
+    }
+    printf("\n");
   }
   printf("context:        %d (trained)\n", hp->n_ctx_train);
   printf("rope:           %s, dim %d, base %g", rope_names[hp->rope_type], hp->rope_dim, hp->rope_base);
@@ -143,7 +151,8 @@ int di_cmd_info(int argc, char **argv) {
   if (hp->swa_pattern) printf("global layers:  every %d\n", hp->swa_pattern);
   if (hp->attn_softcap > 0 || hp->final_softcap > 0)
     printf("soft-capping:   attention %g, final %g\n", hp->attn_softcap, hp->final_softcap);
-  printf("variants:       %s%s%s%s%s\n", hp->qkv_bias ? "qkv-bias " : "", hp->qk_norm ? "qk-norm " : "",
+  if (hp->qkv_bias || hp->qk_norm || hp->post_norms || hp->embd_scale || hp->tied_output)
+    printf("variants:       %s%s%s%s%s\n", hp->qkv_bias ? "qkv-bias " : "", hp->qk_norm ? "qk-norm " : "",
          hp->post_norms ? "post-norms " : "", hp->embd_scale ? "embedding-scale " : "",
          hp->tied_output ? "tied-output" : "");
   printf("weight dtypes:  ");
@@ -153,16 +162,18 @@ int di_cmd_info(int argc, char **argv) {
   di_kv_spec spec;
   di_forward_kv_spec(m, &spec);
   spec.type = kv_type;
-  if (hp->attn_kind == DI_ATTN_DSV4) info_v4(m, &spec);
   size_t kv = di_kv_spec_block_bytes(&spec, 16) * (size_t)((ctx + 15) / 16);
   size_t per_tok = di_kv_spec_block_bytes(&spec, 1);
   const char *tname = spec.type == DI_KV_DTYPE_F32 ? "f32" : spec.type == DI_KV_DTYPE_F16 ? "f16" : "bf16";
-  printf("KV per token:   %zu bytes (%s, %d layers x %d values%s)", per_tok, tname,
-         spec.n_layers, spec.kv_dim,
-         spec.v_in_k ? ": one latent row, read as K and V" : " K + the same V");
-  if (hp->attn_kind == DI_ATTN_MLA) /* per-head K (nope + rope) and V, as MHA would cache them */
-    printf("; MHA would need %zu", (size_t)hp->n_layer * hp->n_head * (hp->head_dim + hp->v_head_dim) * 2);
-  printf("\n");
+  if (hp->attn_kind == DI_ATTN_DSV4) { /* the engine's grouped plan (one row per position is DI_KV_NO_GROUPS's) */
+    kv = (size_t)info_v4(m, &spec, ctx);
+  } else {
+    printf("KV per token:   %zu bytes (%s, %d layers x %d values%s)", per_tok, tname, spec.n_layers, spec.kv_dim,
+           spec.v_in_k ? ": one latent row, read as K and V" : " K + the same V");
+    if (hp->attn_kind == DI_ATTN_MLA) /* per-head K (nope + rope) and V, as MHA would cache them */
+      printf("; MHA would need %zu", (size_t)hp->n_layer * hp->n_head * (hp->head_dim + hp->v_head_dim) * 2);
+    printf("\n");
+  }
   printf("memory:         weights %.1f MiB + KV (%s, %ld tokens) %.1f MiB\n", (double)m->weight_bytes / 1048576.0,
          tname, ctx, (double)kv / 1048576.0);
   const int N = di_cli_tp_ranks();
