@@ -70,11 +70,13 @@ static int cmps(const void *a, const void *b) { return strcmp(*(char *const *)a,
 
 static void usage(FILE *f) {
   fprintf(f, "usage: deepinfer grammar-bench --tokenizer PATH DIR_OR_FILES... [--json] [--verbose]\n"
-             "       [--ws python|compact|free] [--timeout-s S] [--list FILE] [--clock wall|cpu]\n"
+             "       [--ws python|compact|free] [--timeout-s S] [--list FILE] [--clock wall|cpu] [--slow-us US]\n"
              "MaskBench files ({\"schema\":..., \"tests\":[{\"valid\":bool,\"data\":...}]}); a directory\n"
              "means its *.json files; --list FILE reads names (one a line) relative to the\n"
              "directory given. With --json the last line is the summary object. Times are\n"
-             "wall-clock unless --clock cpu (this process's CPU time).\n");
+             "wall-clock unless --clock cpu (this process's CPU time). --slow-us US prints each\n"
+             "mask+commit slower than US to stderr (file, test, token index, time), to find\n"
+             "what makes the tail.\n");
 }
 
 enum { R_PASS, R_COMPILE, R_VALIDATION, R_INVALIDATION, R_TIMEOUT };
@@ -82,7 +84,7 @@ enum { R_PASS, R_COMPILE, R_VALIDATION, R_INVALIDATION, R_TIMEOUT };
 int di_cmd_grammar_bench(int argc, char **argv) {
   const char *tokp = NULL, *list = NULL;
   bool json = false, verbose = false;
-  double timeout_s = 60;
+  double timeout_s = 60, slow_us = 0;
   di_grammar_opts opts = {.ws = DI_JSON_WS_PYTHON};
   paths in = {0};
   for (int i = 1; i < argc; i++) {
@@ -95,6 +97,7 @@ int di_cmd_grammar_bench(int argc, char **argv) {
     else if (!strcmp(a, "--json")) json = true;
     else if (!strcmp(a, "--verbose")) verbose = true;
     else if (!strcmp(a, "--timeout-s") && i + 1 < argc) timeout_s = atof(argv[++i]);
+    else if (!strcmp(a, "--slow-us") && i + 1 < argc) slow_us = atof(argv[++i]);
     else if (!strcmp(a, "--clock") && i + 1 < argc) {
       const char *c = argv[++i];
       if (!strcmp(c, "wall")) bench_clock = CLOCK_MONOTONIC;
@@ -213,6 +216,7 @@ int di_cmd_grammar_bench(int argc, char **argv) {
           bool acc = allowed && di_gmatcher_accept_token(m, ids[k]);
           double b = now_us();
           dpush(&tbm, b - a);
+          if (slow_us > 0 && b - a > slow_us) fprintf(stderr, "slow %s %zu %zu %.1f\n", path, ti, k, b - a);
           n_tokens++;
           if (allowed && !acc) {
             result = R_VALIDATION;

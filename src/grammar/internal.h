@@ -56,6 +56,16 @@ typedef struct gcache {
   int32_t *unc;        /* uncertain tokens in trie order */
   uint16_t *unc_lcp;   /* bytes shared with the previous uncertain token */
   uint32_t n_unc;
+  /* Where the uncertain tokens leave the rule: one entry (token, j) per
+   * byte count j after which the walk from the state returned from its rule
+   * (a token may leave at several). ent_*: trie order; sx_*: the same
+   * entries ordered by what follows (the token's bytes from j), with sx_lcp
+   * the bytes shared with the previous one. An uncertain token is accepted
+   * on a real stack iff for one of its entries the caller's stack reads the
+   * rest of the token, so masks walk those rests, not whole tokens. */
+  int32_t *ent_tok, *sx_tok;
+  uint16_t *ent_j, *sx_j, *sx_lcp;
+  uint32_t n_ent;
   bool shared; /* owned by the process-wide cache, not by a grammar */
 } gcache;
 

@@ -15,6 +15,11 @@ void gcache_free(gcache *c) {
   free(c->acc_list);
   free(c->unc);
   free(c->unc_lcp);
+  free(c->ent_tok);
+  free(c->ent_j);
+  free(c->sx_tok);
+  free(c->sx_j);
+  free(c->sx_lcp);
   free(c);
 }
 
@@ -37,16 +42,65 @@ static void tb_push(tokbuf *b, int32_t t, uint16_t lcp) {
 
 /* Uncertain tokens are recorded with the depth of the trie node where the
  * previous uncertain token and this one part; a walk in trie order makes that
- * the smallest depth seen since the previous record. */
+ * the smallest depth seen since the previous record. Each also gets one
+ * entry per depth on its path where the walk left the state's rule
+ * (pd[j]: it did after j bytes), up to pop_lim. */
 typedef struct unc_rec {
   tokbuf *b;
+  tokbuf *e; /* entries: token, and (in lcp) the depth it leaves at */
+  const bool *pd;
   uint32_t min_depth;
 } unc_rec;
 
-static void unc_add(unc_rec *u, int32_t t, uint32_t node_depth) {
+static void unc_add(unc_rec *u, int32_t t, uint32_t node_depth, uint32_t pop_lim) {
   uint32_t l = u->min_depth < node_depth ? u->min_depth : node_depth;
   tb_push(u->b, t, (uint16_t)(u->b->n ? l : 0));
   u->min_depth = 0xFFFF;
+  for (uint32_t j = 1; j <= pop_lim; j++)
+    if (u->pd[j]) tb_push(u->e, t, (uint16_t)j);
+}
+
+typedef struct sx_ent {
+  const uint8_t *p;
+  uint32_t n;
+  int32_t t;
+  uint16_t j;
+} sx_ent;
+
+static int sx_cmp(const void *x, const void *y) {
+  const sx_ent *a = x, *b = y;
+  uint32_t n = a->n < b->n ? a->n : b->n;
+  int c = memcmp(a->p, b->p, n);
+  if (c) return c;
+  if (a->n != b->n) return a->n < b->n ? -1 : 1;
+  return a->t < b->t ? -1 : a->t > b->t;
+}
+
+/* The entries ordered by the bytes each token has left after its rule. */
+static void sx_order(const gvocab *v, gcache *c) {
+  if (!c->n_ent) return;
+  sx_ent *e = malloc(sizeof *e * c->n_ent);
+  c->sx_tok = malloc(sizeof *c->sx_tok * c->n_ent);
+  c->sx_j = malloc(sizeof *c->sx_j * c->n_ent);
+  c->sx_lcp = malloc(sizeof *c->sx_lcp * c->n_ent);
+  if (!e || !c->sx_tok || !c->sx_j || !c->sx_lcp) abort();
+  for (uint32_t k = 0; k < c->n_ent; k++) {
+    int32_t t = c->ent_tok[k];
+    uint16_t j = c->ent_j[k];
+    e[k] = (sx_ent){.p = v->tb[t] + j, .n = v->tlen[t] - j, .t = t, .j = j};
+  }
+  qsort(e, c->n_ent, sizeof *e, sx_cmp);
+  for (uint32_t k = 0; k < c->n_ent; k++) {
+    c->sx_tok[k] = e[k].t;
+    c->sx_j[k] = e[k].j;
+    uint32_t l = 0;
+    if (k) {
+      uint32_t n = e[k].n < e[k - 1].n ? e[k].n : e[k - 1].n;
+      while (l < n && e[k].p[l] == e[k - 1].p[l]) l++;
+    }
+    c->sx_lcp[k] = (uint16_t)l;
+  }
+  free(e);
 }
 
 /* Whether reading the byte ranges rng[0..n) one after the other from st
@@ -279,7 +333,8 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   int32_t *simple = malloc(sizeof *simple * D);
   simple[0] = state; /* the start is read from directly, without closure */
   gset one = {0};
-  tokbuf unc = {0};
+  tokbuf unc = {0}, ent = {0};
+  bool *pd = calloc(D, 1); /* the walk left the state's rule at this depth of the current path */
   size_t words = ((size_t)v->n_vocab + 31) / 32;
   uint32_t *acc = calloc(words, sizeof *acc); /* accepted tokens as bits: a walk may accept most of them */
 #define ACCEPT(t) (acc[(t) >> 5] |= 1u << ((t) & 31))
@@ -297,14 +352,14 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   bool ctl_ok = false;
   int k0 = shortcuts ? chain_len(g, state, &ctl_ok) : -1;
   pp[0] = k0 >= 0 && ctl_ok;
-  unc_rec ur = {.b = &unc, .min_depth = 0};
+  unc_rec ur = {.b = &unc, .e = &ent, .pd = pd, .min_depth = 0};
   /* With a reference: acc starts as G's accepted set, which holds wherever
    * the two walks meet (those subtrees are skipped); every token the walk
    * visits or skips otherwise is cleared before it is decided. gst[d]: G's
    * walk along the current path (-1: gone or not plain); ru: the next of G's
    * uncertain tokens. */
   int32_t *gst = NULL;
-  uint32_t ru = 0;
+  uint32_t ru = 0, re = 0;
   if (rc) {
     gst = malloc(sizeof *gst * D);
     gst[0] = ref;
@@ -339,6 +394,9 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
             for (ru++; ru < rc->n_unc && v->pos[rc->unc[ru]] < hi; ru++) tb_push(&unc, rc->unc[ru], rc->unc_lcp[ru]);
             ur.min_depth = 0xFFFF;
           }
+          /* the paths down to here read plain states only (no rule left), so the entries are G's */
+          while (re < rc->n_ent && v->pos[rc->ent_tok[re]] < lo) re++;
+          for (; re < rc->n_ent && v->pos[rc->ent_tok[re]] < hi; re++) tb_push(&ent, rc->ent_tok[re], rc->ent_j[re]);
           i = v->end[i];
           continue;
         }
@@ -372,12 +430,13 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
       gp_step(p, a, &sets[d - 1], v->byte[i], &sets[d], &popped);
     }
     esc[d] = esc[d - 1] || popped;
+    pd[d] = popped;
     bool alive = simple[d] >= 0 || sets[d].n > 0;
     CLEAR_RANGE(v->t_off[i], v->t_off[i] + v->t_n[i]);
     for (uint32_t k = 0; k < v->t_n[i]; k++) {
       int32_t t = v->sorted[v->t_off[i] + k];
       if (alive || popped) ACCEPT(t);
-      else if (esc[d - 1]) unc_add(&ur, t, d);
+      else if (esc[d - 1]) unc_add(&ur, t, d, d - 1);
     }
     if (alive) {
       i++;
@@ -388,7 +447,7 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
       for (uint32_t j = i + 1; j < v->end[i]; j++) {
         uint32_t dj = v->depth[j];
         if (dj - 1 < ur.min_depth) ur.min_depth = dj - 1;
-        for (uint32_t k = 0; k < v->t_n[j]; k++) unc_add(&ur, v->sorted[v->t_off[j] + k], dj);
+        for (uint32_t k = 0; k < v->t_n[j]; k++) unc_add(&ur, v->sorted[v->t_off[j] + k], dj, d);
       }
     i = v->end[i];
   }
@@ -401,6 +460,7 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   free(sets);
   free(simple);
   free(pp);
+  free(pd);
   gset_free(&one);
   free(esc);
   gp_truncate(p, mark);
@@ -424,7 +484,11 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   c->unc = unc.v;
   c->unc_lcp = unc.lcp;
   c->n_unc = (uint32_t)unc.n;
-  g->cache_bytes += unc.n * 6 + sizeof *c;
+  c->ent_tok = ent.v;
+  c->ent_j = ent.lcp;
+  c->n_ent = (uint32_t)ent.n;
+  sx_order(v, c);
+  g->cache_bytes += unc.n * 6 + ent.n * 12 + sizeof *c;
   return c;
 }
 
@@ -506,7 +570,8 @@ static bool state_key(di_grammar *g, int32_t s, uint64_t key[2]) {
 }
 
 static size_t gcache_bytes(const gcache *c, int32_t n_vocab) {
-  return sizeof *c + (c->acc_bits ? ((size_t)n_vocab + 31) / 32 * 4 : (size_t)c->n_acc * 4) + (size_t)c->n_unc * 6;
+  return sizeof *c + (c->acc_bits ? ((size_t)n_vocab + 31) / 32 * 4 : (size_t)c->n_acc * 4) + (size_t)c->n_unc * 6 +
+         (size_t)c->n_ent * 12;
 }
 
 static gcache *share_find(const uint64_t key[2]) {

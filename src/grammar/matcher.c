@@ -196,6 +196,35 @@ static void walk_uncertain(di_gmatcher *m, const gcache *c, int32_t x, uint32_t 
   }
 }
 
+/* Uncertain tokens of one cache against the real stack x by their entries:
+ * a token is accepted iff, for one of its entries (token, j), the caller's
+ * stack below x reads the token's bytes from j (the rule of x's state
+ * returned after j bytes; its walk inside the rule ended before the token
+ * did, or the token would be decided already). Rests are walked in sorted
+ * order, sharing prefixes, so the bytes before the rule's end (a string's
+ * characters up to its closing quote) are never walked again. */
+static void walk_rests(di_gmatcher *m, const gcache *c, int32_t x, uint32_t *mask) {
+  const gvocab *v = m->g->v;
+  int32_t P = m->pool.parent[x];
+  if (P <= 0) return; /* x's rule is the root's: nothing may follow its end */
+  gset *w = m->walk;
+  bool pop0;
+  gp_close(&m->pool, &m->g->a, P, &w[0], &pop0);
+  uint32_t valid = 0;
+  for (uint32_t k = 0; k < c->n_ent; k++) {
+    int32_t t = c->sx_tok[k];
+    if (c->sx_lcp[k] < valid) valid = c->sx_lcp[k];
+    if (mask[t >> 5] >> (t & 31) & 1) continue;
+    const uint8_t *b = v->tb[t] + c->sx_j[k];
+    uint32_t L = v->tlen[t] - c->sx_j[k];
+    while (valid < L && w[valid].n) {
+      gp_step(&m->pool, &m->g->a, &w[valid], b[valid], &w[valid + 1], &m->wpop[valid + 1]);
+      valid++;
+    }
+    if (valid == L && (w[L].n || m->wpop[L])) mask[t >> 5] |= 1u << (t & 31);
+  }
+}
+
 /* The key of the current configuration: every stack's states, top to bottom,
  * and the accepting flag. */
 static void config_key(di_gmatcher *m, uint64_t key[2]) {
@@ -292,7 +321,11 @@ static void fill_mask_walk(di_gmatcher *m, uint32_t *mask, bool fresh) {
     int32_t x = m->sets[h->off + i];
     gcache *own = NULL;
     const gcache *c = state_cache(g, m->pool.state[x], fresh, &own);
-    if (c->n_unc) walk_uncertain(m, c, x, mask);
+    if (fresh) { /* tests: whole tokens from x, the reference for walk_rests */
+      if (c->n_unc) walk_uncertain(m, c, x, mask);
+    } else if (c->n_ent) {
+      walk_rests(m, c, x, mask);
+    }
     gcache_free(own);
   }
   gp_truncate(&m->pool, mark);
