@@ -3,6 +3,7 @@
  * below); the rest ("uncertain": they finish the state's rule and read on
  * into the caller's) are walked against the real stack at mask time, sharing
  * prefixes between consecutive uncertain tokens. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -191,6 +192,63 @@ static size_t count_bits(const uint32_t *w, size_t n) { return count_bits_swar(w
 
 enum { CHAIN_INF = 255 }; /* "at least 255": more than any token has characters */
 
+static bool plain_state(const ga *a, int32_t s) { return s >= 0 && !a->st[s].final && !a->st[s].c_n; }
+
+enum { CLOSED_MAX = 2048 }; /* states a closure check may visit */
+
+/* Reads the byte-range sequence rng[0..n) from st through plain states only,
+ * adding the states it ends in to q (seen: already there); false if a byte
+ * is not read, leads to a state that is not plain, or q is full. */
+static bool seq_into(const ga *a, int32_t st, const uint8_t (*rng)[2], int n, int32_t *q, size_t *nq, uint8_t *seen) {
+  if (n == 0) {
+    if (seen[st]) return true;
+    if (*nq == CLOSED_MAX) return false;
+    seen[st] = 1;
+    q[(*nq)++] = st;
+    return true;
+  }
+  int32_t prev = -1;
+  for (unsigned b = rng[0][0]; b <= rng[0][1]; b++) {
+    int32_t t = ga_step(a, st, (uint8_t)b);
+    if (!plain_state(a, t)) return false;
+    if (t != prev && !seq_into(a, t, rng + 1, n - 1, q, nq, seen)) return false;
+    prev = t;
+  }
+  return true;
+}
+
+/* Whether plain state s reads every string character into a plain state that
+ * does the same (the states reachable from s by string characters are closed
+ * under them): then every token of string characters only is accepted from s
+ * whatever its length, as from the head of an endless chain, though the
+ * characters may lead to different states (an unanchored pattern's run
+ * counters). Marks the whole closed set in g->chain as such. *ctl_ok: none
+ * of its states reads a control byte. Caller holds g->mu. */
+static bool str_closed(di_grammar *g, int32_t s, bool *ctl_ok) {
+  const ga *a = &g->a;
+  int32_t *q = malloc(sizeof *q * CLOSED_MAX);
+  uint8_t *seen = calloc(a->n_st, 1);
+  size_t nq = 1;
+  bool ok = q && seen, ctl = true;
+  if (ok) {
+    q[0] = s;
+    seen[s] = 1;
+  }
+  for (size_t h = 0; ok && h < nq; h++) {
+    int32_t u = q[h];
+    ctl = ctl && !reads_any(a, u, 0x00, 0x1F);
+    for (size_t r = 0; ok && r < 3; r++) ok = seq_into(a, u, &ascii_chars[r], 1, q, &nq, seen);
+    for (size_t k = 0; ok && k < sizeof u8_len / sizeof u8_len[0]; k++) ok = seq_into(a, u, u8_seqs[k], u8_len[k], q, &nq, seen);
+  }
+  if (ok)
+    for (size_t h = 0; h < nq; h++)
+      if (g->chain[q[h]] == 0) g->chain[q[h]] = (int16_t)(1 + (CHAIN_INF << 1 | ctl));
+  free(q);
+  free(seen);
+  *ctl_ok = ctl;
+  return ok;
+}
+
 /* The string-character chain from state s: K >= 0 when s, and the states
  * every string character leads through from it, are plain (not final, no
  * calls) and, after exactly K characters, a state reads no string character
@@ -238,7 +296,13 @@ static int chain_len(di_grammar *g, int32_t s, bool *ctl_ok) {
     }
     int32_t u = char_step_memo(g, t);
     if (u < 0) {
-      g->chain[t] = -1;
+      bool cok;
+      if (str_closed(g, t, &cok)) {
+        k_end = CHAIN_INF;
+        ok_end = cok;
+      } else {
+        g->chain[t] = -1;
+      }
       break;
     }
     g->chain[t] = -2;
@@ -263,8 +327,6 @@ static int chain_len(di_grammar *g, int32_t s, bool *ctl_ok) {
 }
 
 static const gcache *state_cache_locked(di_grammar *g, int32_t state);
-
-static bool plain_state(const ga *a, int32_t s) { return s >= 0 && !a->st[s].final && !a->st[s].c_n; }
 
 /* A reference for state s: a plain state G that every string character
  * brings back to itself (a string's body) and that s enters on a common
@@ -615,6 +677,12 @@ static const gcache *state_cache_locked(di_grammar *g, int32_t state) {
     }
     if (!c) {
       c = compute(g, state, true);
+      if (getenv("DI_GDEBUG")) {
+        const ga_state *S = &g->a.st[state];
+        fprintf(stderr, "compute st %d rule %d (%s) r_n %u c_n %u final %d acc %u unc %u ent %u keyed %d\n", state, S->rule,
+                g->a.rule_names && g->a.rule_names[S->rule] ? g->a.rule_names[S->rule] : "?", S->r_n, S->c_n, S->final, c->n_acc,
+                c->n_unc, c->n_ent, keyed);
+      }
       if (keyed) {
         pthread_mutex_lock(&share_mu);
         gcache *other = share_find(key);

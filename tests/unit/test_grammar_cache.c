@@ -131,6 +131,17 @@ int main(void) {
   check_grammar(DI_GRAMMAR_GBNF, "root ::= [^\\x00-\\x1f\"\\\\]{0,4} [a-z]+", 3, 12);
   check_grammar(DI_GRAMMAR_REGEX, ".{0,7}x", 3, 10);
   check_grammar(DI_GRAMMAR_REGEX, "[ -~]{2,9}", 3, 10);
+  /* unanchored patterns: every string character is read, into one of several
+   * run-counter states (a set of states closed under string characters);
+   * after a string, tokens that close it and read on into the object */
+  check_grammar(DI_GRAMMAR_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"[a-z0-9]{5}\"}", 4, 20);
+  check_grammar(DI_GRAMMAR_JSON_SCHEMA,
+                "{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"string\",\"pattern\":\"ab|[0-9]{3}\"},"
+                "\"q\":{\"type\":\"integer\"},\"r\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},"
+                "\"required\":[\"p\",\"q\"]}",
+                4, 24);
+  /* a closed set whose states read some control bytes */
+  check_grammar(DI_GRAMMAR_GBNF, "root ::= ( \"a\" [^\\x00-\\x08] | [^a\\x00-\\x08] )* \"\\x05\"", 3, 12);
   /* property names other than the declared ones: the name's states copy the
    * string body's decisions where their walks meet (first characters that
    * start no declared name, and the characters after a declared prefix);
@@ -140,10 +151,12 @@ int main(void) {
                     "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"integer\"},\"nam\":{},"
                     "\"e\":{\"type\":\"string\"},\"xy\":{},\"\u00e9t\u00e9\":{},\"q\\\"t\":{},\" a\":{}}}",
                     4, 24, 10);
-  check_grammar_ref(DI_GRAMMAR_JSON_SCHEMA,
-                    "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"maxLength\":3}},"
-                    "\"additionalProperties\":{\"type\":\"string\"},\"required\":[\"id\"]}",
-                    4, 24, 10);
+  /* (names other than one "id": every key state reads every string
+   * character, a closed set, so no reference is needed) */
+  check_grammar(DI_GRAMMAR_JSON_SCHEMA,
+                "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"maxLength\":3}},"
+                "\"additionalProperties\":{\"type\":\"string\"},\"required\":[\"id\"]}",
+                4, 24);
   /* a hand-made string whose first character picks a branch: 'a' starts a
    * keyword, '~' ends at once, DEL and other characters lead to the body */
   check_grammar_ref(DI_GRAMMAR_GBNF,
