@@ -198,6 +198,61 @@ int32_t di_sampler_forced(const uint32_t *mask, int n) {
   return tok;
 }
 
+/* Disallowed logits to -inf a word of the mask at a time: whole words
+ * allowed (inside a string) or refused (most of the vocabulary elsewhere)
+ * cost no per-token test. */
+static void apply_mask(float *l, const uint32_t *mask, int n) {
+  for (int w = 0; w * 32 < n; w++) {
+    uint32_t b = mask[w];
+    int base = w * 32, m = n - base < 32 ? n - base : 32;
+    if (b == 0xFFFFFFFFu) continue;
+    if (!b) {
+      for (int k = 0; k < m; k++) l[base + k] = -INFINITY;
+      continue;
+    }
+    for (int k = 0; k < m; k++)
+      if (!(b >> k & 1)) l[base + k] = -INFINITY;
+  }
+}
+
+/* di_argmax of the row with the refused logits at -inf, read in place: the
+ * first index of the largest allowed logit, 0 if an allowed logit 0 is NaN
+ * or none is above -inf (di_argmax's rules). */
+static int32_t masked_argmax(const float *l, const uint32_t *mask, int n) {
+  if ((mask[0] & 1) && l[0] != l[0]) return 0;
+  float best = -INFINITY;
+  int32_t bi = -1;
+  for (int w = 0; w * 32 < n; w++) {
+    uint32_t b = mask[w];
+    int base = w * 32;
+    if (n - base < 32) b &= (1u << (n - base)) - 1;
+    if (!b) continue;
+    const float *x = l + base;
+    if (b == 0xFFFFFFFFu) {
+      float m[8];
+      for (int k = 0; k < 8; k++) m[k] = -INFINITY;
+      for (int i = 0; i < 32; i += 8)
+        for (int k = 0; k < 8; k++) m[k] = x[i + k] > m[k] ? x[i + k] : m[k];
+      float mx = m[0];
+      for (int k = 1; k < 8; k++) mx = m[k] > mx ? m[k] : mx;
+      if (mx > best) {
+        best = mx;
+        for (int k = 0;; k++)
+          if (x[k] == mx) {
+            bi = base + k;
+            break;
+          }
+      }
+      continue;
+    }
+    for (; b; b &= b - 1) {
+      int k = __builtin_ctz(b);
+      if (x[k] > best) best = x[k], bi = base + k;
+    }
+  }
+  return bi < 0 ? 0 : bi;
+}
+
 void di_sampler_sample(di_sampler *s, const float *logits, const di_sample_in *in, di_sample_out *out) {
   const di_sampling *p = in->p;
   int n = s->n_vocab;
@@ -216,13 +271,12 @@ void di_sampler_sample(di_sampler *s, const float *logits, const di_sample_in *i
       memcpy(s->pairs, in->cand, (size_t)p->top_k * sizeof *s->pairs);
       out->token = sample_tail(s, in, p->top_k, true);
     }
-  } else if (greedy && !in->mask && !modifies_logits(p)) {
-    out->token = di_argmax(logits, n); /* nothing modifies the logits: no copy */
+  } else if (greedy && !modifies_logits(p)) { /* nothing modifies the logits: no copy */
+    out->token = in->mask ? masked_argmax(logits, in->mask, n) : di_argmax(logits, n);
   } else {
     memcpy(s->logits, logits, (size_t)n * sizeof *logits);
-    if (in->mask) /* grammar first: temperature, top-k/p and penalties see allowed tokens only */
-      for (int i = 0; i < n; i++)
-        if (!(in->mask[i >> 5] >> (i & 31) & 1)) s->logits[i] = -INFINITY;
+    /* grammar first: temperature, top-k/p and penalties see allowed tokens only */
+    if (in->mask) apply_mask(s->logits, in->mask, n);
     for (int i = 0; i < p->n_logit_bias; i++) s->logits[p->logit_bias_ids[i]] += p->logit_bias_values[i];
     apply_penalties(s, in);
     out->token = greedy ? di_argmax(s->logits, n) : sample_dist(s, in);

@@ -41,6 +41,9 @@ static void grammar_destroy(di_grammar *g) {
   free(g->local);
   free(g->chain);
   free(g->cstep);
+  free(g->rule_n);
+  free(g->acc_scratch);
+  free(g->tw_scratch);
   free(g->cache);
   if (g->memo)
     for (size_t i = 0; i < MEMO_SLOTS; i++) free(g->memo[i].mask);

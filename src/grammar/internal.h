@@ -53,21 +53,33 @@ typedef struct gcache {
   uint32_t *acc_bits;  /* dense accepted set, or NULL */
   int32_t *acc_list;   /* sparse accepted set */
   uint32_t n_acc;
-  int32_t *unc;        /* uncertain tokens in trie order */
+  int32_t *unc;        /* uncertain tokens in trie order (node-by-node walks only, for tests) */
   uint16_t *unc_lcp;   /* bytes shared with the previous uncertain token */
   uint32_t n_unc;
   /* Where the uncertain tokens leave the rule: one entry (token, j) per
    * byte count j after which the walk from the state returned from its rule
-   * (a token may leave at several). ent_*: trie order; sx_*: the same
-   * entries ordered by what follows (the token's bytes from j), with sx_lcp
-   * the bytes shared with the previous one. An uncertain token is accepted
-   * on a real stack iff for one of its entries the caller's stack reads the
-   * rest of the token, so masks walk those rests, not whole tokens. */
-  int32_t *ent_tok, *sx_tok;
-  uint16_t *ent_j, *sx_j, *sx_lcp;
+   * (a token may leave at several), in trie order. An uncertain token is
+   * accepted on a real stack iff for one of its entries the caller's stack
+   * reads the rest of the token (its bytes from j), so masks walk those
+   * rests, not whole tokens. */
+  int32_t *ent_tok;
+  uint16_t *ent_j;
   uint32_t n_ent;
+  /* The entries ordered by their rests, built by the second mask that uses
+   * this cache (a first use should cost no sort; caches are shared between
+   * threads, hence atomics): sorted walks share the rests' prefixes. */
+  struct gsx *sx; /* atomic; NULL until built */
+  int sx_state;   /* atomic: uses so far, or -1 once a thread builds sx */
   bool shared; /* owned by the process-wide cache, not by a grammar */
 } gcache;
+
+typedef struct gsx {
+  int32_t *tok;
+  uint16_t *j, *lcp; /* lcp: bytes of rest shared with the previous entry's */
+} gsx;
+
+/* The sorted entries of c (NULL: not built yet; the caller walks trie order). */
+const gsx *gcache_sorted(const gvocab *v, gcache *c);
 
 struct di_grammar {
   int refs;
@@ -81,6 +93,9 @@ struct di_grammar {
   int32_t *local; /* per state, -1: scratch numbering for state keys */
   int16_t *chain; /* per state: string-character chain length (mask.c), allocated on first use */
   int32_t *cstep;  /* per state: mask.c's char_step + 2 (0: unknown), allocated on first use */
+  uint32_t *rule_n;      /* per rule: its states (mask.c), counted on first use */
+  uint32_t *acc_scratch; /* mask.c: a vocabulary bitmap, all zero between uses */
+  uint32_t *tw_scratch;  /* mask.c: its words that a walk set */
   uint32_t ref_copies; /* trie subtrees whose decisions mask.c copied from a reference state (tests) */
   /* Whole masks by the matcher configuration they were made for (the stacks
    * as state sequences, and whether the output is complete): a mask is a

@@ -3,7 +3,6 @@
  * below); the rest ("uncertain": they finish the state's rule and read on
  * into the caller's) are walked against the real stack at mask time, sharing
  * prefixes between consecutive uncertain tokens. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -18,9 +17,13 @@ void gcache_free(gcache *c) {
   free(c->unc_lcp);
   free(c->ent_tok);
   free(c->ent_j);
-  free(c->sx_tok);
-  free(c->sx_j);
-  free(c->sx_lcp);
+  gsx *x = __atomic_load_n(&c->sx, __ATOMIC_ACQUIRE);
+  if (x) {
+    free(x->tok);
+    free(x->j);
+    free(x->lcp);
+    free(x);
+  }
   free(c);
 }
 
@@ -55,7 +58,7 @@ typedef struct unc_rec {
 
 static void unc_add(unc_rec *u, int32_t t, uint32_t node_depth, uint32_t pop_lim) {
   uint32_t l = u->min_depth < node_depth ? u->min_depth : node_depth;
-  tb_push(u->b, t, (uint16_t)(u->b->n ? l : 0));
+  if (u->b) tb_push(u->b, t, (uint16_t)(u->b->n ? l : 0));
   u->min_depth = 0xFFFF;
   for (uint32_t j = 1; j <= pop_lim; j++)
     if (u->pd[j]) tb_push(u->e, t, (uint16_t)j);
@@ -68,40 +71,79 @@ typedef struct sx_ent {
   uint16_t j;
 } sx_ent;
 
-static int sx_cmp(const void *x, const void *y) {
-  const sx_ent *a = x, *b = y;
+/* a before b: their bytes from d on (earlier bytes are equal), shorter first */
+static bool sx_less(const sx_ent *a, const sx_ent *b, uint32_t d) {
   uint32_t n = a->n < b->n ? a->n : b->n;
-  int c = memcmp(a->p, b->p, n);
-  if (c) return c;
-  if (a->n != b->n) return a->n < b->n ? -1 : 1;
-  return a->t < b->t ? -1 : a->t > b->t;
+  for (; d < n; d++)
+    if (a->p[d] != b->p[d]) return a->p[d] < b->p[d];
+  return a->n < b->n;
+}
+
+/* Sorts e[0..n) (equal in their first d bytes) by their bytes: most
+ * significant byte first, one stable counting pass per level (tmp: n
+ * entries of scratch), insertion sort for short runs. A sort by comparisons
+ * cost more than the walk it prepares. */
+static void sx_sort(sx_ent *e, sx_ent *tmp, size_t n, uint32_t d) {
+  if (n <= 16) {
+    for (size_t i = 1; i < n; i++) {
+      sx_ent x = e[i];
+      size_t j = i;
+      for (; j > 0 && sx_less(&x, &e[j - 1], d); j--) e[j] = e[j - 1];
+      e[j] = x;
+    }
+    return;
+  }
+  size_t cnt[258] = {0}; /* bucket 0: ended at d; 1 + b: byte b at d */
+  for (size_t i = 0; i < n; i++) cnt[(e[i].n > d ? e[i].p[d] + 1u : 0u) + 1]++;
+  for (size_t b = 1; b < 258; b++) cnt[b] += cnt[b - 1];
+  for (size_t i = 0; i < n; i++) tmp[cnt[e[i].n > d ? e[i].p[d] + 1u : 0u]++] = e[i];
+  memcpy(e, tmp, n * sizeof *e);
+  /* cnt[b] is now the end of bucket b */
+  for (size_t b = 1, lo = cnt[0]; b < 257; lo = cnt[b++])
+    if (cnt[b] - lo > 1) sx_sort(e + lo, tmp, cnt[b] - lo, d + 1);
 }
 
 /* The entries ordered by the bytes each token has left after its rule. */
-static void sx_order(const gvocab *v, gcache *c) {
-  if (!c->n_ent) return;
-  sx_ent *e = malloc(sizeof *e * c->n_ent);
-  c->sx_tok = malloc(sizeof *c->sx_tok * c->n_ent);
-  c->sx_j = malloc(sizeof *c->sx_j * c->n_ent);
-  c->sx_lcp = malloc(sizeof *c->sx_lcp * c->n_ent);
-  if (!e || !c->sx_tok || !c->sx_j || !c->sx_lcp) abort();
+static gsx *sx_order(const gvocab *v, const gcache *c) {
+  gsx *x = calloc(1, sizeof *x);
+  sx_ent *e = malloc(sizeof *e * c->n_ent), *tmp = malloc(sizeof *tmp * c->n_ent);
+  if (!x || !e || !tmp || !(x->tok = malloc(sizeof *x->tok * c->n_ent)) || !(x->j = malloc(sizeof *x->j * c->n_ent)) ||
+      !(x->lcp = malloc(sizeof *x->lcp * c->n_ent)))
+    abort();
   for (uint32_t k = 0; k < c->n_ent; k++) {
     int32_t t = c->ent_tok[k];
     uint16_t j = c->ent_j[k];
     e[k] = (sx_ent){.p = v->tb[t] + j, .n = v->tlen[t] - j, .t = t, .j = j};
   }
-  qsort(e, c->n_ent, sizeof *e, sx_cmp);
+  sx_sort(e, tmp, c->n_ent, 0);
   for (uint32_t k = 0; k < c->n_ent; k++) {
-    c->sx_tok[k] = e[k].t;
-    c->sx_j[k] = e[k].j;
+    x->tok[k] = e[k].t;
+    x->j[k] = e[k].j;
     uint32_t l = 0;
     if (k) {
       uint32_t n = e[k].n < e[k - 1].n ? e[k].n : e[k - 1].n;
       while (l < n && e[k].p[l] == e[k - 1].p[l]) l++;
     }
-    c->sx_lcp[k] = (uint16_t)l;
+    x->lcp[k] = (uint16_t)l;
   }
+  free(tmp);
   free(e);
+  return x;
+}
+
+const gsx *gcache_sorted(const gvocab *v, gcache *c) {
+  gsx *x = __atomic_load_n(&c->sx, __ATOMIC_ACQUIRE);
+  if (x || !c->n_ent) return x;
+  int n = __atomic_load_n(&c->sx_state, __ATOMIC_RELAXED);
+  if (n < 0) return NULL; /* another thread builds it */
+  if (n == 0) { /* the first use walks in trie order */
+    __atomic_compare_exchange_n(&c->sx_state, &n, 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    return NULL;
+  }
+  if (!__atomic_compare_exchange_n(&c->sx_state, &n, -1, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) return NULL;
+  x = sx_order(v, c);
+  __atomic_store_n(&c->sx, x, __ATOMIC_RELEASE);
+  return x;
 }
 
 /* Whether reading the byte ranges rng[0..n) one after the other from st
@@ -164,6 +206,18 @@ static bool reads_any(const ga *a, int32_t s, unsigned lo, unsigned hi) {
   return false;
 }
 
+/* Whether s reads every byte in [lo, hi] (its ranges are sorted and disjoint). */
+static bool reads_all(const ga *a, int32_t s, unsigned lo, unsigned hi) {
+  const ga_state *S = &a->st[s];
+  for (uint32_t j = 0; j < S->r_n && lo <= hi; j++) {
+    const ga_range *r = &a->ranges[S->r_off + j];
+    if (r->hi < lo) continue;
+    if (r->lo > lo) return false;
+    lo = (unsigned)r->hi + 1;
+  }
+  return lo > hi;
+}
+
 /* Accepted tokens in a bitmap. The popcnt instruction where the CPU has it:
  * this file is built for any x86-64, where __builtin_popcount is a library
  * call per word. */
@@ -197,24 +251,27 @@ static bool plain_state(const ga *a, int32_t s) { return s >= 0 && !a->st[s].fin
 enum { CLOSED_MAX = 2048 }; /* states a closure check may visit */
 
 /* Reads the byte-range sequence rng[0..n) from st through plain states only,
- * adding the states it ends in to q (seen: already there); false if a byte
- * is not read, leads to a state that is not plain, or q is full. */
-static bool seq_into(const ga *a, int32_t st, const uint8_t (*rng)[2], int n, int32_t *q, size_t *nq, uint8_t *seen) {
+ * adding the states it ends in to q (seen: their index there, -1 if not);
+ * false if a byte is not read, leads to a state that is not plain, or q is
+ * full. Follows the states' ranges, not single bytes. */
+static bool seq_into(const ga *a, int32_t st, const uint8_t (*rng)[2], int n, int32_t *q, size_t *nq, int32_t *seen) {
   if (n == 0) {
-    if (seen[st]) return true;
+    if (seen[st] >= 0) return true;
     if (*nq == CLOSED_MAX) return false;
-    seen[st] = 1;
+    seen[st] = (int32_t)*nq;
     q[(*nq)++] = st;
     return true;
   }
-  int32_t prev = -1;
-  for (unsigned b = rng[0][0]; b <= rng[0][1]; b++) {
-    int32_t t = ga_step(a, st, (uint8_t)b);
-    if (!plain_state(a, t)) return false;
-    if (t != prev && !seq_into(a, t, rng + 1, n - 1, q, nq, seen)) return false;
-    prev = t;
+  const ga_state *S = &a->st[st];
+  unsigned lo = rng[0][0], hi = rng[0][1];
+  for (uint32_t j = 0; j < S->r_n; j++) {
+    const ga_range *r = &a->ranges[S->r_off + j];
+    if (r->hi < lo) continue;
+    if (r->lo > lo || !plain_state(a, r->to) || !seq_into(a, r->to, rng + 1, n - 1, q, nq, seen)) return false;
+    lo = (unsigned)r->hi + 1;
+    if (lo > hi) return true;
   }
-  return true;
+  return false;
 }
 
 /* Whether plain state s reads every string character into a plain state that
@@ -226,26 +283,29 @@ static bool seq_into(const ga *a, int32_t st, const uint8_t (*rng)[2], int n, in
  * of its states reads a control byte. Caller holds g->mu. */
 static bool str_closed(di_grammar *g, int32_t s, bool *ctl_ok) {
   const ga *a = &g->a;
+  *ctl_ok = false;
+  /* most states fail at once: they do not read every ASCII string character */
+  for (size_t r = 0; r < 3; r++)
+    if (!reads_all(a, s, ascii_chars[r][0], ascii_chars[r][1])) return false;
   int32_t *q = malloc(sizeof *q * CLOSED_MAX);
-  uint8_t *seen = calloc(a->n_st, 1);
+  if (!q) return false;
+  int32_t *seen = g->local; /* -1 everywhere between uses (state_key's scratch) */
   size_t nq = 1;
-  bool ok = q && seen, ctl = true;
-  if (ok) {
-    q[0] = s;
-    seen[s] = 1;
-  }
+  bool ok = true, ctl = true;
+  q[0] = s;
+  seen[s] = 0;
   for (size_t h = 0; ok && h < nq; h++) {
     int32_t u = q[h];
     ctl = ctl && !reads_any(a, u, 0x00, 0x1F);
     for (size_t r = 0; ok && r < 3; r++) ok = seq_into(a, u, &ascii_chars[r], 1, q, &nq, seen);
     for (size_t k = 0; ok && k < sizeof u8_len / sizeof u8_len[0]; k++) ok = seq_into(a, u, u8_seqs[k], u8_len[k], q, &nq, seen);
   }
-  if (ok)
-    for (size_t h = 0; h < nq; h++)
-      if (g->chain[q[h]] == 0) g->chain[q[h]] = (int16_t)(1 + (CHAIN_INF << 1 | ctl));
+  for (size_t h = 0; h < nq; h++) {
+    if (ok && g->chain[q[h]] == 0) g->chain[q[h]] = (int16_t)(1 + (CHAIN_INF << 1 | ctl));
+    seen[q[h]] = -1;
+  }
   free(q);
-  free(seen);
-  *ctl_ok = ctl;
+  *ctl_ok = ok && ctl;
   return ok;
 }
 
@@ -385,7 +445,13 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   gp *p = &g->scratch;
   /* G's decisions first (its own walk takes the chain shortcut, never this one) */
   bool ok0;
-  int32_t ref = shortcuts && plain_state(a, state) && chain_len(g, state, &ok0) < 0 ? ref_state(g, state) : -1;
+  /* a closed set's state (chain_len's K without one successor per
+   * character, e.g. a property name other than the declared ones) that has a
+   * reference copies its decisions too: the walks differ below a few nodes,
+   * where the closure's shortcut still walks every subtree holding a quote */
+  int32_t ref = shortcuts && plain_state(a, state) && (chain_len(g, state, &ok0) < 0 || char_step_memo(g, state) < 0)
+                    ? ref_state(g, state)
+                    : -1;
   const gcache *rc = ref >= 0 ? state_cache_locked(g, ref) : NULL;
   size_t mark = p->n;
   uint32_t D = v->max_len + 1;
@@ -398,8 +464,21 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   tokbuf unc = {0}, ent = {0};
   bool *pd = calloc(D, 1); /* the walk left the state's rule at this depth of the current path */
   size_t words = ((size_t)v->n_vocab + 31) / 32;
-  uint32_t *acc = calloc(words, sizeof *acc); /* accepted tokens as bits: a walk may accept most of them */
-#define ACCEPT(t) (acc[(t) >> 5] |= 1u << ((t) & 31))
+  /* accepted tokens as bits (a walk may accept most of them), in the
+   * grammar's scratch bitmap; tw lists the words set (unless full: a
+   * reference's or the plain bitmap's words were copied in), so a state that
+   * accepts a few tokens costs no pass over the whole vocabulary */
+  if (!g->acc_scratch && !(g->acc_scratch = calloc(words, sizeof *g->acc_scratch))) abort();
+  if (!g->tw_scratch && !(g->tw_scratch = malloc(words * sizeof *g->tw_scratch))) abort();
+  uint32_t *acc = g->acc_scratch, *tw = g->tw_scratch;
+  size_t ntw = 0;
+  bool full = rc != NULL;
+#define ACCEPT(t)                                                     \
+  do {                                                                \
+    uint32_t w_ = (uint32_t)(t) >> 5;                                 \
+    if (!full && !acc[w_]) tw[ntw++] = w_;                            \
+    acc[w_] |= 1u << ((uint32_t)(t) & 31);                            \
+  } while (0)
   /* with a reference, acc starts as its decisions: what this walk decides is cleared first */
 #define CLEAR_RANGE(lo, hi)                                                                         \
   do {                                                                                            \
@@ -412,9 +491,10 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
    * decided by that bitmap alone: its other tokens have more characters or a
    * control byte, which the chain refuses. */
   bool ctl_ok = false;
-  int k0 = shortcuts ? chain_len(g, state, &ctl_ok) : -1;
+  int k0 = shortcuts && ref < 0 ? chain_len(g, state, &ctl_ok) : -1;
   pp[0] = k0 >= 0 && ctl_ok;
-  unc_rec ur = {.b = &unc, .e = &ent, .pd = pd, .min_depth = 0};
+  /* whole uncertain tokens only for the node-by-node reference (tests): masks walk the entries */
+  unc_rec ur = {.b = shortcuts ? NULL : &unc, .e = &ent, .pd = pd, .min_depth = 0};
   /* With a reference: acc starts as G's accepted set, which holds wherever
    * the two walks meet (those subtrees are skipped); every token the walk
    * visits or skips otherwise is cleared before it is decided. gst[d]: G's
@@ -516,6 +596,7 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   if (pp[0]) {
     const uint32_t *pl = v->plain[(uint32_t)k0 < v->max_cc ? (uint32_t)k0 : v->max_cc];
     for (size_t w = 0; w < words; w++) acc[w] |= pl[w];
+    full = true;
   }
   free(gst);
   for (uint32_t d = 0; d < D; d++) gset_free(&sets[d]);
@@ -529,27 +610,42 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
 #undef ACCEPT
 #undef CLEAR_RANGE
   size_t n_acc = 0;
-  n_acc = count_bits(acc, words);
+  if (ntw > 64) full = true; /* then whole passes cost less than sorting the words */
+  if (full) {
+    n_acc = count_bits(acc, words);
+  } else {
+    for (size_t k = 1; k < ntw; k++) /* in token order; a walk sets few words */
+      for (size_t j = k; j > 0 && tw[j - 1] > tw[j]; j--) {
+        uint32_t x = tw[j];
+        tw[j] = tw[j - 1];
+        tw[j - 1] = x;
+      }
+    for (size_t k = 0; k < ntw; k++) n_acc += count_bits(&acc[tw[k]], 1);
+  }
   gcache *c = calloc(1, sizeof *c);
   c->n_acc = (uint32_t)n_acc;
   if (n_acc * 32 > (size_t)v->n_vocab) {
-    c->acc_bits = acc;
+    if (!(c->acc_bits = malloc(words * sizeof *acc))) abort();
+    memcpy(c->acc_bits, acc, words * sizeof *acc);
     g->cache_bytes += words * 4;
   } else {
     c->acc_list = malloc(sizeof *c->acc_list * (n_acc + 1));
     size_t k = 0;
-    for (size_t w = 0; w < words; w++)
+    for (size_t i = 0, n = full ? words : ntw; i < n; i++) {
+      uint32_t w = full ? (uint32_t)i : tw[i];
       for (uint32_t b = acc[w]; b; b &= b - 1) c->acc_list[k++] = (int32_t)(w * 32 + (uint32_t)__builtin_ctz(b));
-    free(acc);
+    }
     g->cache_bytes += n_acc * 4;
   }
+  if (full) memset(acc, 0, words * sizeof *acc);
+  else
+    for (size_t k = 0; k < ntw; k++) acc[tw[k]] = 0;
   c->unc = unc.v;
   c->unc_lcp = unc.lcp;
   c->n_unc = (uint32_t)unc.n;
   c->ent_tok = ent.v;
   c->ent_j = ent.lcp;
   c->n_ent = (uint32_t)ent.n;
-  sx_order(v, c);
   g->cache_bytes += unc.n * 6 + ent.n * 12 + sizeof *c;
   return c;
 }
@@ -631,6 +727,19 @@ static bool state_key(di_grammar *g, int32_t s, uint64_t key[2]) {
   return ok;
 }
 
+/* Whether state s may have a structural key: its own rule has at most
+ * SHARE_MAX_STATES states. A state of a larger rule (an object's members
+ * with many properties) almost always reaches more, and state_key would hash
+ * that many states to find out; such rules are schema-specific anyway. */
+static bool shareable(di_grammar *g, int32_t s) {
+  const ga *a = &g->a;
+  if (!g->rule_n) {
+    if (!(g->rule_n = calloc(a->n_rules, sizeof *g->rule_n))) return true;
+    for (uint32_t i = 0; i < a->n_st; i++) g->rule_n[a->st[i].rule]++;
+  }
+  return g->rule_n[a->st[s].rule] <= SHARE_MAX_STATES;
+}
+
 static size_t gcache_bytes(const gcache *c, int32_t n_vocab) {
   return sizeof *c + (c->acc_bits ? ((size_t)n_vocab + 31) / 32 * 4 : (size_t)c->n_acc * 4) + (size_t)c->n_unc * 6 +
          (size_t)c->n_ent * 12;
@@ -669,7 +778,7 @@ static const gcache *state_cache_locked(di_grammar *g, int32_t state) {
   gcache *c = g->cache[state];
   if (!c) {
     uint64_t key[2];
-    bool keyed = state_key(g, state, key);
+    bool keyed = shareable(g, state) && state_key(g, state, key);
     if (keyed) {
       pthread_mutex_lock(&share_mu);
       c = share_find(key);
@@ -677,12 +786,6 @@ static const gcache *state_cache_locked(di_grammar *g, int32_t state) {
     }
     if (!c) {
       c = compute(g, state, true);
-      if (getenv("DI_GDEBUG")) {
-        const ga_state *S = &g->a.st[state];
-        fprintf(stderr, "compute st %d rule %d (%s) r_n %u c_n %u final %d acc %u unc %u ent %u keyed %d\n", state, S->rule,
-                g->a.rule_names && g->a.rule_names[S->rule] ? g->a.rule_names[S->rule] : "?", S->r_n, S->c_n, S->final, c->n_acc,
-                c->n_unc, c->n_ent, keyed);
-      }
       if (keyed) {
         pthread_mutex_lock(&share_mu);
         gcache *other = share_find(key);

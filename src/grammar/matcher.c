@@ -203,20 +203,34 @@ static void walk_uncertain(di_gmatcher *m, const gcache *c, int32_t x, uint32_t 
  * did, or the token would be decided already). Rests are walked in sorted
  * order, sharing prefixes, so the bytes before the rule's end (a string's
  * characters up to its closing quote) are never walked again. */
-static void walk_rests(di_gmatcher *m, const gcache *c, int32_t x, uint32_t *mask) {
+static void walk_rests(di_gmatcher *m, gcache *c, int32_t x, uint32_t *mask) {
   const gvocab *v = m->g->v;
   int32_t P = m->pool.parent[x];
   if (P <= 0) return; /* x's rule is the root's: nothing may follow its end */
+  const gsx *sx = gcache_sorted(v, c);
+  const int32_t *tok = sx ? sx->tok : c->ent_tok;
+  const uint16_t *jj = sx ? sx->j : c->ent_j;
   gset *w = m->walk;
   bool pop0;
   gp_close(&m->pool, &m->g->a, P, &w[0], &pop0);
   uint32_t valid = 0;
+  const uint8_t *prev = NULL;
+  uint32_t prev_n = 0;
   for (uint32_t k = 0; k < c->n_ent; k++) {
-    int32_t t = c->sx_tok[k];
-    if (c->sx_lcp[k] < valid) valid = c->sx_lcp[k];
+    int32_t t = tok[k];
+    const uint8_t *b = v->tb[t] + jj[k];
+    uint32_t L = v->tlen[t] - jj[k];
+    uint32_t lcp = 0;
+    if (sx) {
+      lcp = sx->lcp[k];
+    } else { /* trie order: the shared prefix measured here */
+      uint32_t n = L < prev_n ? L : prev_n;
+      while (lcp < n && lcp < valid && b[lcp] == prev[lcp]) lcp++;
+      prev = b;
+      prev_n = L;
+    }
+    if (lcp < valid) valid = lcp;
     if (mask[t >> 5] >> (t & 31) & 1) continue;
-    const uint8_t *b = v->tb[t] + c->sx_j[k];
-    uint32_t L = v->tlen[t] - c->sx_j[k];
     while (valid < L && w[valid].n) {
       gp_step(&m->pool, &m->g->a, &w[valid], b[valid], &w[valid + 1], &m->wpop[valid + 1]);
       valid++;
@@ -324,7 +338,7 @@ static void fill_mask_walk(di_gmatcher *m, uint32_t *mask, bool fresh) {
     if (fresh) { /* tests: whole tokens from x, the reference for walk_rests */
       if (c->n_unc) walk_uncertain(m, c, x, mask);
     } else if (c->n_ent) {
-      walk_rests(m, c, x, mask);
+      walk_rests(m, (gcache *)c, x, mask);
     }
     gcache_free(own);
   }

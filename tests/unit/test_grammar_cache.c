@@ -15,9 +15,10 @@
 
 static di_tokenizer *tok;
 
-/* Same accepted set and the same uncertain tokens in the same order. */
+/* Same accepted set and the same uncertain tokens, leaving their rule at the
+ * same points, in the same order. */
 static bool same_cache(const gcache *a, const gcache *b, int32_t V) {
-  if (a->n_acc != b->n_acc || a->n_unc != b->n_unc) return false;
+  if (a->n_acc != b->n_acc || a->n_ent != b->n_ent) return false;
   size_t words = ((size_t)V + 31) / 32;
   uint32_t *x = calloc(words, 4), *y = calloc(words, 4);
   const gcache *c[2] = {a, b};
@@ -27,8 +28,9 @@ static bool same_cache(const gcache *a, const gcache *b, int32_t V) {
     else
       for (uint32_t k = 0; k < c[i]->n_acc; k++) m[i][c[i]->acc_list[k] >> 5] |= 1u << (c[i]->acc_list[k] & 31);
   }
-  bool ok = !memcmp(x, y, words * 4) && (!a->n_unc || (!memcmp(a->unc, b->unc, a->n_unc * sizeof *a->unc) &&
-                                                       !memcmp(a->unc_lcp, b->unc_lcp, a->n_unc * sizeof *a->unc_lcp)));
+  bool ok = !memcmp(x, y, words * 4) &&
+            (!a->n_ent || (!memcmp(a->ent_tok, b->ent_tok, a->n_ent * sizeof *a->ent_tok) &&
+                           !memcmp(a->ent_j, b->ent_j, a->n_ent * sizeof *a->ent_j)));
   free(x);
   free(y);
   return ok;
@@ -58,7 +60,7 @@ static void check_grammar_ref(di_grammar_kind kind, const char *src, int walks, 
     gcache *f = grammar_state_cache_fresh(g, (int32_t)s, false);
     if (!same_cache(c, f, V) && bad++ < 3)
       fprintf(stderr, "%s: state %u: cached %u accepted / %u uncertain, walk %u / %u\n", src ? src : "(any)", s,
-              c->n_acc, c->n_unc, f->n_acc, f->n_unc);
+              c->n_acc, c->n_ent, f->n_acc, f->n_ent);
     gcache_free(f);
   }
   CHECKF(bad == 0, "%s: %d states whose cached decisions differ from a walk", src ? src : "(any)", bad);

@@ -1,6 +1,7 @@
 /* Sampler: greedy, seeded reproducibility, top-k/top-p/min-p truncation,
  * logit bias, penalties, logprobs, parameter validation. */
 #include <math.h>
+#include <string.h>
 
 #include "check.h"
 #include "engine/sampler.h"
@@ -244,6 +245,47 @@ int main(void) {
     CHECK(di_sampler_split_k(&ps, true, false, V, 256) == 0 && di_sampler_split_k(&ps, false, true, V, 256) == 0);
     ps.presence_penalty = 0.5f;
     CHECK(di_sampler_split_k(&ps, false, false, V, 256) == 0);
+  }
+  { /* masks of every density (whole words allowed or refused, single bits, the
+     * partial last word), ties, NaN and -inf: greedy and sampled draws equal the
+     * same draws without a mask on a copy whose refused logits are -inf */
+    uint32_t mask[(V + 31) / 32];
+    static float ref[V];
+    uint64_t x = 88172645463325252ull;
+    int bad = 0;
+    for (int trial = 0; trial < 400; trial++) {
+      int dens = trial % 5; /* 0: few allowed ... 4: all but a few */
+      for (int w = 0; w < (V + 31) / 32; w++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint32_t r = (uint32_t)x, q = (uint32_t)(x >> 32);
+        uint32_t words[5] = {r & q & (q >> 3), r & q, r, r | q, ~(r & q & (q >> 5))};
+        mask[w] = (x >> 60) == 0 ? 0 : (x >> 60) == 1 ? 0xFFFFFFFFu : words[dens];
+      }
+      for (int i = 0; i < V; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        logits[i] = (float)(x % 64) / 8.0f; /* many ties */
+      }
+      if (trial % 7 == 1) logits[0] = NAN;
+      if (trial % 11 == 2) logits[5] = NAN;
+      if (trial % 13 == 3)
+        for (int i = 0; i < V; i++) logits[i] = -INFINITY;
+      if (trial % 17 == 4) memset(mask, 0, sizeof mask);
+      for (int i = 0; i < V; i++) ref[i] = mask[i >> 5] >> (i & 31) & 1 ? logits[i] : -INFINITY;
+      di_sampling ps = params();
+      ps.temperature = trial % 2 ? 0.7f : 0;
+      uint64_t r1 = di_sampler_seed((uint64_t)trial, 0), r2 = r1;
+      di_sample_in in = {.p = &ps, .rng = &r1, .mask = mask}, rin = {.p = &ps, .rng = &r2};
+      di_sample_out o1, o2;
+      di_sampler_sample(&sm, logits, &in, &o1);
+      int32_t f = di_sampler_forced(mask, V);
+      if (f >= 0) { /* a forced token skips the logits: the reference is that token */
+        if (o1.token != f) bad++;
+        continue;
+      }
+      di_sampler_sample(&sm, ref, &rin, &o2);
+      if (o1.token != o2.token || r1 != r2) bad++;
+    }
+    CHECKF(bad == 0, "%d masked draws differ from unmasked draws on -inf'd copies", bad);
   }
   di_sampler_free(&sm);
   return di_test_finish("test_sampler");
