@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "kv/prefix.h"
 
 #define DI_SCHED_AGING_STEPS 256
 
@@ -263,6 +264,11 @@ static bool schedule_running(di_engine *e, di_batch *b, int *budget, int *n_out,
      * go before anyone is preempted. The latest stays pinned (a preempted
      * sequence resumes by replaying from it) until no one is left to preempt. */
     for (int k = -1; k < e->running.n && !fits(e, s, end); k++) unpin_ckpts(e, k < 0 ? s : e->running.v[k], true);
+    /* Its own older checkpoints also go before the cache gives up other
+     * prompts' deepest checkpoints, end windows or full-attention KV (which
+     * fits() counts as available): a long prompt pinning all of its
+     * checkpoints would otherwise push out the documents cached before it. */
+    if (blocks_needed(e, s, end) > di_kv_n_free(e->pool) + di_kv_prefix_n_expendable(e->pool)) unpin_ckpts(e, s, true);
     while (!fits(e, s, end)) {
       di_seq *v = pick_victim(e, s);
       if (!v) break;

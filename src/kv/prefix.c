@@ -25,6 +25,7 @@ typedef struct di_kv_prefix {
    * shorten a replay. */
   int32_t lru_head[N_LRU], lru_tail[N_LRU]; /* head = least recently used */
   int n_parked, n_cached, n_ckpt;
+  int n_parked_tier[N_LRU];
 } di_kv_prefix;
 
 static int lru_of(const di_kv_prefix *x, int32_t b) {
@@ -98,6 +99,7 @@ static void lru_remove(di_kv_prefix *x, int32_t b) {
   if (pv >= 0) x->lru_next[pv] = nx; else x->lru_head[l] = nx;
   if (nx >= 0) x->lru_prev[nx] = pv; else x->lru_tail[l] = pv;
   x->n_parked--;
+  x->n_parked_tier[l]--;
 }
 
 static void lru_push(di_kv_prefix *x, int32_t b) {
@@ -107,6 +109,7 @@ static void lru_push(di_kv_prefix *x, int32_t b) {
   if (x->lru_tail[l] >= 0) x->lru_next[x->lru_tail[l]] = b; else x->lru_head[l] = b;
   x->lru_tail[l] = b;
   x->n_parked++;
+  x->n_parked_tier[l]++;
 }
 
 static int32_t map_find(const di_kv_prefix *x, uint64_t hash, uint64_t parent, const int32_t *tokens) {
@@ -209,6 +212,11 @@ int32_t di_kv_prefix_evict(di_kv_pool *p) {
 int di_kv_prefix_n_parked(const di_kv_pool *p) {
   const di_kv_prefix *x = p->prefix;
   return x ? x->n_parked : 0;
+}
+
+int di_kv_prefix_n_expendable(const di_kv_pool *p) {
+  const di_kv_prefix *x = p->prefix;
+  return x ? x->n_parked_tier[0] + x->n_parked_tier[1] : 0;
 }
 
 int di_kv_prefix_n_cached(const di_kv_pool *p) {

@@ -70,6 +70,10 @@ bool di_kv_prefix_park(di_kv_pool *p, int32_t block);
 int32_t di_kv_prefix_evict(di_kv_pool *p);
 int di_kv_prefix_n_parked(const di_kv_pool *p);
 int di_kv_prefix_n_cached(const di_kv_pool *p);
+/* Parked blocks of the first two tiers (windows between checkpoints,
+ * superseded checkpoints): what an allocation takes before anything a hit
+ * at the end of a cached prompt needs. */
+int di_kv_prefix_n_expendable(const di_kv_pool *p);
 /* Cached blocks of class CKPT, CKPT_SHADOWED or TIP (in use or parked). */
 int di_kv_prefix_n_ckpt(const di_kv_pool *p);
 
