@@ -23,23 +23,29 @@ GEN = ROOT / "tests" / "golden" / "deepseek_v4" / "gen_tiny.py"
 CACHE = Path(os.environ.get("DI_TEST_CACHE") or Path.home() / ".cache" / "deepinfer" / "gen") / "deepseek-v4-engine-g1"
 
 
-@pytest.fixture(scope="module")
-def v4():
+def tiny_model(config, cache):
+    """gen_tiny.py's CONFIG as a model directory with DeepSeek-V3's tokenizer, made once into
+    the cache (built in a temporary folder, renamed when complete)."""
     if not TOK.exists():
         pytest.skip("../shared/data/tokenizers/deepseek-v3 missing")
-    if not (CACHE / "tokenizer.json").exists():
-        tmp = CACHE.with_name(CACHE.name + f".tmp{os.getpid()}")
+    if not (cache / "tokenizer.json").exists():
+        tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, str(GEN), "--out", str(tmp), "--config", "engine"], check=True,
+        subprocess.run([sys.executable, str(GEN), "--out", str(tmp), "--config", config], check=True,
                        stdout=subprocess.DEVNULL)
         for f in ("config.json", "model.safetensors"):
-            (tmp / "engine" / f).rename(tmp / f)
-        (tmp / "engine").rmdir()
+            (tmp / config / f).rename(tmp / f)
+        (tmp / config).rmdir()
         (tmp / "tokenizer.json").write_bytes(lzma.decompress((TOK / "tokenizer.json.xz").read_bytes()))
         shutil.copy(TOK / "tokenizer_config.json", tmp / "tokenizer_config.json")
-        shutil.rmtree(CACHE, ignore_errors=True)
-        tmp.rename(CACHE)
-    return CACHE
+        shutil.rmtree(cache, ignore_errors=True)
+        tmp.rename(cache)
+    return cache
+
+
+@pytest.fixture(scope="module")
+def v4():
+    return tiny_model("engine", CACHE)
 
 
 def test_determinism_deepseek_v4(tmp_path, v4):

@@ -13,16 +13,13 @@ model without MTP weights is a clear start-up error.
 
 Binary: $DEEPINFER_BIN (default build/deepinfer)."""
 import json
-import lzma
-import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 import test_spec as base
-from test_deepseek_v4_engine import CACHE as V4_CACHE, GEN, TOK, v4  # noqa: F401 (the fixture)
+from test_deepseek_v4_engine import CACHE as V4_CACHE, GEN, tiny_model, v4  # noqa: F401 (the fixture)
 
 CACHE = V4_CACHE.with_name("deepseek-v4-engine-mtp-g1")
 SPEC = ("--spec", "mtp", "--spec-mode", "always")
@@ -37,21 +34,7 @@ def bodies(sampled, mix=False):
 
 @pytest.fixture(scope="module")
 def v4_mtp():
-    if not TOK.exists():
-        pytest.skip("../shared/data/tokenizers/deepseek-v3 missing")
-    if not (CACHE / "tokenizer.json").exists():
-        tmp = CACHE.with_name(CACHE.name + f".tmp{os.getpid()}")
-        tmp.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, str(GEN), "--out", str(tmp), "--config", "engine-mtp"], check=True,
-                       stdout=subprocess.DEVNULL)
-        for f in ("config.json", "model.safetensors"):
-            (tmp / "engine-mtp" / f).rename(tmp / f)
-        (tmp / "engine-mtp").rmdir()
-        (tmp / "tokenizer.json").write_bytes(lzma.decompress((TOK / "tokenizer.json.xz").read_bytes()))
-        shutil.copy(TOK / "tokenizer_config.json", tmp / "tokenizer_config.json")
-        shutil.rmtree(CACHE, ignore_errors=True)
-        tmp.rename(CACHE)
-    return CACHE
+    return tiny_model("engine-mtp", CACHE)
 
 
 @pytest.mark.parametrize("layout", [(), ("--swa-full",)], ids=["grouped", "one-row"])
