@@ -107,6 +107,21 @@ static int argmax(const float *l, int V) {
   return b;
 }
 
+/* Greedy decoding after the first pl ids of ids, one token a step; how many
+ * of the tokens in gj (transformers' continuation) it reproduces. */
+static int greedy_same(runner *r, const int32_t *ids, int pl, json_t *gj, int V, float *out) {
+  int32_t seqids[MAXN];
+  memcpy(seqids, ids, (size_t)pl * sizeof *seqids);
+  int same = 0, one = 1, ng = (int)json_array_size(gj);
+  run(r, seqids, pl, &pl, 1, out);
+  for (int i = 0; i < ng; i++) {
+    if (i) run_from(r, seqids, pl + i - 1, pl + i, &one, 1, out);
+    seqids[pl + i] = argmax(out + (size_t)(pl + i - 1) * V, V);
+    same += seqids[pl + i] == json_integer_value(json_array_get(gj, i));
+  }
+  return same;
+}
+
 /* The golden file tests/golden/deepseek_v4/NAME.json (NULL, reported, if unreadable). */
 static json_t *load_golden(const char *name) {
   char p[1024];
@@ -184,15 +199,7 @@ static void check_config(const char *name) {
   /* greedy continuation */
   json_t *gj = json_object_get(g, "greedy");
   int pl = (int)json_integer_value(json_object_get(g, "greedy_prompt_len")), ng = (int)json_array_size(gj);
-  int32_t seqids[MAXN];
-  memcpy(seqids, ids, (size_t)pl * sizeof *seqids);
-  int same = 0, one = 1;
-  run(&r, seqids, pl, &pl, 1, alt);
-  for (int i = 0; i < ng; i++) {
-    if (i) run_from(&r, seqids, pl + i - 1, pl + i, &one, 1, alt);
-    seqids[pl + i] = argmax(alt + (size_t)(pl + i - 1) * V, V);
-    same += seqids[pl + i] == json_integer_value(json_array_get(gj, i));
-  }
+  int same = greedy_same(&r, ids, pl, gj, V, alt);
   CHECKF(same == ng, "%s: greedy continuation: %d of %d tokens as transformers", name, same, ng);
   runner_close(&r);
   /* two threads, and two sequences interleaved in one batch */
@@ -337,15 +344,7 @@ static void check_kv_type(const char *name, di_kv_dtype type, double tol, bool g
          (int)type);
   run(&r16, ids, n, dec, 2, a);
   CHECKF(!memcmp(a, b, (size_t)n * V * sizeof(float)), "%s: KV %d: prefill + decode differs", name, (int)type);
-  int32_t seqids[MAXN];
-  memcpy(seqids, ids, (size_t)pl * sizeof *seqids);
-  int same = 0, one = 1;
-  run(&r16, seqids, pl, &pl, 1, a);
-  for (int i = 0; i < ng; i++) {
-    if (i) run_from(&r16, seqids, pl + i - 1, pl + i, &one, 1, a);
-    seqids[pl + i] = argmax(a + (size_t)(pl + i - 1) * V, V);
-    same += seqids[pl + i] == json_integer_value(json_array_get(gj, i));
-  }
+  int same = greedy_same(&r16, ids, pl, gj, V, a);
   CHECKF(!greedy || same == ng, "%s: KV %d: greedy continuation: %d of %d tokens as transformers", name, (int)type,
          same, ng);
   printf("%-10s KV %s vs the f32 pool (logits up to %.1f): max |diff| median %.2e, worst %.2e; argmax %d of %d; "
