@@ -2,7 +2,8 @@
  * CMD ... --tp N). Rank 0 runs CMD as usual and its engine's forward leads
  * (graph/forward_tp.h); every other rank runs the follower loop here: load
  * what the leader loads, repeat its steps, stop when it stops. `info --tp N`
- * also prints each rank's placement and the measured exchange latency. */
+ * also prints each rank's placement, the hosts, the measured links and the
+ * collectives' layout (dist/comm.h). */
 #include "cli/tp.h"
 
 #include <stdio.h>
@@ -75,7 +76,13 @@ static int follow(void) {
   return code;
 }
 
-/* Every rank's placement and the exchange latency and bandwidth, printed by rank 0. */
+static void print_link(const char *name, di_dist_link l) {
+  if (l.lat_s > 0) printf("%s %.2f us one way (8 B), %.2f GB/s (1 MiB)", name, l.lat_s * 1e6, l.gbs);
+  else printf("%s not measured (no two ranks there)", name);
+}
+
+/* Every rank's placement and host, the measured links, the collectives'
+ * layout and a 64 KB all-gather's time, printed by rank 0. */
 static int tp_report(void) {
   enum { LINE = 256 };
   int n = di_dist_size(), me = di_dist_rank();
@@ -85,10 +92,8 @@ static int tp_report(void) {
   di_dist_placement(mine, sizeof mine);
   for (int r = 0; r < n; r++) bytes[r] = LINE;
   di_status st = {0};
-  double lat = 0, bw = 0, g64 = 0;
   di_code rc = di_dist_allgatherv(mine, all, bytes, &st);
-  if (!rc) rc = di_dist_pingpong(8, 2000, &lat, &st);
-  if (!rc) rc = di_dist_pingpong(1 << 20, 50, &bw, &st);
+  if (!rc) rc = di_dist_measure(&st);
   /* the exchange a decode step makes: an all-gather of 64 KB in all */
   size_t nr = n > 1 ? (size_t)n : 1, part = (65536 / nr + 3) / 4 * 4;
   char *s = calloc(part, 1), *r = calloc(part, nr);
@@ -96,14 +101,28 @@ static int tp_report(void) {
   di_dist_stats s0 = di_dist_get_stats();
   for (int i = 0; i < 500 && !rc && s && r; i++) rc = di_dist_allgatherv(s, r, bytes, &st);
   di_dist_stats s1 = di_dist_get_stats();
-  g64 = (s1.seconds - s0.seconds) / 500;
+  const double g64 = (s1.seconds - s0.seconds) / 500;
   free(s), free(r);
   if (rc) return di_cli_fail("info", "%s", st.msg);
   if (me == 0) {
+    const di_dist_layout l = di_dist_get_layout();
     printf("tensor parallel: %d ranks (MPI); columns of every matmul split in 16-column tiles\n", n);
     for (int k = 0; k < n; k++) printf("rank %d: %s\n", k, all + (size_t)k * LINE);
-    printf("exchange: %.2f us one way (8 B ping-pong), %.2f GB/s (1 MiB ping-pong), %.2f us per 64 KB all-gather\n",
-           lat * 1e6, bw > 0 ? (1 << 20) / bw / 1e9 : 0.0, g64 * 1e6);
+    printf("hosts: %d (%s)\n", l.hosts, l.fake ? "DI_TP_HOSTS: rank r on pretend host r % hosts" : "MPI shared-memory groups");
+    for (int h = 0; h < l.hosts; h++) {
+      printf("host %d: ranks", h);
+      for (int k = 0, c = 0; k < n; k++)
+        if (di_dist_host_of(k) == h) printf("%s %d", c++ ? "," : "", k);
+      printf("\n");
+    }
+    print_link("links: intra-host", l.intra);
+    print_link("; inter-host", l.inter);
+    printf("\nlayout: %s (%s)", l.two_level ? "two-level" : "flat",
+           l.forced ? "DI_TP_LAYOUT" : l.hosts == 1 ? "one host" : "the faster by the measured links");
+    if (l.hosts > 1) printf("; a 64 KB all-gather modelled: flat %.1f us, two-level %.1f us", l.flat_s * 1e6, l.two_s * 1e6);
+    const di_dist_link x = l.intra.lat_s > 0 ? l.intra : l.inter;
+    printf("\nexchange: %.2f us one way (8 B ping-pong), %.2f GB/s (1 MiB ping-pong), %.2f us per 64 KB all-gather\n",
+           x.lat_s * 1e6, x.gbs, g64 * 1e6);
   }
   free(all), free(bytes);
   return 0;

@@ -56,10 +56,32 @@ typedef struct di_dist_stats {
 } di_dist_stats;
 di_dist_stats di_dist_get_stats(void);
 
-/* Where this rank runs (hwloc): cores of its binding and their NUMA nodes. */
+/* Where this rank runs (hwloc): cores of its binding, their NUMA nodes and
+ * whether it was pinned (dist/place.h). */
 void di_dist_placement(char *buf, size_t len);
-/* Ping-pong between rank 0 and every other rank: mean round trip / 2 for
- * `bytes`-byte messages, in seconds (on rank 0; other ranks get 0). */
-di_code di_dist_pingpong(size_t bytes, int reps, double *one_way, di_status *st);
+
+/* The collectives' layout. Ranks are grouped by host (MPI_COMM_TYPE_SHARED;
+ * DI_TP_HOSTS=K pretends rank r is on host r % K, to test the two-level path
+ * on one machine). With more than one host, the links are measured at start
+ * (8 B and 1 MiB ping-pongs inside a host and between the first two hosts)
+ * and rank 0 chooses between flat collectives and two-level ones (gather on
+ * the host's first rank through shared memory, exchange between those ranks
+ * across hosts, broadcast or scatter on the host) by a model of a 64 KB
+ * all-gather's time in each (DI_TP_LAYOUT=flat|two-level forces it). Both
+ * move the same bytes to the same places. */
+typedef struct di_dist_link {
+  double lat_s, gbs; /* one way: an 8 B message's seconds, 1 MiB's GB/s; 0: not measured */
+} di_dist_link;
+typedef struct di_dist_layout {
+  int hosts;
+  bool fake;               /* hosts from DI_TP_HOSTS */
+  bool two_level, forced;  /* forced: by DI_TP_LAYOUT */
+  di_dist_link intra, inter;
+  double flat_s, two_s;    /* the model's 64 KB all-gather (rank 0) */
+} di_dist_layout;
+di_dist_layout di_dist_get_layout(void);
+int di_dist_host_of(int rank);
+/* Measures the links again and chooses the layout (a collective of every rank). */
+di_code di_dist_measure(di_status *st);
 
 #endif
