@@ -135,15 +135,18 @@ static void print_stats(const run_out *o, int spec, const di_model *m, uint64_t 
   if (spec) fprintf(stderr, "; spec %s: %d drafted, %d accepted in %d verify steps", spec_name(spec), o->drafted,
                     o->accepted, o->verify_steps);
   di_dist_stats ds = di_dist_get_stats();
+  const di_dist_layout lay = di_dist_get_layout();
   if (di_dist_active())
     fprintf(stderr, "\ntensor parallel: %d ranks; %llu exchanges of %.1f KB on average took %.3f s (%.1f%% of prefill + decode)",
             di_dist_size(), (unsigned long long)ds.ops, ds.ops ? ds.bytes / 1e3 / ds.ops : 0.0, ds.seconds,
             prefill + decode > 0 ? 100 * ds.seconds / (prefill + decode) : 0.0);
   fprintf(stderr, "\n{\"prompt_tokens\":%d,\"gen_tokens\":%d,\"prefill_s\":%.6f,\"decode_s\":%.6f,\"decode_tok_s\":%.3f,"
                   "\"spec\":{\"kind\":\"%s\",\"drafted\":%d,\"accepted\":%d,\"verify_steps\":%d},"
-                  "\"tp\":{\"ranks\":%d,\"exchanges\":%llu,\"exchange_bytes\":%llu,\"exchange_s\":%.6f",
+                  "\"tp\":{\"ranks\":%d,\"hosts\":%d,\"layout\":\"%s\",\"exchanges\":%llu,\"exchange_bytes\":%llu,"
+                  "\"exchange_s\":%.6f",
           o->prompt_tokens, o->n_ids, prefill, decode, tok_s, spec_name(spec), o->drafted, o->accepted,
-          o->verify_steps, di_dist_size(), (unsigned long long)ds.ops, (unsigned long long)ds.bytes, ds.seconds);
+          o->verify_steps, di_dist_size(), lay.hosts, lay.two_level ? "two-level" : "flat", (unsigned long long)ds.ops,
+          (unsigned long long)ds.bytes, ds.seconds);
   /* each rank's weights and resident set once loaded (one rank: this one's now) */
   const di_tp_mem *mem = NULL;
   int n = di_tp_memory(&mem);

@@ -34,6 +34,7 @@ static di_code follower_load(follower *fl, const di_tp_msg *h, const char *path,
   if (rc) return rc;
   fl->m->hp.sliding_window = h->a[DI_TP_A_WINDOW]; /* as the leader's --swa-window left them */
   fl->m->hp.swa_pattern = h->a[DI_TP_A_SWA_PATTERN];
+  fl->m->hp.v4.mtp_kv = h->a[DI_TP_A_V4_MTP] != 0; /* --spec mtp on DeepSeek-V4 */
   rc = di_forward_ctx_create(fl->m, h->a[DI_TP_A_MAX_BATCH], h->a[DI_TP_A_THREADS], &fl->f, st);
   return rc ? rc : di_forward_tp_follow_init(fl->f, st);
 }
@@ -60,7 +61,7 @@ static int follow(void) {
       }
       continue;
     }
-    if (!rc && h.cmd == DI_TP_FORWARD)
+    if (!rc && (h.cmd == DI_TP_FORWARD || h.cmd == DI_TP_MTP))
       rc = fl.f ? di_forward_tp_follow(fl.f, &h, buf, &st)
                 : di_errorf(&st, DI_ERR_INVALID, "tensor parallel: a step before any model");
     else if (!rc)

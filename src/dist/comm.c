@@ -43,7 +43,7 @@ static struct {
   uint8_t *stage[4];
   size_t stage_cap[4];
   di_dist_layout lay;
-} g = {.size = 1, .node = MPI_COMM_NULL, .leaders = MPI_COMM_NULL};
+} g = {.size = 1, .node = MPI_COMM_NULL, .leaders = MPI_COMM_NULL, .lay = {.hosts = 1}};
 
 void di_dist_interrupt(void) { g.interrupted = 1; }
 

@@ -156,9 +156,6 @@ di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *
     di_drafter_ngram(&e->spec.drafter);
   } else if (o->spec == DI_SPEC_DRAFT) {
     e->spec.drafter = (di_drafter){.name = "draft"};
-  } else if (o->spec == DI_SPEC_MTP && di_dist_active()) { /* the followers would not run the module */
-    create_fail(e, &dbe);
-    return di_errorf(st, DI_ERR_UNSUPPORTED, "--spec mtp does not run with --tp yet; use --spec ngram or --spec draft");
   } else if (o->spec == DI_SPEC_MTP && be->forward_mtp && be->hidden && be->n_embd > 0) {
     e->spec.drafter = (di_drafter){.name = "mtp"};
     e->spec.mtp = true;

@@ -115,6 +115,10 @@ static di_code backend_open(const char *path, const di_engine_opts *o, bool lead
     rc = DI_OK;
   }
   if (rc == DI_OK && o->swa_window > 0) rc = force_window(m->model, o, st);
+  /* DeepSeek-V4 under --spec mtp: the cache plan holds the MTP block's window
+   * (one more sliding layer's values); settled before the followers load (--tp) */
+  if (rc == DI_OK)
+    m->model->hp.v4.mtp_kv = o->spec == DI_SPEC_MTP && m->model->mtp && m->model->hp.attn_kind == DI_ATTN_DSV4;
   int max_batch = o->max_batch_tokens > 0 ? o->max_batch_tokens : 512;
   if (rc == DI_OK) rc = di_forward_ctx_create(m->model, max_batch, o->threads, &m->fwd, st);
   if (rc == DI_OK && lead && di_dist_active() && di_dist_rank() == 0)
@@ -129,10 +133,7 @@ static di_code backend_open(const char *path, const di_engine_opts *o, bool lead
   be->n_ctx = hp->n_ctx_train > 0 ? hp->n_ctx_train : 4096;
   /* A forced window (testing) bounds what every layer sees, so --ctx may pass the trained context. */
   if (o->swa_window > 0 && o->ctx > be->n_ctx) be->n_ctx = o->ctx;
-  /* DeepSeek-V4 under --spec mtp: the cache plan holds the MTP block's window
-   * (one more sliding layer's values), so it is settled before sizing */
-  const bool v4_mtp = o->spec == DI_SPEC_MTP && m->model->mtp && hp->attn_kind == DI_ATTN_DSV4;
-  m->model->hp.v4.mtp_kv = v4_mtp;
+  const bool v4_mtp = hp->v4.mtp_kv;
   di_kv_spec spec;
   di_forward_kv_spec(m->model, &spec);
   be->n_layers = spec.n_layers; /* DeepSeek-V4: one pool layer holding every layer's values */

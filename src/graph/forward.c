@@ -636,7 +636,7 @@ static di_code forward_run(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b,
 di_code di_forward(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *logits, di_status *st) {
   di_code rc;
   if ((rc = di_fwd_check_batch(f, kv, b, st))) return rc;
-  if (f->tpar && (rc = di_fwd_tp_step(f, kv, b, st))) return rc;
+  if (f->tpar && (rc = di_fwd_tp_step(f, kv, b, NULL, st))) return rc;
   rc = forward_run(f, kv, b, logits, st);
   return f->tpar && !rc ? di_fwd_tp_result(f, st) : rc;
 }

@@ -85,8 +85,10 @@ typedef struct mm_task {
 void di_fwd_mm_run(void *p, int ith, int nth);
 /* Tensor parallel: this rank's columns of t, then every rank's gathered into t->y. */
 void di_fwd_tp_matmul(di_forward_ctx *f, mm_task *t);
-/* Leader: broadcasts the step before running it. */
-di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_status *st);
+/* Leader: hands the step to the followers (hidden: an MTP step's input states, NULL for the model's). */
+di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const float *hidden, di_status *st);
+/* The width of the MTP module's input states (DeepSeek-V4: its hc_mult streams). */
+int64_t di_fwd_mtp_width(const di_hparams *hp);
 /* The first exchange error of the step just run (then cleared). */
 di_code di_fwd_tp_result(di_forward_ctx *f, di_status *st);
 void di_fwd_tp_free(di_forward_ctx *f);

@@ -22,15 +22,29 @@ void di_fwd_mtp_project(di_forward_ctx *f, const float *e, const float *h, size_
   di_fwd_matmul(f, &w->eh_proj, f->cat, T, out);
 }
 
+static di_code mtp_run(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
+                       float *hidden_out, di_status *st);
+
+/* Under --tp the module runs like a layer of the model on every rank: the
+ * leader hands the step (with the input states) to the followers first, its
+ * matmuls are column-split and gathered, its block split by heads as the
+ * model's layers are (model/tp_slice.c cuts its weights alike). */
 di_code di_forward_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
+                       float *hidden_out, di_status *st) {
+  if (!f->m->mtp || !f->cat) return di_errorf(st, DI_ERR_UNSUPPORTED, "%s has no MTP module", f->m->path);
+  di_code rc = di_fwd_check_batch(f, kv, b, st);
+  if (!rc && f->tpar) rc = di_fwd_tp_step(f, kv, b, hidden, st);
+  if (rc) return rc;
+  rc = mtp_run(f, kv, b, hidden, logits, hidden_out, st);
+  return f->tpar && !rc ? di_fwd_tp_result(f, st) : rc;
+}
+
+static di_code mtp_run(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
                        float *hidden_out, di_status *st) {
   const di_model *m = f->m;
   const di_hparams *hp = &m->hp;
   const di_mtp_weights *w = m->mtp;
   di_code rc;
-  if (!w || !f->cat) return di_errorf(st, DI_ERR_UNSUPPORTED, "%s has no MTP module", m->path);
-  if (f->tpar) return di_errorf(st, DI_ERR_UNSUPPORTED, "--spec mtp does not run with --tp yet");
-  if ((rc = di_fwd_check_batch(f, kv, b, st))) return rc;
   if (hp->attn_kind == DI_ATTN_DSV4) return di_fwd_v4_mtp(f, kv, b, hidden, logits, hidden_out, st);
   if (kv->n_layers != hp->n_layer + 1 || b->n_swa_tables)
     return di_errorf(st, DI_ERR_INVALID, "forward: the KV pool has no MTP layer (%d layers for %d)", kv->n_layers,
@@ -46,6 +60,8 @@ di_code di_forward_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, con
     bool want = b->want_logits ? b->want_logits[t] : t == T - 1;
     if (want) f->be->rms_norm(f->x + (size_t)t * D, w->head_norm.data, f->xn + (size_t)n_out++ * D, D, hp->rms_eps);
   }
+  f->tp_leader_only = true; /* the drafts are rank 0's engine's */
   if (n_out) di_fwd_matmul(f, w->head.data ? &w->head : &m->output, f->xn, n_out, logits);
+  f->tp_leader_only = false;
   return DI_OK;
 }

@@ -326,7 +326,11 @@ static int batch_rows(const di_batch *b) {
   return n;
 }
 
-di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_status *st) {
+int64_t di_fwd_mtp_width(const di_hparams *hp) {
+  return hp->attn_kind == DI_ATTN_DSV4 ? (int64_t)hp->v4.hc_mult * hp->n_embd : hp->n_embd;
+}
+
+di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const float *hidden, di_status *st) {
   di_tp *p = f->tpar;
   if (!p->leader) return DI_OK;
   if (p->rc) return di_fwd_tp_result(f, st);
@@ -348,12 +352,13 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
   }
   const int nc = kv->n_copy_log;
   const int T = b->n_tokens, S = b->n_seqs, W = b->n_swa_tables;
-  di_tp_msg h = {.cmd = DI_TP_FORWARD, .pool_id = (uint64_t)(uintptr_t)kv};
+  di_tp_msg h = {.cmd = hidden ? DI_TP_MTP : DI_TP_FORWARD, .pool_id = (uint64_t)(uintptr_t)kv};
   h.a[A_T] = T, h.a[A_SEQS] = S, h.a[A_SWA] = W, h.a[A_WANT] = b->want_logits != NULL, h.a[A_COPIES] = nc;
   h.a[A_BS] = kv->block_size, h.a[A_BLOCKS] = kv->n_blocks, h.a[A_LAYERS] = kv->n_layers, h.a[A_KVDIM] = kv->kv_dim;
   h.a[A_VINK] = kv->v_in_k, h.a[A_TYPE] = (int32_t)kv->type, h.a[A_SPLIT] = b->split != NULL;
   const int rows = b->split ? batch_rows(b) : 0;
-  size_t n = 2 * (size_t)nc + 4 * (size_t)T + 3 * (size_t)S + 2 * (size_t)rows;
+  const size_t nh = hidden ? (size_t)T * (size_t)di_fwd_mtp_width(&f->m->hp) : 0; /* floats */
+  size_t n = 2 * (size_t)nc + 4 * (size_t)T + 3 * (size_t)S + 2 * (size_t)rows + nh;
   for (int s = 0; s < S; s++) n += (size_t)b->seqs[s].n_blocks + (size_t)W * b->seqs[s].n_swa_blocks;
   int32_t *buf = malloc(n * sizeof *buf), *o = buf;
   if (!buf) return di_errorf(st, DI_ERR_NOMEM, "tensor parallel: out of memory for a step of %d tokens", T);
@@ -373,6 +378,7 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, di_
     memcpy(o, b->split->k, (size_t)rows * sizeof *o), o += rows;
     memcpy(o, b->split->temperature, (size_t)rows * sizeof *o), o += rows;
   }
+  if (nh) memcpy(o, hidden, nh * sizeof *hidden); /* the states, last */
   h.payload = n * sizeof *buf;
   kv->n_copy_log = 0;
   di_code rc = di_tp_send(&h, buf, st);
@@ -427,6 +433,7 @@ di_code di_forward_tp_lead(di_forward_ctx *f, const char *path, int threads, int
   di_tp_msg h = {.cmd = DI_TP_LOAD, .payload = strlen(path) + 1};
   h.a[DI_TP_A_THREADS] = threads, h.a[DI_TP_A_MAX_BATCH] = max_batch, h.a[DI_TP_A_MMAP] = use_mmap;
   h.a[DI_TP_A_WINDOW] = hp->sliding_window, h.a[DI_TP_A_SWA_PATTERN] = hp->swa_pattern; /* after --swa-window */
+  h.a[DI_TP_A_V4_MTP] = hp->v4.mtp_kv;
   di_code rc = di_tp_send(&h, path, st);
   bool ok = false;
   if (!rc) rc = di_dist_agree(true, &ok, st);
@@ -507,9 +514,18 @@ di_code di_forward_tp_follow(di_forward_ctx *f, const di_tp_msg *h, const void *
     p->split = (di_logits_split){.k = in, .temperature = (const float *)(in + n_out)};
     b.split = &p->split;
   }
-  rc = grow((void **)&p->logits, &p->logits_cap, (size_t)n_out * f->m->hp.n_vocab + 1, sizeof(float))
-           ? di_forward(f, p->pool, &b, p->logits, st)
-           : di_errorf(st, DI_ERR_NOMEM, "out of memory");
+  in += a[A_SPLIT] ? 2 * n_out : 0;
+  const size_t nh = h->cmd == DI_TP_MTP ? (size_t)T * (size_t)di_fwd_mtp_width(&f->m->hp) : 0;
+  if ((size_t)(end - in) < nh) {
+    free(wl);
+    return di_errorf(st, DI_ERR_INVALID, "tensor parallel: malformed step message from rank 0");
+  }
+  if (!grow((void **)&p->logits, &p->logits_cap, (size_t)n_out * f->m->hp.n_vocab + 1, sizeof(float)))
+    rc = di_errorf(st, DI_ERR_NOMEM, "out of memory");
+  else if (nh) /* the states as the leader's engine arranged them */
+    rc = di_forward_mtp(f, p->pool, &b, (const float *)in, p->logits, NULL, st);
+  else
+    rc = di_forward(f, p->pool, &b, p->logits, st);
   free(wl);
   return rc;
 }

@@ -14,7 +14,7 @@
 #include "graph/forward.h"
 
 /* The leader's messages: a fixed header, then `payload` bytes. */
-enum { DI_TP_STOP = 1, DI_TP_LOAD = 2, DI_TP_FORWARD = 3 };
+enum { DI_TP_STOP = 1, DI_TP_LOAD = 2, DI_TP_FORWARD = 3, DI_TP_MTP = 4 /* FORWARD of the MTP module, with the hidden states */ };
 typedef struct di_tp_msg {
   int32_t cmd;
   int32_t a[15];
@@ -22,7 +22,7 @@ typedef struct di_tp_msg {
 } di_tp_msg;
 
 /* LOAD's arguments (a[]); the payload is the model path. */
-enum { DI_TP_A_THREADS, DI_TP_A_MAX_BATCH, DI_TP_A_MMAP, DI_TP_A_WINDOW, DI_TP_A_SWA_PATTERN };
+enum { DI_TP_A_THREADS, DI_TP_A_MAX_BATCH, DI_TP_A_MMAP, DI_TP_A_WINDOW, DI_TP_A_SWA_PATTERN, DI_TP_A_V4_MTP };
 
 /* Leader: sends h and its payload. Follower: receives the next message
  * (waiting without a deadline), the payload into *buf (grown as needed). */
@@ -47,7 +47,7 @@ uint64_t di_tp_rss_bytes(void);
 di_code di_forward_tp_follow_memory(di_forward_ctx *f, di_status *st);
 /* Follower: makes f's forward tensor parallel (f made from a LOAD message). */
 di_code di_forward_tp_follow_init(di_forward_ctx *f, di_status *st);
-/* Follower: runs one FORWARD message. */
+/* Follower: runs one FORWARD or MTP message. */
 di_code di_forward_tp_follow(di_forward_ctx *f, const di_tp_msg *h, const void *payload, di_status *st);
 
 #endif

@@ -72,34 +72,42 @@ static void cut_experts(plan *p, const di_hparams *hp, di_tensor *ts) {
   }
 }
 
-/* The matrices the forward column-splits (the classifier, tied or not) and
- * the routed experts. DeepSeek-V4
- * layers stay whole: their attention multiplies views it builds from the
- * weights (grouped output), and their experts are column-split, not placed. */
+/* A layer's split matrices and routed experts (DeepSeek-V4 layers stay
+ * whole: their attention multiplies views it builds from the weights
+ * (grouped output), and their experts are column-split, not placed). */
+static void walk_layer(di_model *m, plan *p, di_layer_weights *L) {
+  if (L->attn == DI_ATTN_DSV4) return;
+  int k0, k1, q0, q1;
+  const bool heads = L->attn == DI_ATTN_GQA && di_tp_gqa_heads(&m->hp, p->rank, p->size, &k0, &k1, &q0, &q1);
+  if (heads) cut_heads(p, &m->hp, L);
+  const di_tensor *mla_q = NULL; /* cut by heads, not by columns */
+  if (L->attn == DI_ATTN_MLA && di_tp_mla_heads_split(&m->hp, p->size)) mla_q = cut_mla_heads(p, &m->hp, L);
+  di_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wq_a, &L->wq_b, &L->wkv_a, &L->w_gate, &L->w_up,
+                     &L->w_down, &L->router, &L->sh_gate, &L->sh_up, &L->sh_down};
+  for (size_t i = heads ? 3 : 0; i < sizeof ts / sizeof *ts; i++)
+    if (ts[i] != mla_q) cut_rows(p, ts[i]);
+  if (L->ffn == DI_FFN_MOE) {
+    cut_experts(p, &m->hp, L->exp_gate);
+    cut_experts(p, &m->hp, L->exp_up);
+    cut_experts(p, &m->hp, L->exp_down);
+  }
+}
+
+/* The matrices the forward column-splits (the classifier, tied or not), the
+ * routed experts, and an MTP module's (its block like a layer, its
+ * projection and head column-split). */
 static size_t walk(di_model *m, plan *p) {
+  const bool head_shared = m->mtp && m->mtp->head.data == m->output.data; /* before the cut moves output.data */
   /* A tied classifier too: the embedding lookup (graph/forward.c) reads the
    * rank's own rows through the classifier's slice and the others' from the
    * file's mapping, which brings in only the pages of the tokens looked up.
    * Not in DeepSeek-V4's forward, whose lookup reads the embedding alone. */
   if (m->output.data != m->tok_embd.data || m->hp.attn_kind != DI_ATTN_DSV4) cut_rows(p, &m->output);
-  for (int il = 0; il < m->hp.n_layer; il++) {
-    di_layer_weights *L = &m->layers[il];
-    if (L->attn == DI_ATTN_DSV4) continue;
-    int k0, k1, q0, q1;
-    const bool heads = L->attn == DI_ATTN_GQA && di_tp_gqa_heads(&m->hp, p->rank, p->size, &k0, &k1, &q0, &q1);
-    if (heads) cut_heads(p, &m->hp, L);
-    const di_tensor *mla_q = NULL; /* cut by heads, not by columns */
-    if (L->attn == DI_ATTN_MLA && di_tp_mla_heads_split(&m->hp, p->size))
-      mla_q = cut_mla_heads(p, &m->hp, L);
-    di_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->wq_a, &L->wq_b, &L->wkv_a, &L->w_gate, &L->w_up,
-                       &L->w_down, &L->router, &L->sh_gate, &L->sh_up, &L->sh_down};
-    for (size_t i = heads ? 3 : 0; i < sizeof ts / sizeof *ts; i++)
-      if (ts[i] != mla_q) cut_rows(p, ts[i]);
-    if (L->ffn == DI_FFN_MOE) {
-      cut_experts(p, &m->hp, L->exp_gate);
-      cut_experts(p, &m->hp, L->exp_up);
-      cut_experts(p, &m->hp, L->exp_down);
-    }
+  for (int il = 0; il < m->hp.n_layer; il++) walk_layer(m, p, &m->layers[il]);
+  if (m->mtp) {
+    walk_layer(m, p, &m->mtp->layer);
+    cut_rows(p, &m->mtp->eh_proj);
+    if (!head_shared) cut_rows(p, &m->mtp->head);
   }
   return p->cut;
 }

@@ -132,6 +132,29 @@ def test_logits_deepseek_v3_tiny(tmp_path):
     check_logits(tmp_path, GEN / "deepseek-v3-tiny" / "v3-tok", [2, 3])  # 16 experts: 5+5+6 at 3 ranks
 
 
+# DI_TP_HOSTS=2 pretends two hosts (rank r on host r % 2: {0} and {1} at 2 ranks, {0, 2} and {1}
+# at 3); DI_TP_LAYOUT=two-level then runs every collective as a gather on the host's first rank,
+# the exchange between hosts' first ranks and a broadcast on the host (dist/comm.c)
+TWO_LEVEL = {"DI_TP_HOSTS": "2", "DI_TP_LAYOUT": "two-level"}
+
+
+@pytest.mark.parametrize("model", [STORIES, SMOL, GEN / "deepseek-v3-tiny" / "v3-tok"], ids=["stories", "smollm2",
+                                                                                              "deepseek-v3-tiny"])
+def test_two_level_layout_same_bits(tmp_path, model):
+    # whole logits rows (--dump-logits: the classifier gathered on rank 0), the MoE experts'
+    # all-gather in place, and split-logits greedy ids (each rank's slice reduced, gathered)
+    if not model.exists():
+        pytest.skip(f"{model} missing")
+    ref, ids, _ = run_logits(tmp_path, model, 1)
+    split1, _ = run_ids(model, 1, "--temp", "0")
+    for n in (2, 3):
+        got, got_ids, st = run_logits(tmp_path, model, n, env=TWO_LEVEL)
+        assert (st["hosts"], st["layout"]) == (2, "two-level"), st
+        assert got == ref and got_ids == ids, f"--tp {n}, two-level: logits differ from one rank"
+        split, st = run_ids(model, n, "--temp", "0", env=TWO_LEVEL)
+        assert split == split1 and st["layout"] == "two-level", (split, split1, st)
+
+
 @pytest.mark.parametrize("name", ["qwen2", "qwen3", "gemma3", "mistral"])
 def test_logits_small_archs(tmp_path, name):
     # test_arch_numpy's tiny f32 checkpoints: 4 query and 2 KV heads, split one KV head per rank
@@ -295,6 +318,44 @@ def test_info_placement_and_latency():
     assert any(x.startswith("rank 0: host ") for x in lines) and any(x.startswith("rank 1: host ") for x in lines)
     lat = [x for x in lines if x.startswith("exchange: ")]
     assert lat and float(lat[0].split()[1]) > 0, r.stdout
+    assert "hosts: 1 (MPI shared-memory groups)" in lines and "host 0: ranks 0, 1" in lines, r.stdout
+    assert "layout: flat (one host)" in lines and any(x.startswith("links: intra-host ") for x in lines), r.stdout
+
+
+def info_lines(n, *env):
+    r = subprocess.run(tp(n) + [a for e in env for a in ("-x", e.split("=")[0])] + [str(BIN), "info", "--tp", str(n)],
+                       capture_output=True, text=True, timeout=120, env=dict(os.environ, **dict(e.split("=") for e in env)))
+    assert r.returncode == 0, r.stderr
+    return r.stdout.splitlines()
+
+
+def test_info_hosts_links_and_layout():
+    # pretend hosts: the hosts' ranks, both links measured, the layout chosen by the model of a
+    # 64 KB all-gather from them (on one machine both links are shared memory: flat wins), or forced
+    lines = info_lines(3, "DI_TP_HOSTS=2")
+    assert "hosts: 2 (DI_TP_HOSTS: rank r on pretend host r % hosts)" in lines, lines
+    assert "host 0: ranks 0, 2" in lines and "host 1: ranks 1" in lines, lines
+    links = [x for x in lines if x.startswith("links: ")][0]
+    assert "intra-host" in links and "; inter-host" in links and "not measured" not in links, links
+    lay = [x for x in lines if x.startswith("layout: ")][0]
+    model = [float(x.split()[-2]) for x in lay.split("; ")[1].split(", ")]
+    assert lay.startswith("layout: " + ("two-level" if model[1] < model[0] else "flat") + " (the faster by"), lay
+    lay = [x for x in info_lines(3, "DI_TP_HOSTS=2", "DI_TP_LAYOUT=two-level") if x.startswith("layout: ")][0]
+    assert lay.startswith("layout: two-level (DI_TP_LAYOUT)"), lay
+
+
+def test_info_pinning():
+    # --bind-to none is respected unless DI_TP_BIND=1; then each of 2 ranks on this host gets its
+    # share of the cores (checked with hwloc_get_cpubind); more ranks than cores: not pinned
+    cores = len(os.sched_getaffinity(0))
+    lines = info_lines(2)
+    assert all("not pinned (mpirun --bind-to none" in x for x in lines if x.startswith("rank ")), lines
+    ranks = [x for x in info_lines(2, "DI_TP_BIND=1") if x.startswith("rank ")]
+    if cores >= 2:
+        assert all("pinned by deepinfer to cores" in x for x in ranks), ranks
+        assert len({x.split("PUs ")[1].split()[0] for x in ranks}) == 2, ranks  # two different PU sets
+    ranks = [x for x in info_lines(cores + 1, "DI_TP_BIND=1") if x.startswith("rank ")]
+    assert all(f"not pinned ({cores + 1} ranks on this host's" in x for x in ranks), ranks
 
 
 def test_info_per_rank_memory():
@@ -438,24 +499,45 @@ def test_deepseek_v4_tiny(tmp_path):
         assert two == one and st["exchange_bytes"] < st_full["exchange_bytes"], (two, one, st, st_full)
 
 
-def test_speculative_decoding_under_tp():
-    # --spec ngram: rank 0 drafts, every rank verifies in the same step (whole rows for the
-    # drafted positions): one rank's greedy ids; --spec mtp: a clear error, not drafts quietly off
-    if not SMOL.exists():
-        pytest.skip(f"{SMOL} missing (scripts/fetch-models)")
-    p = "The cat sat on the mat. The cat sat on the mat. The cat sat on the"
-    outs = []
-    for n in (1, 2):
-        r = subprocess.run(tp(n) + [str(BIN), "run", "-m", str(SMOL), "-p", p, "-n", "24", "--temp", "0", "--threads",
-                                    "1", "--ignore-eos", "--print-ids", "--spec", "ngram", "--stats"] +
-                           (["--tp", "2"] if n > 1 else []), capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr
-        outs.append((r.stdout.strip().splitlines()[-1], json.loads(r.stderr.strip().splitlines()[-1])["spec"]))
-    assert outs[1][0] == outs[0][0]
-    assert outs[1][1]["accepted"] > 0, outs[1][1]
-    mtp = GEN / "deepseek-v3-tiny" / "v3-mtp-tok"
-    if not mtp.exists():
-        pytest.skip(f"{mtp} missing (made by test_spec_mtp.py)")
-    r = subprocess.run(tp(2) + [str(BIN), "run", "-m", str(mtp), "-p", "Hello", "-n", "4", "--threads", "1", "--spec",
-                                "mtp", "--tp", "2"], capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0 and "--spec mtp does not run with --tp" in r.stderr, r.stderr
+def run_spec(tmp_path, model, n, prompt, *spec, env=None, tag=""):
+    """run with a drafter: (ids, every generated token's logits, the spec stats, the MTP
+    module's logits rows when env asks for them)"""
+    env = dict(env or {})
+    mtp = tmp_path / f"mtp{n}{tag}.bin"
+    env["DI_MTP_DUMP"] = str(mtp)
+    dump = tmp_path / f"spec{n}{tag}.bin"
+    argv = tp(n) + [a for k in env for a in ("-x", k) if n > 1] + [
+        str(BIN), "run", "-m", str(model), "-p", prompt, "-n", "16", "--temp", "0", "--threads", "1", "--ignore-eos",
+        "--print-ids", "--dump-logits", str(dump), "--stats", *spec] + (["--tp", str(n)] if n > 1 else [])
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=dict(os.environ, **env))
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stderr.strip().splitlines()[-1])
+    return (r.stdout.strip().splitlines()[-1], dump.read_bytes(), st["spec"],
+            mtp.read_bytes() if mtp.exists() else b"", st["tp"])
+
+
+REPEAT = "The cat sat on the mat. The cat sat on the mat. The cat sat on the"
+
+
+@pytest.mark.parametrize("kind", ["ngram", "draft", "mtp"])
+def test_speculative_decoding_under_tp(tmp_path, kind):
+    # rank 0's engine drafts (n-gram lookup; a draft model on rank 0 alone, here SmolLM2 as its
+    # own draft; the MTP module, which every rank runs like a layer of the model), every rank
+    # verifies in the same step: the ids, every token's logits, the drafts (the same drafted and
+    # accepted counts; for MTP the module's logits rows, DI_MTP_DUMP) are one rank's, at 2 and
+    # 3 ranks, and at 3 ranks over two pretend hosts in the two-level layout
+    model = GEN / "deepseek-v3-tiny" / "v3-mtp-tok" if kind == "mtp" else SMOL
+    if not model.exists():
+        pytest.skip(f"{model} missing ({'made by test_spec_mtp.py' if kind == 'mtp' else 'scripts/fetch-models'})")
+    spec = {"ngram": ("--spec", "ngram"), "draft": ("--spec", "draft", "--draft-model", str(SMOL), "--spec-k-max", "4"),
+            "mtp": ("--spec", "mtp")}[kind] + ("--spec-mode", "always")
+    prompt = REPEAT if kind != "mtp" else "Hello world, this is"
+    ref = run_spec(tmp_path, model, 1, prompt, *spec)
+    assert ref[2]["kind"] == kind and ref[2]["drafted"] > 0 and ref[2]["verify_steps"] > 0, ref[2]
+    assert kind == "mtp" or ref[2]["accepted"] > 0, ref[2]  # the random module's drafts: never accepted
+    assert (len(ref[3]) > 0) == (kind == "mtp")
+    for n, env in ((2, None), (3, None), (3, TWO_LEVEL)):
+        got = run_spec(tmp_path, model, n, prompt, *spec, env=env, tag=f"-{bool(env)}")
+        assert got[0] == ref[0], (n, env, got[0], ref[0])
+        assert got[1] == ref[1] and got[2] == ref[2] and got[3] == ref[3], f"--tp {n} {env}: differs from one rank"
+        assert got[4]["layout"] == ("two-level" if env else "flat"), got[4]

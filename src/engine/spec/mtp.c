@@ -18,6 +18,8 @@
  * per completion). A prefix-cache hit brings blocks whose module rows were
  * written with the original sequence's tokens: only the acceptance can
  * suffer, never the output, which verification decides. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
@@ -43,6 +45,22 @@ static int chain_depth(const di_engine *e, const di_seq *s) {
   return d;
 }
 
+/* DI_MTP_DUMP=FILE: the module's logits rows appended as f32, as they come
+ * (to check them bit for bit, e.g. under --tp against one rank). */
+static void dump_rows(const float *rows, int n, int vocab) {
+  static FILE *fp;
+  static bool tried;
+  if (!tried) {
+    tried = true;
+    const char *path = getenv("DI_MTP_DUMP");
+    fp = path && *path ? fopen(path, "wb") : NULL;
+  }
+  if (fp) {
+    fwrite(rows, sizeof *rows, (size_t)n * (size_t)vocab, fp);
+    fflush(fp);
+  }
+}
+
 /* Runs the module over mb and writes draft index j of every sequence whose
  * row it wanted; false on failure (no drafts then). */
 static bool run_module(di_engine *e, di_batch *mb, int j) {
@@ -52,6 +70,7 @@ static bool run_module(di_engine *e, di_batch *mb, int j) {
   if (want > e->logits_cap && !di_engine_logit_rows(e, want)) return false;
   if (e->be.forward_mtp(e->be.user, e->pool, mb, e->spec.mtp_hidden, e->logits, e->spec.mtp_out, &st) != DI_OK)
     return false;
+  dump_rows(e->logits, want, e->be.n_vocab);
   for (int n = 0, r = 0; n < mb->n_tokens; n++) {
     if (!mb->want_logits[n]) continue;
     di_seq *s = e->b_owner[mb->seq[n]];
