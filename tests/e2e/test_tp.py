@@ -184,10 +184,10 @@ def test_logits_small_archs(tmp_path, name):
         assert n < 3 or out[n][2]["kv_bytes"] == [kv1 // 2] * n, (n, out[n][2]["kv_bytes"], kv1)
 
 
-def run_batch(tmp_path, n, lines, *args, tag):
+def run_batch(tmp_path, n, lines, *args, tag, model=SMOL):
     inp, outp, stats = tmp_path / f"{tag}.in.jsonl", tmp_path / f"{tag}.out.jsonl", tmp_path / f"{tag}.stats.json"
     inp.write_text("\n".join(lines) + "\n")
-    argv = tp(n) + [str(BIN), "batch", "-m", str(SMOL), "-i", str(inp), "-o", str(outp), "--threads", "1",
+    argv = tp(n) + [str(BIN), "batch", "-m", str(model), "-i", str(inp), "-o", str(outp), "--threads", "1",
                     "--stats-json", str(stats), "-q", *map(str, args)] + (["--tp", str(n)] if n > 1 else [])
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
@@ -519,18 +519,20 @@ def run_spec(tmp_path, model, n, prompt, *spec, env=None, tag=""):
 REPEAT = "The cat sat on the mat. The cat sat on the mat. The cat sat on the"
 
 
-@pytest.mark.parametrize("kind", ["ngram", "draft", "mtp"])
+@pytest.mark.parametrize("kind", ["ngram", "draft", "mtp", "mtp-v4"])
 def test_speculative_decoding_under_tp(tmp_path, kind):
     # rank 0's engine drafts (n-gram lookup; a draft model on rank 0 alone, here SmolLM2 as its
     # own draft; the MTP module, which every rank runs like a layer of the model), every rank
     # verifies in the same step: the ids, every token's logits, the drafts (the same drafted and
     # accepted counts; for MTP the module's logits rows, DI_MTP_DUMP) are one rank's, at 2 and
-    # 3 ranks, and at 3 ranks over two pretend hosts in the two-level layout
-    model = GEN / "deepseek-v3-tiny" / "v3-mtp-tok" if kind == "mtp" else SMOL
+    # 3 ranks, and at 3 ranks over two pretend hosts in the two-level layout. DeepSeek-V4's module
+    # (hyper-connection streams, its window in the cache plan) runs whole on every rank, as its layers
+    model = {"mtp": GEN / "deepseek-v3-tiny" / "v3-mtp-tok", "mtp-v4": GEN / "deepseek-v4-engine-mtp-g1"}.get(kind, SMOL)
     if not model.exists():
-        pytest.skip(f"{model} missing ({'made by test_spec_mtp.py' if kind == 'mtp' else 'scripts/fetch-models'})")
+        pytest.skip(f"{model} missing (made by test_spec_mtp*.py, or scripts/fetch-models)")
     spec = {"ngram": ("--spec", "ngram"), "draft": ("--spec", "draft", "--draft-model", str(SMOL), "--spec-k-max", "4"),
-            "mtp": ("--spec", "mtp")}[kind] + ("--spec-mode", "always")
+            "mtp": ("--spec", "mtp"), "mtp-v4": ("--spec", "mtp")}[kind] + ("--spec-mode", "always")
+    kind = kind.split("-")[0]
     prompt = REPEAT if kind != "mtp" else "Hello world, this is"
     ref = run_spec(tmp_path, model, 1, prompt, *spec)
     assert ref[2]["kind"] == kind and ref[2]["drafted"] > 0 and ref[2]["verify_steps"] > 0, ref[2]
@@ -541,3 +543,19 @@ def test_speculative_decoding_under_tp(tmp_path, kind):
         assert got[0] == ref[0], (n, env, got[0], ref[0])
         assert got[1] == ref[1] and got[2] == ref[2] and got[3] == ref[3], f"--tp {n} {env}: differs from one rank"
         assert got[4]["layout"] == ("two-level" if env else "flat"), got[4]
+
+
+def test_mtp_batched_under_tp(tmp_path):
+    # the engine's MTP rounds over a batch (chained drafts in scratch rows of free blocks, small
+    # blocks so sequences cross them) at 2 ranks: the ids of one rank with speculation off
+    model = GEN / "deepseek-v3-tiny" / "v3-mtp-tok"
+    if not model.exists():
+        pytest.skip(f"{model} missing (made by test_spec_mtp.py)")
+    lines = greedy_lines(prompts(6, seed=5), 12) + [x.replace('"custom_id": "r', '"custom_id": "s') for x in greedy_lines(
+        prompts(4, seed=6), 10, temperature=0.9, seed=3)]
+    ref, _ = run_batch(tmp_path, 1, lines, "--concurrency", 10, "--spec", "off", tag="off", model=model)
+    got, st = run_batch(tmp_path, 2, lines, "--concurrency", 10, "--spec", "mtp", "--spec-mode", "always",
+                        "--block-size", 4, tag="mtp", model=model)
+    assert ids_by_id(got) == ids_by_id(ref)
+    assert sum(len(c) for v in ids_by_id(ref).values() for c in v) > len(lines)
+    assert st["batch_tokens"] > st["prompt_tokens"] + st["generated_tokens"], st  # drafts were verified
