@@ -32,6 +32,10 @@ STORIES = MODELS / "stories260K" / "stories260K.gguf"
 SMOL = MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA = MODELS / "gemma-3-270m-q4_k_m.gguf"
 MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none"]
+# DI_TP_HOSTS=2 pretends two hosts (rank r on host r % 2: {0} and {1} at 2 ranks, {0, 2} and {1}
+# at 3); DI_TP_LAYOUT=two-level then runs every collective as a gather on the host's first rank,
+# the exchange between hosts' first ranks and a broadcast on the host (dist/comm.c)
+TWO_LEVEL = {"DI_TP_HOSTS": "2", "DI_TP_LAYOUT": "two-level"}
 PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside with"
 
 
@@ -130,12 +134,6 @@ def test_logits_gemma3(tmp_path):
 def test_logits_deepseek_v3_tiny(tmp_path):
     # made by tests/e2e/test_deepseek_engine.py's fixture (numpy); skipped until it ran
     check_logits(tmp_path, GEN / "deepseek-v3-tiny" / "v3-tok", [2, 3])  # 16 experts: 5+5+6 at 3 ranks
-
-
-# DI_TP_HOSTS=2 pretends two hosts (rank r on host r % 2: {0} and {1} at 2 ranks, {0, 2} and {1}
-# at 3); DI_TP_LAYOUT=two-level then runs every collective as a gather on the host's first rank,
-# the exchange between hosts' first ranks and a broadcast on the host (dist/comm.c)
-TWO_LEVEL = {"DI_TP_HOSTS": "2", "DI_TP_LAYOUT": "two-level"}
 
 
 @pytest.mark.parametrize("model", [STORIES, SMOL, GEN / "deepseek-v3-tiny" / "v3-tok"], ids=["stories", "smollm2",
@@ -240,14 +238,19 @@ def rank_pid(mpirun_pid, rank):
     raise AssertionError(f"rank {rank} not found")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "hung"])
-def test_lost_rank_is_a_clear_error(tmp_path, sig):
+# two-level (3 ranks over pretend hosts {0, 2} and {1}): rank 2 is lost inside host 0 (its leader
+# waits in the host's gather), rank 1 is host 1's leader (rank 0 waits in the leaders' exchange)
+@pytest.mark.parametrize("sig,n,victim_rank,layout", [
+    (signal.SIGKILL, 2, 1, None), (signal.SIGSTOP, 2, 1, None), (signal.SIGSTOP, 3, 2, TWO_LEVEL),
+    (signal.SIGKILL, 3, 1, TWO_LEVEL)], ids=["killed", "hung", "hung-in-host", "killed-leader"])
+def test_lost_rank_is_a_clear_error(tmp_path, sig, n, victim_rank, layout):
     if not SMOL.exists():
         pytest.skip(f"{SMOL} missing (scripts/fetch-models)")
     port = free_port()
-    env = dict(os.environ, DI_TP_TIMEOUT_MS="3000")
-    p = subprocess.Popen(tp(2) + [str(BIN), "serve", "-m", str(SMOL), "--port", str(port), "--threads", "1",
-                                  "--tp", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    env = dict(os.environ, DI_TP_TIMEOUT_MS="3000", **(layout or {}))
+    p = subprocess.Popen(tp(n) + [a for k in (layout or {}) for a in ("-x", k)] + [
+        str(BIN), "serve", "-m", str(SMOL), "--port", str(port), "--threads", "1", "--tp", str(n)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     victim = None
     try:
         url = f"http://127.0.0.1:{port}"
@@ -264,7 +267,7 @@ def test_lost_rank_is_a_clear_error(tmp_path, sig):
         resp = urllib.request.urlopen(urllib.request.Request(url + "/v1/completions", body), timeout=30)
         first = resp.readline()
         assert first.startswith(b"data:") or first.strip() == b"" or first.startswith(b":"), first
-        victim = rank_pid(p.pid, 1)
+        victim = rank_pid(p.pid, victim_rank)
         t0 = time.monotonic()
         os.kill(victim, sig)
         events = []
