@@ -109,7 +109,8 @@ static int tp_report(void) {
     const di_dist_layout l = di_dist_get_layout();
     printf("tensor parallel: %d ranks (MPI); columns of every matmul split in 16-column tiles\n", n);
     for (int k = 0; k < n; k++) printf("rank %d: %s\n", k, all + (size_t)k * LINE);
-    printf("hosts: %d (%s)\n", l.hosts, l.fake ? "DI_TP_HOSTS: rank r on pretend host r % hosts" : "MPI shared-memory groups");
+    printf("hosts: %d (%s)\n", l.hosts,
+           l.fake ? "DI_TP_HOSTS: rank r on pretend host r % hosts" : "MPI shared-memory groups");
     for (int h = 0; h < l.hosts; h++) {
       printf("host %d: ranks", h);
       for (int k = 0, c = 0; k < n; k++)
@@ -120,7 +121,8 @@ static int tp_report(void) {
     print_link("; inter-host", l.inter);
     printf("\nlayout: %s (%s)", l.two_level ? "two-level" : "flat",
            l.forced ? "DI_TP_LAYOUT" : l.hosts == 1 ? "one host" : "the faster by the measured links");
-    if (l.hosts > 1) printf("; a 64 KB all-gather modelled: flat %.1f us, two-level %.1f us", l.flat_s * 1e6, l.two_s * 1e6);
+    if (l.hosts > 1)
+      printf("; a 64 KB all-gather modelled: flat %.1f us, two-level %.1f us", l.flat_s * 1e6, l.two_s * 1e6);
     const di_dist_link x = l.intra.lat_s > 0 ? l.intra : l.inter;
     printf("\nexchange: %.2f us one way (8 B ping-pong), %.2f GB/s (1 MiB ping-pong), %.2f us per 64 KB all-gather\n",
            x.lat_s * 1e6, x.gbs, g64 * 1e6);

@@ -38,7 +38,7 @@ static struct {
    * (MPI_COMM_NULL on the others); members lists the world ranks host by
    * host, host h's at members[host_at[h] .. host_at[h + 1]) */
   MPI_Comm node, leaders;
-  int host, lrank, lsize, *host_of, *members, *host_at, *pos;
+  int host, lrank, lsize, *host_of, *members, *host_at;
   size_t *z;       /* [2 * size * size + size]: all-to-all's count matrix, its row prefixes, scratch */
   uint8_t *stage[4];
   size_t stage_cap[4];
@@ -101,7 +101,8 @@ static di_code wait_req(MPI_Request *r, const char *what, bool idle, di_status *
     }
     if (done) return DI_OK;
     if (g.interrupted) {
-      snprintf(g.err, sizeof g.err, "%s: the job is being stopped (a signal; mpirun sends one when a rank exits)", what);
+      snprintf(g.err, sizeof g.err, "%s: the job is being stopped (a signal; mpirun sends one when a rank exits)",
+               what);
       return fail(st);
     }
     if ((i & 63) == 0) t = now();
@@ -202,7 +203,7 @@ static di_code hosts_init(di_status *st) {
   for (int h = 0, i = 0; h < hosts; h++) {
     g.host_at[h] = i;
     for (int r = 0; r < n; r++)
-      if (g.host_of[r] == h) g.pos[r] = i, g.members[i++] = r;
+      if (g.host_of[r] == h) g.members[i++] = r;
   }
   g.host_at[hosts] = n;
   g.host = g.host_of[g.rank];
@@ -222,8 +223,9 @@ static di_code pingpong(int a, int b, size_t bytes, int reps, double *one_way, d
   for (int i = 0; i < reps && !rc && (g.rank == a || g.rank == b); i++) {
     const int peer = g.rank == a ? b : a;
     for (int k = 0; k < 2 && !rc; k++) {
-      if ((g.rank == a) == (k == 0)) rc = finish(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, 7, MPI_COMM_WORLD, &r), &r, "link probe", false, st);
-      else rc = finish(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, 7, MPI_COMM_WORLD, &r), &r, "link probe", false, st);
+      const int mr = (g.rank == a) == (k == 0) ? MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, 7, MPI_COMM_WORLD, &r)
+                                               : MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, 7, MPI_COMM_WORLD, &r);
+      rc = finish(mr, &r, "link probe", false, st);
     }
   }
   double t = (now() - t0) / (2.0 * reps);
@@ -240,12 +242,12 @@ static di_code probe_link(int a, int b, di_dist_link *l, di_status *st) {
   return rc;
 }
 
+static double xfer(di_dist_link l, double bytes) { return l.lat_s + (l.gbs > 0 ? bytes / (l.gbs * 1e9) : 0); }
+
 /* A bytes-byte all-gather's modelled time: flat, MPI's ring over every rank,
  * each of its n - 1 steps as slow as the slowest link on the ring (between
  * hosts); two-level, a gather and a broadcast on the host (a binomial tree,
  * every byte over the host link twice) around the leaders' ring. */
-static double xfer(di_dist_link l, double bytes) { return l.lat_s + (l.gbs > 0 ? bytes / (l.gbs * 1e9) : 0); }
-
 static double allgather_model(bool two, size_t bytes) {
   const di_dist_layout *l = &g.lay;
   const di_dist_link x = l->hosts > 1 ? l->inter : l->intra, in = l->intra;
@@ -303,16 +305,17 @@ di_code di_dist_init(int want, di_status *st) {
   const char *t = getenv("DI_TP_TIMEOUT_MS");
   g.timeout = (t && atoi(t) > 0 ? atoi(t) : 5000) / 1000.0;
   if (provided < MPI_THREAD_SERIALIZED)
-    return di_errorf(st, DI_ERR_UNSUPPORTED, "--tp %d: this MPI library does not allow calls from several threads", want);
+    return di_errorf(st, DI_ERR_UNSUPPORTED, "--tp %d: this MPI library does not allow calls from several threads",
+                     want);
   if (g.size != want)
     return di_errorf(st, DI_ERR_INVALID, "--tp %d: the job has %d MPI rank%s (start it with mpirun -np %d)", want,
                      g.size, g.size == 1 ? "" : "s", want);
   const size_t n = (size_t)g.size;
-  g.cnt = calloc(n * 10 + 1, sizeof(int));
+  g.cnt = calloc(n * 9 + 1, sizeof(int));
   g.z = calloc(2 * n * n + n, sizeof *g.z);
   if (!g.cnt || !g.z) return di_errorf(st, DI_ERR_NOMEM, "--tp %d: out of memory", want);
   g.dsp = g.cnt + n, g.cnt2 = g.dsp + n, g.dsp2 = g.cnt2 + n, g.hcnt = g.dsp2 + n, g.hdsp = g.hcnt + n;
-  g.host_of = g.hdsp + n, g.members = g.host_of + n, g.pos = g.members + n, g.host_at = g.pos + n;
+  g.host_of = g.hdsp + n, g.members = g.host_of + n, g.host_at = g.members + n;
   g.active = g.size > 1;
   g.lay.hosts = 1;
   di_code rc = hosts_init(st);
@@ -338,7 +341,8 @@ void di_dist_finalize(void) {
 di_code di_dist_bcast(void *buf, size_t bytes, bool idle, di_status *st) {
   if (!g.active) return DI_OK;
   if (g.failed) return failed_already(st);
-  if (bytes > INT_MAX) return di_errorf(st, DI_ERR_RANGE, "tensor parallel: a broadcast of %zu bytes is too big", bytes);
+  if (bytes > INT_MAX)
+    return di_errorf(st, DI_ERR_RANGE, "tensor parallel: a broadcast of %zu bytes is too big", bytes);
   /* only the followers wait idly: for the leader a late follower is a fault */
   idle = idle && g.rank != 0;
   const double t0 = now();
@@ -349,7 +353,8 @@ di_code di_dist_bcast(void *buf, size_t bytes, bool idle, di_status *st) {
   } else { /* rank 0 to the leaders, each leader on its host */
     if (g.leaders != MPI_COMM_NULL)
       rc = finish(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, g.leaders, &r), &r, "broadcast", idle, st);
-    if (!rc && g.lsize > 1) rc = finish(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, g.node, &r), &r, "broadcast", idle, st);
+    if (!rc && g.lsize > 1)
+      rc = finish(MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, g.node, &r), &r, "broadcast", idle, st);
   }
   if (!rc && !idle) account(t0, bytes);
   return rc;
@@ -432,11 +437,12 @@ di_code di_dist_allgatherv(const void *send, void *recv, const size_t *bytes, di
     uint8_t *s = NULL;
     rc = host_gather(mine, bytes, "all-gather", &s, st);
     if (!rc && g.leaders != MPI_COMM_NULL) {
-      rc = finish(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, s, g.hcnt, g.hdsp, MPI_BYTE, g.leaders, &r), &r, "all-gather",
-                  false, st);
+      rc = finish(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, s, g.hcnt, g.hdsp, MPI_BYTE, g.leaders, &r), &r,
+                  "all-gather", false, st);
       if (!rc) unstage(s, recv);
     }
-    if (!rc && g.lsize > 1) rc = finish(MPI_Ibcast(recv, (int)total, MPI_BYTE, 0, g.node, &r), &r, "all-gather", false, st);
+    if (!rc && g.lsize > 1)
+      rc = finish(MPI_Ibcast(recv, (int)total, MPI_BYTE, 0, g.node, &r), &r, "all-gather", false, st);
   }
   if (!rc) account(t0, total);
   return rc;
@@ -451,16 +457,16 @@ di_code di_dist_gatherv(const void *send, void *recv, const size_t *bytes, di_st
   MPI_Request r;
   if (!two_level()) {
     const void *s = send ? send : g.rank == 0 ? MPI_IN_PLACE : recv;
-    rc = finish(MPI_Igatherv(s, g.cnt[g.rank], MPI_BYTE, recv, g.cnt, g.dsp, MPI_BYTE, 0, MPI_COMM_WORLD, &r), &r, "gather",
-                false, st);
+    rc = finish(MPI_Igatherv(s, g.cnt[g.rank], MPI_BYTE, recv, g.cnt, g.dsp, MPI_BYTE, 0, MPI_COMM_WORLD, &r), &r,
+                "gather", false, st);
   } else {
     const uint8_t *mine = send ? send : recv; /* dsp[0] is 0 */
     uint8_t *s = NULL;
     rc = host_gather(mine, bytes, "gather", &s, st);
     if (!rc && g.leaders != MPI_COMM_NULL) {
       const void *in = g.rank == 0 ? MPI_IN_PLACE : s + g.hdsp[g.host];
-      rc = finish(MPI_Igatherv(in, g.hcnt[g.host], MPI_BYTE, s, g.hcnt, g.hdsp, MPI_BYTE, 0, g.leaders, &r), &r, "gather",
-                  false, st);
+      rc = finish(MPI_Igatherv(in, g.hcnt[g.host], MPI_BYTE, s, g.hcnt, g.hdsp, MPI_BYTE, 0, g.leaders, &r), &r,
+                  "gather", false, st);
       if (!rc && g.rank == 0) unstage(s, recv);
     }
   }
@@ -480,8 +486,8 @@ static di_code alltoall_two(const void *send, const size_t *sbytes, void *recv, 
   size_t *C = g.z, *P = C + (size_t)n * n, *row = P + (size_t)n * n;
   MPI_Request q;
   memcpy(C + (size_t)g.rank * n, sbytes, (size_t)n * sizeof *C);
-  di_code rc = finish(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, C, n * (int)sizeof *C, MPI_BYTE, MPI_COMM_WORLD, &q), &q,
-                "all-to-all", false, st);
+  di_code rc = finish(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_BYTE, C, n * (int)sizeof *C, MPI_BYTE, MPI_COMM_WORLD, &q),
+                      &q, "all-to-all", false, st);
   if (rc) return rc;
   for (int a = 0; a < n; a++)
     for (int b = 0, o = 0; b < n; o += (int)C[(size_t)a * n + b], b++) P[(size_t)a * n + b] = (size_t)o;
@@ -498,8 +504,8 @@ static di_code alltoall_two(const void *send, const size_t *sbytes, void *recv, 
   if (ni > 1) {
     uint8_t *s = stage(1, tot, st);
     if (!s) return st->code;
-    rc = finish(MPI_Igatherv(send, g.cnt2[g.lrank], MPI_BYTE, s, g.cnt2, g.dsp2, MPI_BYTE, 0, g.node, &q), &q, "all-to-all",
-                false, st);
+    rc = finish(MPI_Igatherv(send, g.cnt2[g.lrank], MPI_BYTE, s, g.cnt2, g.dsp2, MPI_BYTE, 0, g.node, &q), &q,
+                "all-to-all", false, st);
     A = s;
   }
   if (rc) return rc;
@@ -535,8 +541,8 @@ static di_code alltoall_two(const void *send, const size_t *sbytes, void *recv, 
           memcpy(o, A + (ni > 1 ? ad[j] : 0) + P[(size_t)a * n + M[i]], c), o += c;
         }
       }
-    if ((rc = finish(MPI_Ialltoallv(S, g.cnt, g.dsp, MPI_BYTE, R, g.hcnt, g.hdsp, MPI_BYTE, g.leaders, &q), &q, "all-to-all",
-                     false, st)))
+    if ((rc = finish(MPI_Ialltoallv(S, g.cnt, g.dsp, MPI_BYTE, R, g.hcnt, g.hdsp, MPI_BYTE, g.leaders, &q), &q,
+                     "all-to-all", false, st)))
       return rc;
     /* for my rank b, the block from each rank a in rank order: in host(a)'s
      * part, after the blocks of host(a)'s ranks before a, then a's blocks for my ranks before b */

@@ -73,8 +73,8 @@ void di_dist_placement(char *buf, size_t len) {
   char host[64] = "?";
   gethostname(host, sizeof host);
   host[sizeof host - 1] = 0;
-  snprintf(buf, len, "host %s, PUs %s (%d of %d cores, %d PUs on the host), NUMA node %s; %s", host, c, ncov, ncore, npu,
-           n, g_pin);
+  snprintf(buf, len, "host %s, PUs %s (%d of %d cores, %d PUs on the host), NUMA node %s; %s", host, c, ncov, ncore,
+           npu, n, g_pin);
   hwloc_bitmap_free(cpus);
   hwloc_bitmap_free(nodes);
   hwloc_topology_destroy(topo);
