@@ -29,8 +29,12 @@ converted with llama.cpp's own quantizer through llama-cpp-python (`llama_model_
 peer the benchmarks compare against), run by --llamacpp-python (default /tmp/refvenv/bin/python
 or $LLAMACPP_PYTHON). That gives the real mixes (Q4_K or Q5_K with Q6_K for some tensors).
 
-Output: ~/.cache/deepinfer/bench/llama-<shape>-<type>.gguf (override with --out or
-$DI_BENCH_DIR). Deterministic for a given --seed. Needs: numpy, gguf (tests/requirements.txt).
+--layers N keeps a shape's per-layer tensors but writes only its first N layers (v2-lite: layer 0
+dense, the rest MoE), for measurements that are per-layer properties (the batched-decode ratio)
+without the full file: `--shape v2-lite --layers 6` is 3.9 GB at Q8_0 instead of 16.7 GB.
+
+Output: ~/.cache/deepinfer/bench/llama-<shape>-<type>.gguf, or <stem>-L<N>-<type>.gguf with
+--layers (override with --out or $DI_BENCH_DIR). Deterministic for a given --seed. Needs: numpy, gguf (tests/requirements.txt).
 
   .venv/bin/python bench/gen_random_gguf.py --shape 110m --type Q4_0
   .venv/bin/python bench/gen_random_gguf.py --shape 1.1b --type Q8_0 --out /tmp/x.gguf
@@ -135,6 +139,10 @@ def add_deepseek2_keys(w, s):
     key_length/value_length, per-head sizes in *_mla), YaRN as in V2-Lite's config."""
     a = "deepseek2"
     w.add_uint32(f"{a}.attention.kv_lora_rank", s["kv_lora"])
+    if s["n_layers"] != SHAPES["v2-lite"]["n_layers"]:
+        # llama.cpp takes a deepseek2 file as "lite" (no q_lora) only by its 27 layers and
+        # otherwise requires this key; 0 = no q_lora for both engines
+        w.add_uint32(f"{a}.attention.q_lora_rank", 0)
     w.add_uint32(f"{a}.attention.key_length", s["kv_lora"] + s["rope"])
     w.add_uint32(f"{a}.attention.value_length", s["kv_lora"])
     w.add_uint32(f"{a}.attention.key_length_mla", s["nope"] + s["rope"])
@@ -212,8 +220,15 @@ def make_tensor(rng, shape, is_matrix, qtype):
     return np.concatenate(parts, axis=0), qtype
 
 
-def generate(shape_name, type_name, out_path, seed=1234, quiet=False):
-    s = SHAPES[shape_name]
+def shape_with_layers(shape_name, n_layers=None):
+    s = dict(SHAPES[shape_name])
+    if n_layers:
+        s["n_layers"] = n_layers
+    return s
+
+
+def generate(shape_name, type_name, out_path, seed=1234, quiet=False, n_layers=None):
+    s = shape_with_layers(shape_name, n_layers)
     qtype = TYPES[type_name]
     d, hd = s["dim"], s["dim"] // s["n_heads"]
     arch = s.get("arch", "llama")
@@ -314,8 +329,9 @@ def quantize_with_llamacpp(src, out_path, py, ftype):
     return out_path
 
 
-def file_stem(shape):
-    return "deepseek2-" + shape if SHAPES[shape].get("arch") == "deepseek2" else "llama-" + shape
+def file_stem(shape, n_layers=None):
+    stem = "deepseek2-" + shape if SHAPES[shape].get("arch") == "deepseek2" else "llama-" + shape
+    return stem + (f"-L{n_layers}" if n_layers else "")
 
 
 def main():
@@ -326,10 +342,13 @@ def main():
                     help="python with llama-cpp-python, for --type Q4_K_M / Q5_K_M / Q5_1")
     ap.add_argument("--out", help="output file (default: $DI_BENCH_DIR or ~/.cache/deepinfer/bench/llama-SHAPE-TYPE.gguf)")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--layers", type=int, help="write only the first N layers of the shape (same per-layer tensors)")
     ap.add_argument("--all", action="store_true", help="write every shape in F16, Q8_0 and Q4_0")
     ap.add_argument("--force", action="store_true", help="overwrite existing files")
     ap.add_argument("--print-path", action="store_true", help="only print the default output path")
     a = ap.parse_args()
+    if a.layers is not None and not (a.shape and 1 <= a.layers <= SHAPES[a.shape]["n_layers"]):
+        ap.error("--layers N needs --shape and 1 <= N <= the shape's layer count")
     jobs = []
     if a.all:
         jobs = [(sh, t) for sh in SHAPES if "arch" not in SHAPES[sh] for t in ("F16", "Q8_0", "Q4_0")]
@@ -338,7 +357,7 @@ def main():
     else:
         ap.error("give --shape (and --type) or --all")
     for sh, t in jobs:
-        out = Path(a.out) if (a.out and not a.all) else default_out_dir() / f"{file_stem(sh)}-{t.lower()}.gguf"
+        out = Path(a.out) if (a.out and not a.all) else default_out_dir() / f"{file_stem(sh, a.layers)}-{t.lower()}.gguf"
         if a.print_path:
             print(out)
             continue
@@ -347,12 +366,12 @@ def main():
             continue
         if t in LLAMACPP_TYPES:
             src_t = SHAPES[sh].get("quant_src", "F16")
-            src = default_out_dir() / f"{file_stem(sh)}-{src_t.lower()}.gguf"
+            src = default_out_dir() / f"{file_stem(sh, a.layers)}-{src_t.lower()}.gguf"
             if not src.exists():
-                generate(sh, src_t, src, seed=a.seed)
+                generate(sh, src_t, src, seed=a.seed, n_layers=a.layers)
             quantize_with_llamacpp(src, out, a.llamacpp_python, t)
         else:
-            generate(sh, t, out, seed=a.seed)
+            generate(sh, t, out, seed=a.seed, n_layers=a.layers)
 
 
 if __name__ == "__main__":
