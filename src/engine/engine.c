@@ -129,10 +129,11 @@ di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *
   size_t kv_mem = o->kv_mem;
   di_kv_spec spec = {.n_layers = be->n_layers, .kv_dim = be->kv_dim, .v_in_k = be->kv_v_in_k,
                      .type = o->kv_type};
-  if (kv_mem == 0) { /* enough for max_seqs full contexts (sliding-window tables: window + a chunk), capped */
+  if (kv_mem == 0) { /* enough for max_seqs full contexts (sliding-window tables: kv/table.h di_kv_window_span), capped */
     size_t per_seq = (size_t)((e->ctx + bs - 1) / bs + 1);
     if (be->n_swa_tables > 0) {
-      int swa_pos = be->window + e->max_batch_tokens < e->ctx ? be->window + e->max_batch_tokens : e->ctx;
+      int swa_pos = di_kv_window_span(be->window, e->max_batch_tokens, be->window_sparse);
+      if (swa_pos > e->ctx) swa_pos = e->ctx;
       per_seq += (size_t)be->n_swa_tables * (size_t)((swa_pos + bs - 1) / bs + 1);
     }
     kv_mem = di_kv_spec_block_bytes(&spec, bs) * per_seq *

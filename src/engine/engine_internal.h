@@ -31,6 +31,7 @@ typedef struct di_engine_backend {
    * n_swa_tables extra tables per sequence under the WINDOW policy (0: none). */
   int n_swa_tables;
   int align;              /* main table: di_kv_table.align (DeepSeek-V4's sliced HCA rows), 0: none */
+  bool window_sparse;     /* the sliding-window tables are di_kv_table.sparse (DeepSeek-V4) */
   const int32_t *eos_ids;
   int n_eos;
   void *user;

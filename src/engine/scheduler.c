@@ -142,7 +142,7 @@ static bool resume_fits(di_engine *e, di_seq *s) {
   }
   for (int k = 0; k < e->be.n_swa_tables; k++) {
     int w = di_kv_table_blocks_needed(e->pool, &s->swa[k], s->n_computed, s->len + 1);
-    int cap = (e->be.window + e->max_batch_tokens) / bs + 2;
+    int cap = di_kv_window_span(e->be.window, e->max_batch_tokens, s->swa[k].sparse) / bs + 2;
     n += w < cap ? w : cap;
   }
   return n <= di_kv_n_available(e->pool);

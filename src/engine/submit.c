@@ -115,6 +115,7 @@ static di_code build_request(di_engine *e, const di_request_params *p, di_req *r
       s->swa[k].window = e->be.window;
       s->swa[k].ckpt = e->swa_ckpt;
       s->swa[k].tip = r->n_prompt;
+      s->swa[k].sparse = e->be.window_sparse;
     }
     if (e->be.policy == DI_KV_POLICY_WINDOW && e->be.window > 0) {
       s->table.group = DI_KV_GROUP_WINDOW;

@@ -41,15 +41,27 @@ static uint8_t *elt_at(const di_kv_pool *kv, int32_t block, size_t i) {
 }
 
 /* Part `part` (V4P_*, n values) of the current layer's values at position
- * pos: in the position's pool row, or (grouped) in its window row, whose
- * chunks lie in the window tables; a part across two chunks is gathered into
- * buf. win_put stores one. */
+ * pos of token t's sequence: a position of the batch from the window scratch
+ * (st_store put it there), any other from the cache, in the position's pool
+ * row or (grouped) its window row, whose chunks lie in the window tables (a
+ * part across two chunks is gathered into buf). The grouped cache maps only
+ * the positions some step reads after the one that wrote them (kv/table.h
+ * di_kv_table.sparse); a read the cache cannot serve sets v4->missing. */
 static const float *win_get(const stage_ctx *c, int t, int pos, int part, int n, float *buf) {
   const di_kv_pool *kv = c->kv;
+  const di_v4_scratch *v = c->f->v4;
+  const int u0 = di_v4_batch_token(v, c->b->seq, t, pos);
+  if (u0 >= 0) return kv_get(c, v->win + ((size_t)u0 * v->win_w + (size_t)v->cur.scr[part]) * kv->elt_bytes, n, buf);
   const di_batch_seq *s = &c->b->seqs[c->b->seq[t]];
-  const int off = c->f->v4->cur.part[part], bs = kv->block_size, u = kv->kv_dim;
+  const int off = v->cur.part[part], bs = kv->block_size, u = kv->kv_dim;
   const size_t row = (size_t)(pos % bs) * (size_t)u;
   if (c->b->n_swa_tables == 0) return kv_get(c, elt_at(kv, s->blocks[pos / bs], row + (size_t)off), n, buf);
+  for (int o = off; o < off + n; o = (o / u + 1) * u)
+    if (pos / bs >= s->n_swa_blocks || s->swa[o / u][pos / bs] < 0) {
+      __atomic_store_n(&c->f->v4->missing, 1, __ATOMIC_RELAXED);
+      memset(buf, 0, (size_t)n * sizeof(float));
+      return buf;
+    }
   if (off % u + n <= u) return kv_get(c, elt_at(kv, s->swa[off / u][pos / bs], row + (size_t)(off % u)), n, buf);
   for (int o = off, done = 0; done < n;) {
     const int len = n - done < u - o % u ? n - done : u - o % u;
@@ -59,18 +71,26 @@ static const float *win_get(const stage_ctx *c, int t, int pos, int part, int n,
   return buf;
 }
 
+/* Stores part `part` of token t's own position: into the window scratch, and
+ * into the cache where it maps the position (the ungrouped row always). */
 static void win_put(const stage_ctx *c, int t, int pos, int part, int n, const float *src) {
   const di_kv_pool *kv = c->kv;
+  const di_v4_scratch *v = c->f->v4;
   const di_batch_seq *s = &c->b->seqs[c->b->seq[t]];
-  const int off = c->f->v4->cur.part[part], bs = kv->block_size, u = kv->kv_dim;
+  const size_t eb = kv->elt_bytes;
+  const uint8_t *val = v->win + ((size_t)t * v->win_w + (size_t)v->cur.scr[part]) * eb;
+  kv_put(c, (void *)val, src, n);
+  const int off = v->cur.part[part], bs = kv->block_size, u = kv->kv_dim;
   const size_t row = (size_t)(pos % bs) * (size_t)u;
   if (c->b->n_swa_tables == 0) {
-    kv_put(c, elt_at(kv, s->blocks[pos / bs], row + (size_t)off), src, n);
+    memcpy(elt_at(kv, s->blocks[pos / bs], row + (size_t)off), val, (size_t)n * eb);
     return;
   }
+  if (pos / bs >= s->n_swa_blocks) return;
   for (int o = off, done = 0; done < n;) {
     const int len = n - done < u - o % u ? n - done : u - o % u;
-    kv_put(c, elt_at(kv, s->swa[o / u][pos / bs], row + (size_t)(o % u)), src + done, len);
+    const int32_t blk = s->swa[o / u][pos / bs];
+    if (blk >= 0) memcpy(elt_at(kv, blk, row + (size_t)(o % u)), val + (size_t)done * eb, (size_t)len * eb);
     done += len, o += len;
   }
 }
@@ -312,6 +332,11 @@ di_code di_fwd_v4_attn(stage_ctx *sc, int il, di_status *st) {
   di_fwd_par_tokens(sc, st_attend);
   if (__atomic_exchange_n(&v->failed, 0, __ATOMIC_RELAXED))
     return di_errorf(st, DI_ERR_NOMEM, "DeepSeek-V4 attention, layer %d: out of memory for a token's keys", il);
+  if (__atomic_exchange_n(&v->missing, 0, __ATOMIC_RELAXED))
+    return di_errorf(st, DI_ERR_INVALID,
+                     "DeepSeek-V4 attention, layer %d: a window row a token reads is neither in the batch nor in the "
+                     "cache's window tables",
+                     il);
   /* grouped output: each group of heads through its own o_lora_rank rows of wo_a */
   const int G = hp->v4.o_groups, r = hp->v4.o_lora_rank;
   for (int g = 0; g < G; g++) {

@@ -44,6 +44,7 @@ typedef struct v4_map {
   int entry;       /* grouped: floats per compressed row (hd, + id for CSA) */
   int icmp;        /* the indexer key's offset from its compressed row */
   int slices;      /* grouped HCA: its row cut over this many blocks (0: whole rows in slots) */
+  int scr[V4P_N];  /* offset of each part in a token's slot of the window scratch (di_v4_scratch.win) */
 } v4_map;
 
 typedef struct v4_groups {
@@ -65,7 +66,27 @@ typedef struct di_v4_scratch {
   v4_map cur;             /* the current layer's value locations (ungrouped: offsets in the pool row) */
   v4_groups *groups;      /* the grouped cache's plan for groups->block_size (NULL until needed) */
   int failed;             /* a per-token stage found no memory (attn_dsv4.c) */
+  /* The batch's own positions' window parts of the current layer ([T][win_w]
+   * in the pool's element type: the values a window row would hold, rounded
+   * as stored). Readers take a position of the batch from here and any other
+   * from the cache, so the grouped cache's window tables need not hold the
+   * positions of a step that no later step reads (forward_dsv4.c, kv/table.h
+   * di_kv_table.sparse): the same bits either way. */
+  uint8_t *win;
+  int win_w;
+  /* which token of the batch is at (sequence, position): at[base[s] + pos -
+   * lo[s]] for pos in [lo[s], lo[s] + n[s]), a sequence whose positions in the
+   * batch are one run without repeats; n[s] = 0 otherwise (read from the cache) */
+  int *seq_lo, *seq_n, *seq_base, *at;
+  int idx_cap;
+  int missing;            /* a position outside the batch whose window row the cache does not map */
 } di_v4_scratch;
+
+/* The batch's token at position pos of token t's sequence, or -1. */
+static inline int di_v4_batch_token(const di_v4_scratch *v, const int32_t *seq, int t, int pos) {
+  const int s = seq[t];
+  return pos >= v->seq_lo[s] && pos < v->seq_lo[s] + v->seq_n[s] ? v->at[v->seq_base[s] + pos - v->seq_lo[s]] : -1;
+}
 
 /* attn_dsv4.c: the attention block of layer sc->L on f->xn: f->tmp ([T][D]). */
 di_code di_fwd_v4_attn(stage_ctx *sc, int il, di_status *st);

@@ -298,7 +298,8 @@ di_code di_fwd_check_batch(const di_forward_ctx *f, const di_kv_pool *kv, const 
     if (b->pos[t] < 0 || b->pos[t] / kv->block_size >= s->n_blocks)
       return di_errorf(st, DI_ERR_RANGE, "forward: position %d has no KV block (table of %d)", b->pos[t],
                        s->n_blocks);
-    for (int k = 0; k < b->n_swa_tables; k++)
+    /* V4's window tables map only the positions later steps read (its forward checks its reads) */
+    for (int k = 0; k < (v4_grouped ? 0 : b->n_swa_tables); k++)
       if (b->pos[t] / kv->block_size >= s->n_swa_blocks || s->swa[k][b->pos[t] / kv->block_size] < 0)
         return di_errorf(st, DI_ERR_RANGE, "forward: position %d has no sliding-window KV block", b->pos[t]);
   }

@@ -5,6 +5,7 @@
  * normalized to a doubly-stochastic matrix), in place of the residual add;
  * after the last layer the hyper head collapses them once more before the
  * final norm. Attention (attn_dsv4.c) and MoE (ffn_dsv4.c) are the blocks. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,19 +42,31 @@ static int rate_of(const di_hparams *hp, int il) {
 /* Lays every layer's window parts end to end in a position's window row
  * (chunk k of `unit` values of it in window table k; a part may run across
  * two chunks: readers gather it); returns the values the row spans. */
+/* The values of each window part (V4P_*) of a layer of this kind (0: none),
+ * and where each lies in a token's slot of the batch's window scratch (the
+ * parts end to end, as in a window row); returns the slot's values. */
+static int window_parts(const di_hparams *hp, int kind, int size[V4P_N], int scr[V4P_N]) {
+  const int hd = hp->head_dim, id = hp->v4.idx_dim, c = kind == DI_V4_CSA ? 2 : 1;
+  for (int p = 0; p < V4P_N; p++) size[p] = 0;
+  size[V4P_KV] = hd;
+  if (kind != DI_V4_SWA)
+    for (int sr = 0; sr < c; sr++) size[V4P_CKV + sr] = size[V4P_CG + sr] = hd;
+  if (kind == DI_V4_CSA)
+    for (int sr = 0; sr < 2; sr++) size[V4P_IKV + sr] = size[V4P_IG + sr] = id;
+  int o = 0;
+  for (int p = 0; p < V4P_N; p++) {
+    scr[p] = size[p] ? o : -1;
+    o += size[p];
+  }
+  return o;
+}
+
 static int pack_window(const di_hparams *hp, v4_groups *out) {
-  const int hd = hp->head_dim, id = hp->v4.idx_dim;
   int o = 0;
   for (int il = 0; il < kv_layers(hp); il++) {
     v4_map *m = &out->layer[il];
-    const int kind = hp->v4.attn[il], c = kind == DI_V4_CSA ? 2 : 1;
     int size[V4P_N];
-    for (int p = 0; p < V4P_N; p++) size[p] = 0;
-    size[V4P_KV] = hd;
-    if (kind != DI_V4_SWA)
-      for (int sr = 0; sr < c; sr++) size[V4P_CKV + sr] = size[V4P_CG + sr] = hd;
-    if (kind == DI_V4_CSA)
-      for (int sr = 0; sr < 2; sr++) size[V4P_IKV + sr] = size[V4P_IG + sr] = id;
+    window_parts(hp, hp->v4.attn[il], size, m->scr);
     for (int p = 0; p < V4P_N; p++) {
       m->part[p] = size[p] ? o : -1;
       o += size[p];
@@ -124,6 +137,8 @@ static void layer_map(di_forward_ctx *f, const di_batch *b, int il) {
   const int hd = hp->head_dim, id = hp->v4.idx_dim, o = row_offset(hp, il);
   const v4_layout lay = di_v4_layout(hp, (di_v4_attn)hp->v4.attn[il]);
   v4_map *m = &v->cur;
+  int size[V4P_N];
+  window_parts(hp, hp->v4.attn[il], size, m->scr);
   for (int p = 0; p < V4P_N; p++) m->part[p] = -1;
   m->part[V4P_KV] = o + lay.kv;
   m->main_off = -1;
@@ -133,6 +148,37 @@ static void layer_map(di_forward_ctx *f, const di_batch *b, int il) {
   if (lay.ikv < 0) return;
   for (int sr = 0; sr < 2; sr++) m->part[V4P_IKV + sr] = o + lay.ikv + sr * id, m->part[V4P_IG + sr] = o + lay.ig + sr * id;
   m->icmp = lay.icmp - lay.cmp;
+}
+
+/* di_v4_scratch's map of the batch's tokens by (sequence, position). */
+static di_code batch_index(di_forward_ctx *f, const di_batch *b, di_status *st) {
+  di_v4_scratch *v = f->v4;
+  const int cap = b->n_seqs > b->n_tokens ? b->n_seqs : b->n_tokens;
+  if (cap > v->idx_cap) {
+    free(v->seq_lo), free(v->seq_n), free(v->seq_base), free(v->at);
+    v->seq_lo = malloc((size_t)cap * sizeof(int)), v->seq_n = malloc((size_t)cap * sizeof(int));
+    v->seq_base = malloc((size_t)cap * sizeof(int)), v->at = malloc((size_t)cap * sizeof(int));
+    v->idx_cap = v->seq_lo && v->seq_n && v->seq_base && v->at ? cap : 0;
+    if (!v->idx_cap) return di_errorf(st, DI_ERR_NOMEM, "forward: out of memory");
+  }
+  int *hi = v->seq_base; /* the highest position first, the base after */
+  for (int s = 0; s < b->n_seqs; s++) v->seq_lo[s] = INT_MAX, hi[s] = -1, v->seq_n[s] = 0;
+  for (int t = 0; t < b->n_tokens; t++) {
+    const int s = b->seq[t], p = b->pos[t];
+    if (p < v->seq_lo[s]) v->seq_lo[s] = p;
+    if (p > hi[s]) hi[s] = p;
+    v->seq_n[s]++;
+  }
+  for (int s = 0, base = 0; s < b->n_seqs; s++) {
+    if (v->seq_n[s] != hi[s] - v->seq_lo[s] + 1) v->seq_n[s] = 0; /* gaps or repeats: the cache */
+    v->seq_base[s] = base;
+    base += v->seq_n[s];
+  }
+  for (int t = 0; t < b->n_tokens; t++) {
+    const int s = b->seq[t];
+    if (v->seq_n[s]) v->at[v->seq_base[s] + b->pos[t] - v->seq_lo[s]] = t;
+  }
+  return DI_OK;
 }
 
 /* The grouped cache's plan for the pool's block size; its geometry must be the pool's and the batch's. */
@@ -181,8 +227,10 @@ di_code di_fwd_v4_alloc(di_forward_ctx *f) {
   v->ot = malloc(T * (size_t)hp->v4.o_lora_rank * sizeof(float));
   v->rope_m = malloc(T * (size_t)hp->rope_dim * sizeof(float));
   v->rope_c = malloc(T * (size_t)hp->rope_dim * sizeof(float));
+  v->win_w = (int)(5 * hd + 4 * id); /* a CSA layer's parts, the widest kind */
+  v->win = malloc(T * (size_t)v->win_w * sizeof(float));
   bool ok = v->X && v->hcn && v->mix && v->post && v->comb && v->qa && v->kvp && v->ckv && v->cg && v->ikv && v->ig &&
-            v->iw && v->iq && v->og && v->oa && v->ot && v->rope_m && v->rope_c;
+            v->iw && v->iq && v->og && v->oa && v->ot && v->rope_m && v->rope_c && v->win;
   return ok ? DI_OK : DI_ERR_NOMEM;
 }
 
@@ -191,7 +239,8 @@ void di_fwd_v4_free(di_forward_ctx *f) {
   if (!v) return;
   free(v->X), free(v->hcn), free(v->mix), free(v->post), free(v->comb), free(v->qa), free(v->kvp), free(v->ckv);
   free(v->cg), free(v->ikv), free(v->ig), free(v->iw), free(v->iq), free(v->og), free(v->oa), free(v->rope_m);
-  free(v->rope_c), free(v->ot), free(v->groups);
+  free(v->rope_c), free(v->ot), free(v->groups), free(v->win);
+  free(v->seq_lo), free(v->seq_n), free(v->seq_base), free(v->at);
   free(v);
   f->v4 = NULL;
 }
@@ -303,7 +352,7 @@ di_code di_fwd_v4(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, float *l
   const int T = b->n_tokens, D = hp->n_embd, N = hp->v4.hc_mult;
   if (N > 16) return di_errorf(st, DI_ERR_UNSUPPORTED, "forward: hc_mult %d over 16", N);
   di_code rc;
-  if (b->n_swa_tables > 0 && (rc = groups_check(f, kv, b, st))) return rc;
+  if ((b->n_swa_tables > 0 && (rc = groups_check(f, kv, b, st))) || (rc = batch_index(f, b, st))) return rc;
   for (int t = 0; t < T; t++) {
     float *x = f->v4->X + (size_t)t * N * D;
     f->be->get_row(&m->tok_embd, b->tokens[t], x);
@@ -334,7 +383,7 @@ di_code di_fwd_v4_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, cons
   const int T = b->n_tokens, D = hp->n_embd, N = hp->v4.hc_mult;
   if (!hp->v4.mtp_kv) return di_errorf(st, DI_ERR_INVALID, "forward: the KV plan has no MTP window (hparams v4.mtp_kv)");
   di_code rc;
-  if (b->n_swa_tables > 0 && (rc = groups_check(f, kv, b, st))) return rc;
+  if ((b->n_swa_tables > 0 && (rc = groups_check(f, kv, b, st))) || (rc = batch_index(f, b, st))) return rc;
   di_fwd_embed(f, b, f->x);
   for (int j = 0; j < N; j++) { /* stream j of every token, then scattered into the streams */
     di_fwd_mtp_project(f, f->x, hidden + (size_t)j * D, (size_t)N * D, T, f->tmp);

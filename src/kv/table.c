@@ -10,6 +10,7 @@ di_code di_kv_table_init(di_kv_table *t, int block_size, int max_positions, di_s
   t->root = DI_KV_PREFIX_ROOT;
   t->group = DI_KV_GROUP_FULL;
   t->window = t->ckpt = t->align = t->tip = 0;
+  t->sparse = false;
   t->blocks = malloc((size_t)t->cap * sizeof *t->blocks);
   t->hashes = malloc((size_t)t->cap * sizeof *t->hashes);
   if (!t->blocks || !t->hashes) {
@@ -48,9 +49,18 @@ static void written_before(const di_kv_pool *p, const di_kv_table *t, int start,
   *last = end > start && start % p->block_size ? own : own - 1;
 }
 
+bool di_kv_table_keeps(const di_kv_table *t, int block_size, int i, int end) {
+  return !t->sparse || i >= di_kv_window_first(t->window, block_size, end) || di_kv_table_ckpt_block(t, block_size, i) ||
+         di_kv_table_tip_block(t, block_size, i);
+}
+
+int di_kv_window_span(int window, int chunk, bool sparse) {
+  return window + (sparse && chunk > window ? window : chunk);
+}
+
 int di_kv_table_blocks_needed(const di_kv_pool *p, const di_kv_table *t, int start, int end) {
-  int want = (end + p->block_size - 1) / p->block_size, first, last;
-  int n = want > t->n_blocks ? want - t->n_blocks : 0;
+  int want = (end + p->block_size - 1) / p->block_size, first, last, n = 0;
+  for (int bi = t->n_blocks; bi < want; bi++) n += di_kv_table_keeps(t, p->block_size, bi, end);
   written_before(p, t, start, end, &first, &last);
   for (int bi = first; bi <= last; bi++) n += shared(p, t, bi);
   return n;
@@ -67,7 +77,8 @@ void di_kv_table_prepare(di_kv_pool *p, di_kv_table *t, int start, int end) {
     t->blocks[bi] = nb;
   }
   int want = (end + p->block_size - 1) / p->block_size;
-  while (t->n_blocks < want && t->n_blocks < t->cap) t->blocks[t->n_blocks++] = di_kv_alloc_group(p, t->group);
+  for (; t->n_blocks < want && t->n_blocks < t->cap; t->n_blocks++)
+    t->blocks[t->n_blocks] = di_kv_table_keeps(t, p->block_size, t->n_blocks, end) ? di_kv_alloc_group(p, t->group) : -1;
 }
 
 void di_kv_table_release(di_kv_pool *p, di_kv_table *t) {

@@ -81,11 +81,29 @@ typedef struct di_kv_table {
    * previous one (copied first where shared). A multiple of the block size. */
   int align;
   int tip;           /* the prompt's length (0: none); with ckpt, see above */
+  /* A window table whose forward reads a step's own positions from its
+   * scratch (DeepSeek-V4, graph/dsv4.h) and writes to the table only those it
+   * maps: a step's prepare maps just the blocks a later step reads
+   * (di_kv_table_keeps), so the table holds about two windows while a long
+   * prefill chunk runs (the window it reads and the one it leaves), not the
+   * window plus the chunk. */
+  bool sparse;
 } di_kv_table;
 
 /* max_positions: the most positions the sequence can ever hold. */
 di_code di_kv_table_init(di_kv_table *t, int block_size, int max_positions, di_status *st);
 void di_kv_table_free(di_kv_table *t);
+
+/* Whether a sparse window table maps block i once positions [0, end) are
+ * computed: the window of the next position, checkpoint windows and the
+ * prompt's end (all cached for prefix hits and replay). */
+bool di_kv_table_keeps(const di_kv_table *t, int block_size, int i, int end);
+/* Positions a window table of window W holds at most while a step of up to
+ * `chunk` positions runs: the window and the chunk, or (sparse) the window
+ * the step reads and at most one more it leaves for the next (checkpoint and
+ * prompt-end windows inside a chunk come on top: a step that cannot get them
+ * is shortened). */
+int di_kv_window_span(int window, int chunk, bool sparse);
 
 /* Blocks needed (new blocks + a copy for a shared partial block) so that
  * positions [start, end) can be written. */
