@@ -6,6 +6,7 @@
 #include "cli/tp.h"
 #include "graph/forward.h"
 #include "kv/pool.h"
+#include "kv/table.h"
 #include "model/model.h"
 #include "model/tensors.h"
 
@@ -51,12 +52,20 @@ static double info_v4(const di_model *m, const di_kv_spec *spec, long ctx) {
   const double csa = eb * n[1] * (double)hp->head_dim / hp->v4.csa_rate,
                idx = eb * n[1] * (double)hp->v4.idx_dim / hp->v4.csa_rate,
                hca = eb * n[2] * (double)hp->head_dim / hp->v4.hca_rate;
-  const int win_blocks = (g.window - 1 + bs - 1) / bs + 1;
-  const double win = (double)g.n_tables * win_blocks * block;
+  /* blocks a table keeps between steps (the window, not block-aligned) and
+   * while a prefill chunk of 512 runs (the window it reads and the one it leaves) */
+  double win = 0, win_step = 0;
+  for (int k = 0; k < g.n_tables; k++) {
+    const int w = k < g.n_tables - g.n_short ? g.window : g.short_window;
+    win += block * ((w - 1 + bs - 1) / bs + 1);
+    win_step += block * ((di_kv_window_span(w, 512, true) + bs - 1) / bs + 1);
+  }
   printf("KV groups (%s): compressed %.0f B/token (rows %.1f B/token: CSA %.1f + indexer %.1f + HCA %.1f); window %d "
-         "tables x %d values = %.0f B/position, %d positions kept: %.1f KiB per sequence\n",
+         "tables x %d values = %.0f B/position, %d positions kept",
          spec->type == DI_KV_DTYPE_F32 ? "f32" : spec->type == DI_KV_DTYPE_F16 ? "f16" : "bf16", main_tok,
-         csa + idx + hca, csa, idx, hca, g.n_tables, g.unit, eb * g.n_tables * g.unit, g.window, win / 1024.0);
+         csa + idx + hca, csa, idx, hca, g.n_tables, g.unit, eb * g.n_tables * g.unit, g.window);
+  if (g.n_short) printf(" (%d of the tables: %d, the CSA compressors' series)", g.n_short, g.short_window);
+  printf(": %.1f KiB per sequence (%.1f KiB while a prefill chunk of 512 runs)\n", win / 1024.0, win_step / 1024.0);
   const long ctxs[3] = {8192, 131072, 1048576};
   for (int i = 0; i < 3; i++) {
     double pool = (double)di_kv_spec_block_bytes(spec, 1) * ctxs[i];

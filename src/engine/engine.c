@@ -82,8 +82,12 @@ static di_code swa_pool_check(di_engine *e, const di_engine_opts *o, const di_en
                               di_status *st) {
   int nw = n_window_tables(be);
   if (nw == 0) return DI_OK;
-  int win = be->window < e->ctx ? be->window : e->ctx;
-  int need = nw * ((win - 1 + bs - 1) / bs + 1) + (be->policy != DI_KV_POLICY_WINDOW);
+  int need = be->policy != DI_KV_POLICY_WINDOW;
+  for (int k = 0; k < nw; k++) {
+    int w = k < be->n_swa_tables ? di_engine_swa_window(be, k) : be->window;
+    if (w > e->ctx) w = e->ctx;
+    need += (w - 1 + bs - 1) / bs + 1;
+  }
   if (e->pool->n_blocks >= need) return DI_OK;
   return di_errorf(st, DI_ERR_INVALID,
                    "--kv-mem %zu: the pool holds %d blocks of %d positions, but one sequence's sliding windows need "
@@ -132,9 +136,11 @@ di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *
   if (kv_mem == 0) { /* enough for max_seqs full contexts (sliding-window tables: kv/table.h di_kv_window_span), capped */
     size_t per_seq = (size_t)((e->ctx + bs - 1) / bs + 1);
     if (be->n_swa_tables > 0) {
-      int swa_pos = di_kv_window_span(be->window, e->max_batch_tokens, be->window_sparse);
-      if (swa_pos > e->ctx) swa_pos = e->ctx;
-      per_seq += (size_t)be->n_swa_tables * (size_t)((swa_pos + bs - 1) / bs + 1);
+      for (int k = 0; k < be->n_swa_tables; k++) {
+        int swa_pos = di_kv_window_span(di_engine_swa_window(be, k), e->max_batch_tokens, be->window_sparse);
+        if (swa_pos > e->ctx) swa_pos = e->ctx;
+        per_seq += (size_t)((swa_pos + bs - 1) / bs + 1);
+      }
     }
     kv_mem = di_kv_spec_block_bytes(&spec, bs) * per_seq *
              (size_t)e->max_seqs;

@@ -32,6 +32,9 @@ typedef struct di_engine_backend {
   int n_swa_tables;
   int align;              /* main table: di_kv_table.align (DeepSeek-V4's sliced HCA rows), 0: none */
   bool window_sparse;     /* the sliding-window tables are di_kv_table.sparse (DeepSeek-V4) */
+  /* the last n_swa_short sliding-window tables keep window_short positions,
+   * the others `window` (DeepSeek-V4's CSA compressor series; 0: none) */
+  int n_swa_short, window_short;
   const int32_t *eos_ids;
   int n_eos;
   void *user;
@@ -58,6 +61,11 @@ typedef struct di_engine_backend {
   di_code (*forward_mtp)(void *user, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
                          float *hidden_out, di_status *st);
 } di_engine_backend;
+
+/* The positions sliding-window table k keeps. */
+static inline int di_engine_swa_window(const di_engine_backend *be, int k) {
+  return k >= be->n_swa_tables - be->n_swa_short ? be->window_short : be->window;
+}
 
 /* A request's token constraint (a grammar matcher, src/grammar/): fill_mask
  * gives the allowed next tokens (bit i % 32 of word i / 32), accept advances

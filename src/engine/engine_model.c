@@ -165,6 +165,8 @@ static di_code backend_open(const char *path, const di_engine_opts *o, bool lead
     be->window = g.window;
     be->n_swa_tables = g.n_tables;
     be->window_sparse = true; /* a step's own window rows come from the forward's scratch */
+    be->n_swa_short = g.n_short;
+    be->window_short = g.short_window;
     be->align = g.align > (o->block_size > 0 ? o->block_size : 16) ? g.align : 0;
   }
   const int32_t *eos = NULL;

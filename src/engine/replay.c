@@ -39,9 +39,8 @@ static int window_tables(di_engine *e, di_seq *s, di_kv_table **out) {
  * or nothing (nb = 0: empty windows, always there). */
 static bool windows_at(di_engine *e, di_seq *s, di_kv_table **wt, int n_wt, int nb) {
   const int bs = e->pool->block_size;
-  int first = di_kv_window_first(e->be.window, bs, nb * bs);
   for (int k = 0; k < n_wt; k++)
-    if (!di_kv_table_match_window(e->pool, wt[k], s->tokens, nb, first)) {
+    if (!di_kv_table_match_window(e->pool, wt[k], s->tokens, nb, di_kv_window_first(wt[k]->window, bs, nb * bs))) {
       while (k > 0) di_kv_table_release(e->pool, wt[--k]);
       return false;
     }

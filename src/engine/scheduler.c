@@ -142,7 +142,7 @@ static bool resume_fits(di_engine *e, di_seq *s) {
   }
   for (int k = 0; k < e->be.n_swa_tables; k++) {
     int w = di_kv_table_blocks_needed(e->pool, &s->swa[k], s->n_computed, s->len + 1);
-    int cap = di_kv_window_span(e->be.window, e->max_batch_tokens, s->swa[k].sparse) / bs + 2;
+    int cap = di_kv_window_span(s->swa[k].window, e->max_batch_tokens, s->swa[k].sparse) / bs + 2;
     n += w < cap ? w : cap;
   }
   return n <= di_kv_n_available(e->pool);
@@ -223,9 +223,10 @@ static void add_to_batch(di_engine *e, di_batch *b, di_seq *s, int take, int *n_
 /* Blocks wholly before the window of the next token to compute go back to the pool. */
 static void window_release(di_engine *e, di_seq *s) {
   int lo = s->n_computed - e->be.window + 1;
-  if (e->be.window <= 0 || lo <= 0) return;
-  if (e->be.policy == DI_KV_POLICY_WINDOW) di_kv_table_release_before(e->pool, &s->table, lo);
-  for (int k = 0; k < e->be.n_swa_tables; k++) di_kv_table_release_before(e->pool, &s->swa[k], lo);
+  if (e->be.window <= 0) return;
+  if (e->be.policy == DI_KV_POLICY_WINDOW && lo > 0) di_kv_table_release_before(e->pool, &s->table, lo);
+  for (int k = 0; k < e->be.n_swa_tables; k++)
+    if ((lo = s->n_computed - s->swa[k].window + 1) > 0) di_kv_table_release_before(e->pool, &s->swa[k], lo);
 }
 
 /* Draft tokens for a decode sequence whose own token fits: as many as the

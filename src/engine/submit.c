@@ -112,7 +112,8 @@ static di_code build_request(di_engine *e, const di_request_params *p, di_req *r
         return di_errorf(st, DI_ERR_NOMEM, "out of memory");
       s->swa[k].root ^= (uint64_t)(k + 1) * 0xD6E8FEB86659FD93ull; /* its own prefix-cache names */
       s->swa[k].group = DI_KV_GROUP_WINDOW;
-      s->swa[k].window = e->be.window;
+      s->swa[k].window = di_engine_swa_window(&e->be, k);
+      s->swa[k].tip_margin = di_kv_tip_margin(e->be.window, e->pool->block_size);
       s->swa[k].ckpt = e->swa_ckpt;
       s->swa[k].tip = r->n_prompt;
       s->swa[k].sparse = e->be.window_sparse;

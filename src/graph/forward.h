@@ -29,9 +29,12 @@ int di_forward_v4_row_values(const di_hparams *hp, di_v4_attn kind);
  * (di_kv_spec kv_dim, v_in_k; f32, f16 or bf16: --kv-type), whose sequences have a main FULL table of
  * compressed rows (`main_floats` of each block used) and `n_tables` WINDOW
  * tables keeping `window` positions of raw rows and compressor projections
- * (`window_floats` per position, of n_tables * unit). */
+ * (`window_floats` per position, of n_tables * unit), of which the last
+ * `n_short` keep only `short_window` positions (2 x the CSA rate: the CSA
+ * compressors' and indexers' series, which no row reads further back). */
 typedef struct di_v4_geometry {
   int unit, n_tables, window;
+  int n_short, short_window;
   int main_floats, window_floats;
   int align; /* positions: prefix hits and commits of the main table stop at multiples of it (dsv4.h) */
 } di_v4_geometry;

@@ -61,18 +61,26 @@ static int window_parts(const di_hparams *hp, int kind, int size[V4P_N], int scr
   return o;
 }
 
-static int pack_window(const di_hparams *hp, v4_groups *out) {
-  int o = 0;
+/* Lays every layer's window parts end to end in a position's window row:
+ * those read `window` positions back first (the raw rows; the HCA
+ * compressor's series), then, split, the CSA compressors' and indexers'
+ * series, read at most 2 x the CSA rate back, from offset 0 of their own
+ * part of the row (placed after the long tables once the unit is known).
+ * Returns the long part's values; *n_short the short part's. */
+static int pack_window(const di_hparams *hp, v4_groups *out, bool split, int *n_short) {
+  int o[2] = {0, 0};
   for (int il = 0; il < kv_layers(hp); il++) {
     v4_map *m = &out->layer[il];
     int size[V4P_N];
     window_parts(hp, hp->v4.attn[il], size, m->scr);
     for (int p = 0; p < V4P_N; p++) {
-      m->part[p] = size[p] ? o : -1;
-      o += size[p];
+      const int cls = split && p != V4P_KV && hp->v4.attn[il] == DI_V4_CSA;
+      m->part[p] = size[p] ? o[cls] : -1;
+      o[cls] += size[p];
     }
   }
-  return o;
+  *n_short = o[1];
+  return o[0];
 }
 
 void di_v4_groups_plan(const di_hparams *hp, int bs, v4_groups *out) {
@@ -80,7 +88,7 @@ void di_v4_groups_plan(const di_hparams *hp, int bs, v4_groups *out) {
   memset(out, 0, sizeof *out);
   out->block_size = bs;
   di_v4_geometry *g = &out->g;
-  int main = 0, window = hp->v4.window;
+  int main = 0, window = hp->v4.window, short_window = 0;
   g->align = bs;
   for (int il = 0; il < kv_layers(hp); il++) {
     v4_map *m = &out->layer[il];
@@ -98,22 +106,34 @@ void di_v4_groups_plan(const di_hparams *hp, int bs, v4_groups *out) {
     } else {
       main += (bs + rate - 1) / rate * m->entry; /* the most windows that close in one block */
     }
-    const int reach = kind == DI_V4_CSA ? 2 * rate : rate; /* the positions a window's row reads */
-    if (reach > window) window = reach;
+    /* the positions a window's row reads */
+    if (kind == DI_V4_CSA && 2 * rate > short_window) short_window = 2 * rate;
+    if (kind == DI_V4_HCA && rate > window) window = rate;
   }
+  const bool split = short_window > 0 && short_window < window;
+  if (!split && short_window > window) window = short_window;
   g->main_floats = main;
   g->window = window;
-  g->window_floats = pack_window(hp, out);
+  int n_short = 0;
+  const int n_long = pack_window(hp, out, split, &n_short);
+  g->window_floats = n_long + n_short;
   /* A block is `unit` values per position: what the main table's rows need
    * (rounded to 8 values), wider when the window rows would need more
    * tables than a sequence may have. */
   int unit = ((main + bs - 1) / bs + 7) / 8 * 8;
   if (unit < 8) unit = 8;
   for (;; unit += 8) {
-    g->n_tables = (g->window_floats + unit - 1) / unit;
+    g->n_short = (n_short + unit - 1) / unit;
+    g->n_tables = (n_long + unit - 1) / unit + g->n_short;
     if (g->n_tables <= DI_KV_MAX_SWA_TABLES) break;
   }
   g->unit = unit;
+  g->short_window = g->n_short ? short_window : 0;
+  const int base = (g->n_tables - g->n_short) * unit; /* the short part starts a table */
+  for (int il = 0; il < kv_layers(hp) && g->n_short; il++)
+    if (hp->v4.attn[il] == DI_V4_CSA)
+      for (int p = V4P_CKV; p < V4P_N; p++)
+        if (out->layer[il].part[p] >= 0) out->layer[il].part[p] += base;
 }
 
 void di_forward_v4_geometry(const di_hparams *hp, int block_size, di_v4_geometry *g) {

@@ -11,6 +11,7 @@ di_code di_kv_table_init(di_kv_table *t, int block_size, int max_positions, di_s
   t->group = DI_KV_GROUP_FULL;
   t->window = t->ckpt = t->align = t->tip = 0;
   t->sparse = false;
+  t->tip_margin = 0;
   t->blocks = malloc((size_t)t->cap * sizeof *t->blocks);
   t->hashes = malloc((size_t)t->cap * sizeof *t->hashes);
   if (!t->blocks || !t->hashes) {
@@ -239,7 +240,7 @@ bool di_kv_table_ckpt_block(const di_kv_table *t, int block_size, int i) {
 
 bool di_kv_table_tip_block(const di_kv_table *t, int block_size, int i) {
   if (t->window <= 0 || t->ckpt <= 0 || t->tip <= 0) return false;
-  int margin = t->window / 4 > block_size ? t->window / 4 : block_size;
+  int margin = t->tip_margin > 0 ? t->tip_margin : di_kv_tip_margin(t->window, block_size);
   return i >= di_kv_window_first(t->window, block_size, t->tip - margin) && i < t->tip / block_size;
 }
 

@@ -88,12 +88,20 @@ typedef struct di_kv_table {
    * prefill chunk runs (the window it reads and the one it leaves), not the
    * window plus the chunk. */
   bool sparse;
+  /* with tip: the windows of positions [tip - tip_margin, tip] are cached
+   * (0: di_kv_tip_margin of this table's window; tables of one sequence
+   * with different windows share their longest window's margin) */
+  int tip_margin;
 } di_kv_table;
 
 /* max_positions: the most positions the sequence can ever hold. */
 di_code di_kv_table_init(di_kv_table *t, int block_size, int max_positions, di_status *st);
 void di_kv_table_free(di_kv_table *t);
 
+/* M above: max(W / 4, a block). */
+static inline int di_kv_tip_margin(int window, int block_size) {
+  return window / 4 > block_size ? window / 4 : block_size;
+}
 /* Whether a sparse window table maps block i once positions [0, end) are
  * computed: the window of the next position, checkpoint windows and the
  * prompt's end (all cached for prefix hits and replay). */
