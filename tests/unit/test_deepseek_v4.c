@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "check.h"
 #include "graph/forward.h"
+#include "kv/table.h"
 
 #define MAXN 700
 #define NBLK 64
@@ -262,26 +263,45 @@ static void check_grouped(const char *name) {
   run(&r, ids, n, &n, 1, ref);
   static int32_t pos[MAXN], seq[MAXN];
   static bool want[MAXN];
-  const int sizes[][2] = {{MAXN, 1}, {3, 1}, {5, 1}, {100, 1}};
-  for (int v = 0; v < 4; v++) {
+  /* {chunk, sparse}: sparse maps, as the engine's sparse window tables
+   * (kv/table.h), only the blocks of the window a chunk reads and of the one
+   * it leaves in each table (its own window: long or short), -1 elsewhere;
+   * the forward reads the chunk's own positions from its scratch */
+  const int sizes[][2] = {{MAXN, 0}, {3, 0}, {5, 0}, {100, 0}, {MAXN, 1}, {37, 1}, {100, 1}, {200, 1}};
+  static int32_t sw[DI_KV_MAX_SWA_TABLES][NBLK];
+  for (int v = 0; v < (int)(sizeof sizes / sizeof sizes[0]); v++) {
     for (int i = 0, c; i < n; i += c) {
       c = sizes[v][0] < n - i ? sizes[v][0] : n - i;
       for (int j = 0; j < c; j++) pos[j] = i + j, seq[j] = 0, want[j] = true;
+      for (int k = 0; k < geo.n_tables; k++) {
+        const int w = k < geo.n_tables - geo.n_short ? geo.window : geo.short_window;
+        for (int blk = 0; blk < NBLK; blk++) {
+          const bool old = i > 0 && blk >= di_kv_window_first(w, 16, i) && blk <= (i - 1) / 16;
+          sw[k][blk] = !sizes[v][1] || old || blk >= di_kv_window_first(w, 16, i + c) ? tab[1 + k][blk] : -1;
+        }
+        bs.swa[k] = sw[k];
+      }
       di_batch b = {.n_tokens = c, .tokens = ids + i, .pos = pos, .seq = seq, .want_logits = want, .n_seqs = 1,
                     .seqs = &bs, .n_swa_tables = geo.n_tables};
       CHECKF(di_forward(r.f, gp, &b, got + (size_t)i * V, &st) == DI_OK, "%s", st.msg);
     }
-    CHECKF(!memcmp(ref, got, (size_t)n * V * sizeof(float)), "%s: grouped cache, chunks of %d: logits differ", name,
-           sizes[v][0]);
+    CHECKF(!memcmp(ref, got, (size_t)n * V * sizeof(float)), "%s: grouped cache, chunks of %d%s: logits differ", name,
+           sizes[v][0], sizes[v][1] ? " (sparse window tables)" : "");
   }
+  /* a read of a position the batch does not hold from a block the tables do not map is an error, not a guess */
+  for (int k = 0; k < geo.n_tables; k++) sw[k][0] = -1;
+  pos[0] = 1, seq[0] = 0;
+  di_batch miss = {.n_tokens = 1, .tokens = ids + 1, .pos = pos, .seq = seq, .n_seqs = 1, .seqs = &bs,
+                   .n_swa_tables = geo.n_tables};
+  CHECK(di_forward(r.f, gp, &miss, got, &st) != DI_OK && strstr(st.msg, "neither in the batch nor in the cache"));
   /* a batch with the wrong number of window tables is refused, naming the geometry */
   pos[0] = 0, seq[0] = 0;
   di_batch b = {.n_tokens = 1, .tokens = ids, .pos = pos, .seq = seq, .n_seqs = 1, .seqs = &bs,
                 .n_swa_tables = geo.n_tables - 1};
   CHECK(di_forward(r.f, gp, &b, got, &st) != DI_OK && strstr(st.msg, "window tables"));
-  printf("%-10s grouped cache (%s): %d window tables x %d values, window %d: logits identical\n", name,
+  printf("%-10s grouped cache (%s): %d window tables x %d values, window %d (%d tables: %d): logits identical\n", name,
          g_kv_type == DI_KV_DTYPE_F32 ? "f32" : g_kv_type == DI_KV_DTYPE_F16 ? "f16" : "bf16", geo.n_tables, geo.unit,
-         geo.window);
+         geo.window, geo.n_short, geo.short_window);
   free(ref), free(got);
   di_kv_pool_destroy(gp);
   runner_close(&r);
