@@ -27,7 +27,9 @@ v4_layout di_v4_layout(const di_hparams *hp, di_v4_attn kind);
  * `window` positions of where it was written (the latent row; the compressor's
  * and indexer's projections, one part per series, which a window's row reads
  * at most 2 * rate back), per position laid end to end and cut into n_tables
- * chunks of `unit` values (window table k holds chunk k; a part may span two).
+ * chunks of `unit` values (window table k holds chunk k; a part may span two);
+ * the CSA series (read 2 * the CSA rate back) come last, from a table
+ * boundary, in the n_short tables that keep only that many positions.
  * Compressed rows: in the main table's block holding the position that closes
  * the window, at slot (entry - first entry closing in that block), each the
  * row [hd] and for CSA the indexer key [id] after it: a block holds only the
