@@ -48,7 +48,7 @@ static double info_v4(const di_model *m, const di_kv_spec *spec, long ctx) {
   di_v4_geometry g;
   di_forward_v4_geometry(hp, bs, &g);
   const double block = eb * bs * g.unit, main_tok = block / bs;
-  /* the compressed rows alone: a block's unit rounds its need up to 8 values */
+  /* the compressed rows alone: a block's unit is its need per position, more where the windows need it */
   const double csa = eb * n[1] * (double)hp->head_dim / hp->v4.csa_rate,
                idx = eb * n[1] * (double)hp->v4.idx_dim / hp->v4.csa_rate,
                hca = eb * n[2] * (double)hp->head_dim / hp->v4.hca_rate;

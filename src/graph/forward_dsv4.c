@@ -118,11 +118,12 @@ void di_v4_groups_plan(const di_hparams *hp, int bs, v4_groups *out) {
   const int n_long = pack_window(hp, out, split, &n_short);
   g->window_floats = n_long + n_short;
   /* A block is `unit` values per position: what the main table's rows need
-   * (rounded to 8 values), wider when the window rows would need more
-   * tables than a sequence may have. */
-  int unit = ((main + bs - 1) / bs + 7) / 8 * 8;
+   * (any count: every reader and writer of the pool takes unaligned rows),
+   * wider when the window rows would need more tables than a sequence may
+   * have. */
+  int unit = (main + bs - 1) / bs;
   if (unit < 8) unit = 8;
-  for (;; unit += 8) {
+  for (;; unit++) {
     g->n_short = (n_short + unit - 1) / unit;
     g->n_tables = (n_long + unit - 1) / unit + g->n_short;
     if (g->n_tables <= DI_KV_MAX_SWA_TABLES) break;

@@ -10,7 +10,8 @@ window group stays at the window plus checkpoints while the main group grows
 by the compressed rows only (block counts from --stats-json and `info`).
 
 The model is test_deepseek_v4_engine's tiny "engine" config (window 16, CSA
-rate 4, HCA rate 16; 18 window tables of 32 floats per position)."""
+rate 4, HCA rate 16; 23 window tables of 26 values per position, 15 of them
+the CSA series' 8 positions))."""
 import re
 import subprocess
 
@@ -35,14 +36,14 @@ def test_grouped_exact(tmp_path, v4):  # noqa: F811
         got, st = batch(tmp_path, v4, prompts, *BASE, "--kv-mem", "600K", "--swa-checkpoint", str(c))
         print(c, [(q["cached_tokens"], q["replayed_tokens"]) for q in got], st)
         assert same(ref, got), c
-    # the window group: per table the window, a 32-token chunk and partial
-    # blocks (4), and one block per checkpoint passed; the main group one
-    # block of compressed rows per 16 positions of the longest sequence
-    assert st["kv_blocks_high_window"] <= 18 * (4 + (DOC + GEN) // 128), st
+    # the window group: per table the window a chunk reads and the one it
+    # leaves with partial blocks (4), and one block per checkpoint passed; the
+    # main group one block of compressed rows per 16 positions of the longest sequence
+    assert st["kv_blocks_high_window"] <= 23 * (4 + (DOC + GEN) // 128), st
     assert st["kv_blocks_high_full"] <= (DOC + 3 + GEN + 15) // 16, st
     assert st["swa_replays"] >= 1 and st["swa_replay_max"] <= 128, st
-    # 128 bytes per position in the main group instead of 2816 for every layer's row
-    assert st["kv_block_bytes"] // 16 == 128 and full["kv_block_bytes"] // 16 == 2816, (st, full)
+    # 104 bytes per position in the main group (the compressed rows alone) instead of 2816 for every layer's row
+    assert st["kv_block_bytes"] // 16 == 104 and full["kv_block_bytes"] // 16 == 2816, (st, full)
     got, st = batch(tmp_path, v4, prompts, *BASE, "--kv-mem", "600K", "--no-replay")
     assert same(ref, got) and st["swa_replays"] == 0
     # preemption: four at once, chunks of 7 that cut the compression windows, in a pool for about one
@@ -55,19 +56,19 @@ def test_grouped_exact(tmp_path, v4):  # noqa: F811
     # values in both layouts, so grouped and one-row-per-position still agree bit for bit
     ref16, full16 = batch(tmp_path, v4, prompts, "--max-batch-tokens", "32", "--swa-full", "--no-prefix-cache")
     got, st = batch(tmp_path, v4, prompts, "--max-batch-tokens", "32", "--kv-mem", "300K", "--swa-checkpoint", "64")
-    assert same(ref16, got) and st["kv_block_bytes"] // 16 == 64 and full16["kv_block_bytes"] // 16 == 1408, st
+    assert same(ref16, got) and st["kv_block_bytes"] // 16 == 52 and full16["kv_block_bytes"] // 16 == 1408, st
 
 
 def test_info_groups(v4):  # noqa: F811
     """`deepinfer info`: per-group bytes and the KV of one 1M-token sequence, in f16 (the engine's
     default) and f32."""
     need(v4)
-    for kvt, cmp, one in (("f16", 64, 1408), ("f32", 128, 2816)):
+    for kvt, cmp, one in (("f16", 52, 1408), ("f32", 104, 2816)):
         out = subprocess.run([str(BIN), "info", "-m", str(v4), "--kv-type", kvt], capture_output=True, text=True,
                              check=True).stdout
-        rows = cmp * 104 // 128  # the rows alone: 2 CSA x (32 + 16) / 4 + HCA 32 / 16 values
-        assert (f"KV groups ({kvt}): compressed {cmp} B/token (rows {rows}.0 B/token: " in out
-                and "window 18 tables x 32 values" in out), out
+        # the unit is the rows alone: 2 CSA x (32 + 16) / 4 + HCA 32 / 16 values
+        assert (f"KV groups ({kvt}): compressed {cmp} B/token (rows {cmp}.0 B/token: " in out
+                and "window 23 tables x 26 values" in out and "(15 of the tables: 8, " in out), out
         m = re.search(r"KV at 1048576\s+grouped ([\d.]+) MiB \(compressed ([\d.]+) \+ window ([\d.]+)\) = (\d+) "
                       r"B/token; one row per position ([\d.]+) MiB", out)
         assert m and float(m[2]) == cmp and float(m[3]) < 0.1 and int(m[4]) == cmp and float(m[5]) == one, out
