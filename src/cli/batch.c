@@ -510,14 +510,19 @@ static int write_stats(const char *path, di_engine *e, double secs, const batch 
           " \"prefix_hit_tokens\": %llu, \"steps\": %llu, \"batch_tokens\": %llu, \"kv_blocks_total\": %d,\n"
           " \"kv_blocks_used\": %d, \"kv_blocks_high_water\": %d, \"kv_block_size\": %d, \"kv_block_bytes\": %zu,\n"
           " \"kv_blocks_high_full\": %d, \"kv_blocks_high_window\": %d, \"kv_ckpt_blocks\": %d, \"swa_checkpoint\": %d,\n"
-          " \"swa_replays\": %llu, \"swa_replay_tokens\": %llu, \"swa_replay_max\": %d}\n",
+          " \"swa_replays\": %llu, \"swa_replay_tokens\": %llu, \"swa_replay_max\": %d,\n"
+          " \"spec_drafted\": %llu, \"spec_accepted\": %llu, \"spec_verify_steps\": %llu, \"spec_fallbacks\": %llu,\n"
+          " \"spec_mtp_forwards\": %llu, \"spec_mtp_rows\": %llu}\n",
           b->n_done, b->n_errors, secs, b->tokens, (unsigned long long)s.preemptions,
           (unsigned long long)s.prompt_tokens, (unsigned long long)s.generated_tokens,
           (unsigned long long)s.prefix_queries, (unsigned long long)s.prefix_query_tokens,
           (unsigned long long)s.prefix_hit_tokens, (unsigned long long)s.steps, (unsigned long long)s.batch_tokens,
           s.kv_blocks_total, s.kv_blocks_used, s.kv_blocks_high_water, s.kv_block_size, s.kv_block_bytes,
           s.kv_blocks_high_full, s.kv_blocks_high_window, s.kv_ckpt_blocks, s.swa_checkpoint,
-          (unsigned long long)s.swa_replays, (unsigned long long)s.swa_replay_tokens, s.swa_replay_max);
+          (unsigned long long)s.swa_replays, (unsigned long long)s.swa_replay_tokens, s.swa_replay_max,
+          (unsigned long long)s.spec_drafted, (unsigned long long)s.spec_accepted,
+          (unsigned long long)s.spec_verify_steps, (unsigned long long)s.spec_fallbacks,
+          (unsigned long long)s.spec_mtp_forwards, (unsigned long long)s.spec_mtp_rows);
   return fclose(f);
 }
 

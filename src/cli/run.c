@@ -126,7 +126,7 @@ static const char *spec_name(int kind) {
   return kind >= 0 && kind <= 3 ? names[kind] : "?";
 }
 
-static void print_stats(const run_out *o, int spec, const di_model *m, uint64_t pool_bytes) {
+static void print_stats(const run_out *o, int spec, const di_model *m, uint64_t pool_bytes, const di_engine_stats *es) {
   double prefill = o->t_first - o->t_submit, decode = o->t_end - o->t_first;
   int after_first = o->n_ids > 1 ? o->n_ids - 1 : 0; /* tokens decoded after the one prefill yields */
   double tok_s = decode > 0 ? after_first / decode : 0;
@@ -134,6 +134,9 @@ static void print_stats(const run_out *o, int spec, const di_model *m, uint64_t 
           o->prompt_tokens, prefill, prefill > 0 ? o->prompt_tokens / prefill : 0, o->n_ids, decode, tok_s);
   if (spec) fprintf(stderr, "; spec %s: %d drafted, %d accepted in %d verify steps", spec_name(spec), o->drafted,
                     o->accepted, o->verify_steps);
+  if (spec == DI_SPEC_MTP) /* the module runs only before a draft: none while backed off */
+    fprintf(stderr, ", %llu fallbacks; MTP module: %llu forwards, %llu rows", (unsigned long long)es->spec_fallbacks,
+            (unsigned long long)es->spec_mtp_forwards, (unsigned long long)es->spec_mtp_rows);
   di_dist_stats ds = di_dist_get_stats();
   const di_dist_layout lay = di_dist_get_layout();
   if (di_dist_active())
@@ -358,7 +361,10 @@ int di_cmd_run(int argc, char **argv) {
   if (stats) {
     const di_kv_pool *kv = e->pool;
     di_kv_spec ks = {.n_layers = kv->n_layers, .kv_dim = kv->kv_dim, .v_in_k = kv->v_in_k, .type = kv->type};
-    print_stats(&o, eo.spec, di_engine_model(e), (uint64_t)kv->n_blocks * di_kv_spec_block_bytes(&ks, kv->block_size));
+    di_engine_stats es;
+    di_engine_stats_get(e, &es);
+    print_stats(&o, eo.spec, di_engine_model(e), (uint64_t)kv->n_blocks * di_kv_spec_block_bytes(&ks, kv->block_size),
+                &es);
   }
 done:
   if (o.df && fclose(o.df) != 0 && !ret) ret = di_cli_fail("run", "write to %s failed", dump);

@@ -166,6 +166,7 @@ di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *
   } else if (o->spec == DI_SPEC_MTP && be->forward_mtp && be->hidden && be->n_embd > 0) {
     e->spec.drafter = (di_drafter){.name = "mtp"};
     e->spec.mtp = true;
+    e->spec.mtp_ring = DI_MTP_RING_FULL;
   } else if (o->spec != DI_SPEC_OFF) {
     create_fail(e, &dbe);
     return di_errorf(st, DI_ERR_UNSUPPORTED,
@@ -231,9 +232,9 @@ di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *
     e->spec.mtp_seq = malloc((size_t)nt * sizeof *e->spec.mtp_seq);
     e->spec.mtp_want = malloc((size_t)nt * sizeof *e->spec.mtp_want);
     e->spec.mtp_depth = malloc((size_t)ns * sizeof *e->spec.mtp_depth);
-    e->spec.mtp_row = malloc((size_t)ns * sizeof *e->spec.mtp_row);
+    e->spec.mtp_chain = malloc((size_t)ns * (size_t)be->n_embd * sizeof *e->spec.mtp_chain);
     e->spec.mtp_grew = malloc((size_t)ns * sizeof *e->spec.mtp_grew);
-    mtp_ok = e->spec.mtp_depth && e->spec.mtp_row && e->spec.mtp_grew && e->spec.mtp_hidden && e->spec.mtp_out &&
+    mtp_ok = e->spec.mtp_depth && e->spec.mtp_chain && e->spec.mtp_grew && e->spec.mtp_hidden && e->spec.mtp_out &&
              e->spec.mtp_tokens && e->spec.mtp_pos && e->spec.mtp_seq && e->spec.mtp_want;
   }
   if (!mtp_ok || !split_ok || !e->b_tokens || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_owner || !e->logits || !e->cmask ||
@@ -249,6 +250,7 @@ static void seq_free(di_engine *e, di_seq *s) {
   if (!s) return;
   if (e->pool) di_seq_kv_release(e, s);
   di_spec_model_seq_free(e, s);
+  di_spec_mtp_seq_free(s);
   di_kv_table_free(&s->table);
   for (int k = 0; k < DI_KV_MAX_SWA_TABLES; k++) di_kv_table_free(&s->swa[k]);
   free(s->pins);
@@ -312,7 +314,7 @@ void di_engine_destroy(di_engine *e) {
   free(e->spec.mtp_seq);
   free(e->spec.mtp_want);
   free(e->spec.mtp_depth);
-  free(e->spec.mtp_row);
+  free(e->spec.mtp_chain);
   free(e->spec.mtp_grew);
   di_sampler_free(&e->sampler);
   di_spec_model_free(e->spec.model);

@@ -55,8 +55,10 @@ typedef struct di_engine_backend {
    * token's last hidden state in hidden ([tokens][n_embd]), the pool has one
    * more layer (n_layers counts it) for the module's K/V, and forward_mtp
    * runs the module (graph/forward.h, di_forward_mtp) writing logits rows
-   * and each token's output state into hidden_out (to chain it). */
-  int n_embd;
+   * and each token's output state into hidden_out (to chain it).
+   * mtp_window: the module attends to its last mtp_window pairs (DeepSeek-V4's
+   * sliding block); 0: to every earlier pair (DeepSeek-V3). */
+  int n_embd, mtp_window;
   const float *hidden;
   di_code (*forward_mtp)(void *user, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
                          float *hidden_out, di_status *st);
@@ -111,6 +113,9 @@ typedef struct di_seq {
   di_draft_seq *dseq;     /* draft-model KV and proposal (spec/draft.c); NULL until it drafts */
   int32_t mtp_draft[DI_SPEC_K_LIMIT]; /* --spec mtp: the module's proposal for tokens[mtp_at..] (spec/mtp.c) */
   int mtp_n, mtp_at;
+  int mtp_done;           /* the module's K/V hold the pairs of [0, mtp_done) (spec/mtp.c) */
+  float *mtp_ring;        /* the target's hidden states of positions [mtp_ring_lo, mtp_ring_hi), slot p % cap */
+  int mtp_ring_lo, mtp_ring_hi;
   uint64_t queued_at;     /* engine step when it last entered the waiting queue */
   /* per-step scratch */
   int take;               /* tokens in this step's batch */
@@ -194,7 +199,9 @@ struct di_engine {
     float *mtp_out;       /* [max_batch_tokens][n_embd] its output rows (the next chained pair's input) */
     int32_t *mtp_tokens, *mtp_pos, *mtp_seq;
     bool *mtp_want;
-    int *mtp_depth, *mtp_row; /* [max_seqs] per batch slot: tokens to draft, its row in the last round */
+    int *mtp_depth;       /* [max_seqs] per batch slot: tokens to draft */
+    float *mtp_chain;     /* [max_seqs][n_embd] per batch slot: the module's output state at its last draft */
+    int mtp_ring;         /* positions of hidden state a full-attention module's sequence keeps (spec/mtp.c) */
     bool *mtp_grew;           /* [max_seqs] a chained round took a block (given back after) */
     di_spec_cost cost;    /* step time against tokens (spec/tune.h) */
     double plan_emit;     /* expected tokens the step being built emits */
@@ -244,11 +251,15 @@ int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens);
 /* Most draft tokens s may verify this step given k_cap, --spec-k-max, its
  * context and max_tokens. */
 int di_spec_k_cap(const di_engine *e, const di_seq *s, int k_cap);
-/* spec/mtp.c: after a step's forward and sampling, runs the MTP module over
- * every position the step computed (the target's hidden state there beside
- * the token after it), keeping its K/V current, and records the next draft of
- * each decode-ready sequence. */
+/* spec/mtp.c: after a step's forward and sampling, keeps the target's hidden
+ * states of the positions the step computed and, for each sequence that
+ * drafts next step, runs the MTP module over the pairs it has not seen (the
+ * target's hidden state at p beside the token at p + 1) and records the
+ * draft; a sequence that does not draft next step (backed off) costs no
+ * module row. */
+#define DI_MTP_RING_FULL 1024 /* the longest probe spacing (spec/tune.c): see spec/mtp.c */
 void di_spec_mtp_step(di_engine *e, const di_batch *b);
+void di_spec_mtp_seq_free(di_seq *s);
 /* Verifies s's drafts against the rows of this step (row 0: its base token). */
 void di_spec_verify(di_engine *e, di_seq *s, const float *rows);
 

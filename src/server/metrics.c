@@ -183,6 +183,10 @@ char *di_srv_metrics_render(di_srv_metrics *m, const di_engine_stats *st, size_t
          offsetof(di_engine_stats, spec_verify_steps)},
         {"spec_fallbacks_total", "Times a sequence turned speculation off because it stopped paying.",
          offsetof(di_engine_stats, spec_fallbacks)},
+        {"spec_mtp_forwards_total", "Forwards of the MTP module (--spec mtp; none while a sequence is backed off).",
+         offsetof(di_engine_stats, spec_mtp_forwards)},
+        {"spec_mtp_rows_total", "Positions (pairs) the MTP module computed, catch-ups and chained drafts included.",
+         offsetof(di_engine_stats, spec_mtp_rows)},
     };
     for (size_t i = 0; i < sizeof spec / sizeof *spec; i++) {
       head(&o, spec[i].name, "counter", spec[i].help);

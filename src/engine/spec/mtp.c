@@ -4,20 +4,42 @@
  *
  * The module's pair at position p is (the target's hidden state at p, the
  * token at p + 1) and predicts the token at p + 2; its attention reads the
- * pairs of every earlier position, so its K/V are kept for every computed
- * position. They live in the target's pool as one more layer of the same
- * geometry (V3: an MLA latent row; V4: one more sliding layer of its cache
- * plan, in the window tables when grouped), in the sequence's own blocks: rollback,
- * preemption and freeing follow the target's tables with no bookkeeping of
- * their own. After each forward, every position the step computed (prompt
- * chunks included; for a verification the base and accepted positions) gets
- * its pair once the next token is known, i.e. after sampling, and the last
- * pair of a decode-ready sequence yields the draft for the next step.
+ * pairs of earlier positions (V3: every one; V4: the last be.mtp_window), so
+ * their K/V must be in the cache when it drafts. They live in the target's
+ * pool as one more layer of the same geometry (V3: an MLA latent row; V4: one
+ * more sliding layer of its cache plan, in the window tables when grouped), in
+ * the sequence's own blocks: rollback, preemption and freeing follow the
+ * target's tables with no bookkeeping of their own.
+ *
+ * The module runs only for a sequence that drafts in the next step. A pair's
+ * K/V row depends on the pair alone (the module is one block: its K/V are
+ * projections of its input), so the rows need not be written in the step that
+ * computed the position: each step keeps the target's hidden states of the
+ * positions it computed in the sequence's ring, and before a draft the module
+ * runs, in one batched forward, over the pairs it has not seen yet
+ * (mtp_done..), the draft's pair last. A sequence backed off between probes
+ * (spec/tune.h), opted out, or in the middle of its prompt costs no module
+ * row, only a copy of its hidden state; a probe then finds the cache exactly
+ * as if the module had run every step, so it drafts what it would have.
+ *   V4 (windowed): only the last be.mtp_window pairs are ever read, so the
+ *   catch-up is at most that many rows, and the ring holds that many states.
+ *   V3 (full attention): every missed pair is caught up. The ring holds
+ *   DI_MTP_RING_FULL positions (e->spec.mtp_ring), the longest probe spacing (tune.c: 2^10 steps),
+ *   so a decoding sequence never outgrows it while backed off; a sequence that
+ *   would (a long prompt, a recompute after preemption) runs the module over
+ *   the ring first, batched. The catch-up costs the rows the per-step upkeep
+ *   would have, in one forward instead of one per step: on a memory-bound
+ *   decode the module's weights are read once per probe, not once per token.
+ *   Catching up instead of leaving holes keeps acceptance after a probe what
+ *   it would have been: an unwritten row (stale K/V from the block's previous
+ *   owner) is attended like any other and can pull every later draft off.
+ *
  * Requests with n > 1 are not drafted (their completions share the block the
  * fork happened in, so the pair at the fork position would be written once
  * per completion). A prefix-cache hit brings blocks whose module rows were
- * written with the original sequence's tokens: only the acceptance can
- * suffer, never the output, which verification decides. */
+ * written with the original sequence's tokens (or not at all, if it was
+ * backed off there): only the acceptance can suffer, never the output, which
+ * verification decides. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +50,12 @@
  * that every draft up to it is accepted stays at least this; with a module
  * that predicts poorly p[0] falls and no chain runs. */
 #define MTP_CHAIN_MIN 0.3
+static int ring_cap(const di_engine *e) { return e->be.mtp_window > 0 ? e->be.mtp_window : e->spec.mtp_ring; }
+
+void di_spec_mtp_seq_free(di_seq *s) {
+  free(s->mtp_ring);
+  s->mtp_ring = NULL;
+}
 
 static int argmax(const float *row, int n) {
   int best = 0;
@@ -61,23 +89,30 @@ static void dump_rows(const float *rows, int n, int vocab) {
   }
 }
 
-/* Runs the module over mb and writes draft index j of every sequence whose
- * row it wanted; false on failure (no drafts then). */
+/* Runs the module over mb, writes draft index j of every sequence whose row
+ * it wanted and keeps that row's output state (the next chained pair's
+ * input); false on failure (no drafts then). */
 static bool run_module(di_engine *e, di_batch *mb, int j) {
   di_status st = {0};
+  const int D = e->be.n_embd;
   int want = 0;
   for (int n = 0; n < mb->n_tokens; n++) want += mb->want_logits[n];
   if (want > e->logits_cap && !di_engine_logit_rows(e, want)) return false;
   if (e->be.forward_mtp(e->be.user, e->pool, mb, e->spec.mtp_hidden, e->logits, e->spec.mtp_out, &st) != DI_OK)
     return false;
   dump_rows(e->logits, want, e->be.n_vocab);
+  e->acc.spec_mtp_forwards++;
+  e->acc.spec_mtp_rows += (uint64_t)mb->n_tokens;
   for (int n = 0, r = 0; n < mb->n_tokens; n++) {
     if (!mb->want_logits[n]) continue;
-    di_seq *s = e->b_owner[mb->seq[n]];
+    const int i = mb->seq[n];
+    di_seq *s = e->b_owner[i];
     s->mtp_draft[j] = argmax(e->logits + (size_t)r++ * e->be.n_vocab, e->be.n_vocab);
     s->mtp_n = j + 1;
     s->mtp_at = s->len;
+    memcpy(e->spec.mtp_chain + (size_t)i * D, e->spec.mtp_out + (size_t)n * D, (size_t)D * sizeof(float));
   }
+  mb->n_tokens = 0;
   return true;
 }
 
@@ -98,62 +133,99 @@ static bool scratch_row(di_engine *e, di_seq *s, di_batch_seq *bseq, int q) {
   return true;
 }
 
+/* A window table entry before the window is -1: a row there cannot be written (nor is it read). */
+static bool row_mapped(const di_engine *e, const di_batch_seq *bseq, int p) {
+  for (int k = 0; k < e->be.n_swa_tables; k++)
+    if (bseq->swa[k][p / e->pool->block_size] < 0) return false;
+  return true;
+}
+
+/* Catches s (batch slot i, its step rows from batch token t0 on, the first at
+ * position first) up to the pairs of [.., to): appends them to mb, running
+ * the module whenever mb is full; the last one wants logits if draft. */
+static bool catch_up(di_engine *e, di_batch *mb, int i, int t0, int first, int to, bool draft) {
+  di_seq *s = e->b_owner[i];
+  const int D = e->be.n_embd, cap = ring_cap(e), W = e->be.mtp_window;
+  int start = s->mtp_done;
+  if (W > 0 && start < to - W) start = to - W; /* older pairs are never read again */
+  if (start < first) { /* from the ring: what it holds (a prefix-cache hit's positions it never saw stay holes) */
+    int lo = s->mtp_ring_hi >= first ? s->mtp_ring_lo : first;
+    if (start < lo) start = lo < first ? lo : first;
+  }
+  for (int p = start; p < to; p++) {
+    if (!row_mapped(e, &e->b_seqs[i], p)) continue;
+    if (mb->n_tokens == e->max_batch_tokens && !run_module(e, mb, 0)) return false;
+    int n = mb->n_tokens++;
+    const float *h = p < first ? s->mtp_ring + (size_t)(p % cap) * D : e->be.hidden + (size_t)(t0 + p - first) * D;
+    memcpy(e->spec.mtp_hidden + (size_t)n * D, h, (size_t)D * sizeof(float));
+    e->spec.mtp_tokens[n] = s->tokens[p + 1];
+    e->spec.mtp_pos[n] = p;
+    e->spec.mtp_seq[n] = i;
+    e->spec.mtp_want[n] = draft && p == to - 1;
+  }
+  s->mtp_done = to;
+  return true;
+}
+
+/* Keeps the hidden states of the step's positions [first, to) in s's ring. */
+static void ring_store(di_engine *e, di_seq *s, int t0, int first, int to) {
+  const int D = e->be.n_embd, cap = ring_cap(e);
+  int a = first > to - cap ? first : to - cap;
+  for (int p = a; p < to; p++)
+    memcpy(s->mtp_ring + (size_t)(p % cap) * D, e->be.hidden + (size_t)(t0 + p - first) * D, (size_t)D * sizeof(float));
+  if (a > s->mtp_ring_hi || a < s->mtp_ring_lo) s->mtp_ring_lo = a; /* not contiguous with what it held */
+  s->mtp_ring_hi = to;
+  if (s->mtp_ring_lo < to - cap) s->mtp_ring_lo = to - cap;
+}
+
 void di_spec_mtp_step(di_engine *e, const di_batch *b) {
-  const int D = e->be.n_embd, bs = e->pool->block_size;
+  const int D = e->be.n_embd, bs = e->pool->block_size, cap = ring_cap(e);
   di_batch mb = {.tokens = e->spec.mtp_tokens, .pos = e->spec.mtp_pos, .seq = e->spec.mtp_seq,
                  .want_logits = e->spec.mtp_want, .seqs = b->seqs, .n_seqs = b->n_seqs,
                  .n_swa_tables = b->n_swa_tables};
-  int *depth = e->spec.mtp_depth, *row = e->spec.mtp_row, kmax = 0;
-  bool *grew = e->spec.mtp_grew;
+  int *depth = e->spec.mtp_depth, kmax = 0;
+  bool *grew = e->spec.mtp_grew, ok = true;
   for (int i = 0, t0 = 0; i < b->n_seqs; t0 += e->b_owner[i]->take, i++) {
     di_seq *s = e->b_owner[i];
     depth[i] = 0;
     grew[i] = false;
-    if (s->state != DI_SEQ_RUNNING || s->req->n > 1) continue;
     s->mtp_n = 0;
-    int last = -1;
-    for (int t = t0; t < t0 + s->take; t++) {
-      int p = b->pos[t];
-      if (p >= s->n_computed || p + 1 >= s->len) break; /* rejected drafts' positions and beyond */
-      int n = mb.n_tokens++;
-      e->spec.mtp_tokens[n] = s->tokens[p + 1];
-      e->spec.mtp_pos[n] = p;
-      e->spec.mtp_seq[n] = i;
-      e->spec.mtp_want[n] = false;
-      memcpy(e->spec.mtp_hidden + (size_t)n * D, e->be.hidden + (size_t)t * D, (size_t)D * sizeof(float));
-      last = n;
-    }
-    /* a decode-ready sequence whose pair at len - 2 was just formed drafts the token at len */
-    bool ready = last >= 0 && s->n_computed == s->len - 1 && e->spec.mtp_pos[last] == s->len - 2;
-    if (ready && di_spec_k_cap(e, s, 1) > 0 && di_spec_active(&s->spec, e->acc.steps)) {
-      e->spec.mtp_want[last] = true;
+    if (s->state != DI_SEQ_RUNNING || s->req->n > 1 || di_spec_k_cap(e, s, 1) <= 0) continue;
+    /* pairs are formed for the positions computed (not rejected drafts') whose next token is known */
+    const int first = b->pos[t0], to = s->n_computed < s->len - 1 ? s->n_computed : s->len - 1;
+    if (to <= first) continue;
+    if (!s->mtp_ring && !(s->mtp_ring = malloc((size_t)cap * (size_t)D * sizeof *s->mtp_ring))) continue;
+    if (s->mtp_done > first) s->mtp_done = first; /* recomputed positions (preemption) are written again */
+    /* a decode-ready sequence whose pair at len - 2 was just formed drafts the token at len if active */
+    bool draft = s->n_computed == s->len - 1 && di_spec_active(&s->spec, e->acc.steps);
+    /* full attention: a ring about to lose positions the module has not seen is caught up first */
+    bool spill = e->be.mtp_window == 0 && to - s->mtp_done > cap;
+    if (ok && (draft || spill)) ok = catch_up(e, &mb, i, t0, first, to, draft);
+    if (ok && draft) {
       depth[i] = chain_depth(e, s);
-      row[i] = last;
       if (depth[i] > kmax) kmax = depth[i];
     }
+    ring_store(e, s, t0, first, to);
   }
-  if (mb.n_tokens == 0 || !run_module(e, &mb, 0)) return;
+  if (!ok || (mb.n_tokens > 0 && !run_module(e, &mb, 0))) return;
   /* Chained rounds: pair (module output at q - 1, draft j - 1) at q = len - 2 + j.
    * Its K/V row is scratch (the next step's real pair at q replaces it), in a
    * block taken only if one is free and given back right after. */
   for (int j = 1; j < kmax; j++) {
-    memcpy(e->spec.mtp_hidden, e->spec.mtp_out, (size_t)mb.n_tokens * D * sizeof(float)); /* last round's outputs */
-    int n = 0;
     for (int i = 0; i < b->n_seqs; i++) {
       di_seq *s = e->b_owner[i];
       if (depth[i] <= j || s->mtp_n != j) continue;
       int q = s->len - 2 + j;
       if (!scratch_row(e, s, &e->b_seqs[i], q)) continue;
       grew[i] = true;
-      memmove(e->spec.mtp_hidden + (size_t)n * D, e->spec.mtp_hidden + (size_t)row[i] * D, (size_t)D * sizeof(float));
+      int n = mb.n_tokens++;
+      memcpy(e->spec.mtp_hidden + (size_t)n * D, e->spec.mtp_chain + (size_t)i * D, (size_t)D * sizeof(float));
       e->spec.mtp_tokens[n] = s->mtp_draft[j - 1];
       e->spec.mtp_pos[n] = q;
       e->spec.mtp_seq[n] = i;
       e->spec.mtp_want[n] = true;
-      row[i] = n++;
     }
-    mb.n_tokens = n;
-    if (n == 0 || !run_module(e, &mb, j)) break;
+    if (mb.n_tokens == 0 || !run_module(e, &mb, j)) break;
   }
   for (int i = 0; i < b->n_seqs; i++) {
     if (!grew[i]) continue;
