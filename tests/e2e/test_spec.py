@@ -49,7 +49,8 @@ def prompts(n=30):
     return [SEEDS[i % len(SEEDS)] + (" " + str(i // len(SEEDS)) if i >= len(SEEDS) else "") for i in range(n)]
 
 
-def batch(tmp_path, model, bodies, *args, tag):
+def batch(tmp_path, model, bodies, *args, tag, choices=False):
+    """{custom_id: (token ids, logprobs, finish reason)} of the first choice, or a list of every choice's."""
     inp, outp = tmp_path / f"{tag}.in.jsonl", tmp_path / f"{tag}.out.jsonl"
     inp.write_text("".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions", "body": b})
                            + "\n" for i, b in enumerate(bodies)))
@@ -61,9 +62,17 @@ def batch(tmp_path, model, bodies, *args, tag):
     for ln in outp.read_text().splitlines():
         res = json.loads(ln)
         assert res["error"] is None, res["error"]
-        c = res["response"]["body"]["choices"][0]
-        out[res["custom_id"]] = (c["token_ids"], c["logprobs"]["token_logprobs"], c["finish_reason"])
+        got = [(c["token_ids"], c["logprobs"]["token_logprobs"], c["finish_reason"])
+               for c in sorted(res["response"]["body"]["choices"], key=lambda c: c["index"])]
+        out[res["custom_id"]] = got if choices else got[0]
     return out
+
+
+def mtp_drafted_steps(out):
+    """Tokens that --spec mtp --spec-mode always verifications yield for batch(..., choices=True)'s completions:
+    every decode step but the last (max_tokens) and, for a sibling of an n > 1 request, its first (the
+    module drafts after a step, and the fork step runs the first completion alone)."""
+    return sum(max(len(c[0]) - 2 - (i > 0), 0) for v in out.values() for i, c in enumerate(v))
 
 
 def bodies(sampled, mix=False):

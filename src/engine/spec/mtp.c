@@ -24,19 +24,18 @@
  *   V4 (windowed): only the last be.mtp_window pairs are ever read, so the
  *   catch-up is at most that many rows, and the ring holds that many states.
  *   V3 (full attention): every missed pair is caught up. The ring holds
- *   DI_MTP_RING_FULL positions (e->spec.mtp_ring), the longest probe spacing (tune.c: 2^10 steps),
- *   so a decoding sequence never outgrows it while backed off; a sequence that
- *   would (a long prompt, a recompute after preemption) runs the module over
- *   the ring first, batched. The catch-up costs the rows the per-step upkeep
+ *   DI_MTP_RING_FULL positions (e->spec.mtp_ring), the longest probe spacing
+ *   (tune.c: 2^10 steps), so a decoding sequence never outgrows it while
+ *   backed off; a sequence that would (a long prompt, a recompute after
+ *   preemption) runs the module over the ring first, batched. The catch-up costs the rows the per-step upkeep
  *   would have, in one forward instead of one per step: on a memory-bound
  *   decode the module's weights are read once per probe, not once per token.
  *   Catching up instead of leaving holes keeps acceptance after a probe what
  *   it would have been: an unwritten row (stale K/V from the block's previous
  *   owner) is attended like any other and can pull every later draft off.
  *
- * Requests with n > 1 are not drafted (their completions share the block the
- * fork happened in, so the pair at the fork position would be written once
- * per completion). A prefix-cache hit brings blocks whose module rows were
+ * Each completion of an n > 1 request drafts with its own module state
+ * (fork_siblings). A prefix-cache hit brings blocks whose module rows were
  * written with the original sequence's tokens (or not at all, if it was
  * backed off there): only the acceptance can suffer, never the output, which
  * verification decides. */
@@ -178,6 +177,30 @@ static void ring_store(di_engine *e, di_seq *s, int t0, int first, int to) {
   if (s->mtp_ring_lo < to - cap) s->mtp_ring_lo = to - cap;
 }
 
+/* The fork step of an n > 1 request (its first completion s just computed the
+ * prompt; the siblings, forked after sampling, share its blocks and start
+ * from the next step): each sibling takes s's ring. The pairs before the fork
+ * position f (the prompt's last) are every completion's, written once by s;
+ * the pair at f holds the completion's own first token, so a sibling writes
+ * it again in its own copy of f's block, which its first step copies when
+ * that block also holds its next position (f + 1 in the same block); when
+ * f ends a block (shared, as the prompt blocks before it) the sibling keeps
+ * s's pair there: its acceptance may suffer, never its output. */
+static void fork_siblings(di_engine *e, const di_seq *s) {
+  const di_req *r = s->req;
+  const int cap = ring_cap(e), bs = e->pool->block_size, f = s->n_computed - 1;
+  const size_t bytes = (size_t)cap * (size_t)e->be.n_embd * sizeof *s->mtp_ring;
+  for (int k = 1; k < r->n_seqs; k++) {
+    di_seq *c = r->seqs[k];
+    if (c->state != DI_SEQ_RUNNING || c->mtp_ring || c->n_computed != s->n_computed || !(c->mtp_ring = malloc(bytes)))
+      continue;
+    memcpy(c->mtp_ring, s->mtp_ring, bytes);
+    c->mtp_ring_lo = s->mtp_ring_lo;
+    c->mtp_ring_hi = s->mtp_ring_hi;
+    c->mtp_done = s->mtp_done > f && f % bs != bs - 1 ? f : s->mtp_done;
+  }
+}
+
 void di_spec_mtp_step(di_engine *e, const di_batch *b) {
   const int D = e->be.n_embd, bs = e->pool->block_size, cap = ring_cap(e);
   di_batch mb = {.tokens = e->spec.mtp_tokens, .pos = e->spec.mtp_pos, .seq = e->spec.mtp_seq,
@@ -190,7 +213,7 @@ void di_spec_mtp_step(di_engine *e, const di_batch *b) {
     depth[i] = 0;
     grew[i] = false;
     s->mtp_n = 0;
-    if (s->state != DI_SEQ_RUNNING || s->req->n > 1 || di_spec_k_cap(e, s, 1) <= 0) continue;
+    if (s->state != DI_SEQ_RUNNING || di_spec_k_cap(e, s, 1) <= 0) continue;
     /* pairs are formed for the positions computed (not rejected drafts') whose next token is known */
     const int first = b->pos[t0], to = s->n_computed < s->len - 1 ? s->n_computed : s->len - 1;
     if (to <= first) continue;
@@ -206,6 +229,7 @@ void di_spec_mtp_step(di_engine *e, const di_batch *b) {
       if (depth[i] > kmax) kmax = depth[i];
     }
     ring_store(e, s, t0, first, to);
+    if (s->req->n > 1 && s->index == 0 && s->n_gen == 1) fork_siblings(e, s);
   }
   if (!ok || (mb.n_tokens > 0 && !run_module(e, &mb, 0))) return;
   /* Chained rounds: pair (module output at q - 1, draft j - 1) at q = len - 2 + j.
