@@ -64,7 +64,7 @@ def test_identical_under_preemption(tmp_path, v3_mtp):
 
 def test_parallel_sampling(tmp_path, v3_mtp):
     """n > 1: every completion drafts with its own module state (the pair at the fork position is its
-    own), and every completion is the one without speculation."""
+    own), and every completion is the one without speculation, also when KV pressure preempts them."""
     base.need(v3_mtp)
     b = [dict(x, n=3) for x in bodies(True)[:6]]
     ref = base.batch(tmp_path, v3_mtp, b, "--spec", "off", "--concurrency", 6, *ONE, tag="off", choices=True)
@@ -76,6 +76,10 @@ def test_parallel_sampling(tmp_path, v3_mtp):
     decode = base.mtp_drafted_steps(ref)
     # each verification yields its accepted drafts and one token more
     assert st["spec_verify_steps"] + st["spec_accepted"] >= decode > 0 and st["spec_mtp_rows"] > 0, (st, decode)
+    got = base.batch(tmp_path, v3_mtp, b, *SPEC, "--concurrency", 6, "--block-size", 4, "--kv-mem", "36K", *ONE,
+                     "--stats-json", tmp_path / "tight.json", tag="tight", choices=True)
+    assert got == ref
+    assert json.loads((tmp_path / "tight.json").read_text())["preemptions"] > 0
 
 
 def test_logit_dumps_and_stats(tmp_path, v3_mtp):

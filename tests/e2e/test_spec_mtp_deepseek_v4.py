@@ -59,18 +59,22 @@ def test_identical_under_preemption(tmp_path, v4_mtp):
 
 @pytest.mark.parametrize("layout", [(), ("--swa-full",)], ids=["grouped", "one-row"])
 def test_parallel_sampling(tmp_path, v4_mtp, layout):
-    """n > 1: every completion drafts with its own module state, and is the one without speculation."""
+    """n > 1: every completion drafts with its own module state, and is the one without speculation (grouped
+    cache: also when KV pressure preempts)."""
     base.need(v4_mtp)
     b = [dict(x, n=3) for x in bodies(True)[:6]]
     ref = base.batch(tmp_path, v4_mtp, b, "--spec", "off", "--concurrency", 6, *ONE, *layout, tag="off", choices=True)
     assert all(len(v) == 3 for v in ref.values())
-    got = base.batch(tmp_path, v4_mtp, b, *SPEC, "--concurrency", 6, *ONE, *layout, "--stats-json",
+    tight = ("--kv-mem", "120K") if not layout else ()  # grouped: 18 sequences, some preempted
+    got = base.batch(tmp_path, v4_mtp, b, *SPEC, "--concurrency", 6, *ONE, *layout, *tight, "--stats-json",
                      tmp_path / "st.json", tag="mtp", choices=True)
     assert got == ref
     st = json.loads((tmp_path / "st.json").read_text())
-    decode = base.mtp_drafted_steps(ref)
-    # each verification yields its accepted drafts and one token more
-    assert st["spec_verify_steps"] + st["spec_accepted"] >= decode > 0 and st["spec_mtp_rows"] > 0, (st, decode)
+    assert st["spec_mtp_rows"] > 0 and (st["preemptions"] > 0 if tight else True)
+    if not tight:  # (under pressure a draft may find no free block)
+        # each verification yields its accepted drafts and one token more
+        decode = base.mtp_drafted_steps(ref)
+        assert st["spec_verify_steps"] + st["spec_accepted"] >= decode > 0, (st, decode)
 
 
 @pytest.mark.parametrize("layout", [(), ("--swa-full",)], ids=["grouped", "one-row"])
