@@ -166,6 +166,28 @@ static void st_qa_norm(stage_ctx *c, int t) {
 }
 
 /* queries normed and roped; this position's row into the pool */
+/* Token t's raw K/V row (normed, roped) into its window row; false: no scratch. */
+static bool store_kv(stage_ctx *c, int t) {
+  di_forward_ctx *f = c->f;
+  const di_hparams *hp = &f->m->hp;
+  const di_layer_weights *L = c->L;
+  const int hd = hp->head_dim, rd = hp->rope_dim;
+  const float *cs = (L->v4_attn == DI_V4_SWA ? f->v4->rope_m : f->v4->rope_c) + (size_t)t * rd;
+  float *kvr = stage_scratch(c, SCR_STORE, (size_t)hd * sizeof(float));
+  if (!kvr) return false;
+  f->be->rms_norm(f->v4->kvp + (size_t)t * hd, L->kv_norm.data, kvr, hd, hp->rms_eps);
+  rope_tail(c->f->be, kvr, hd, cs, rd, false);
+  win_put(c, t, c->b->pos[t], V4P_KV, hd, kvr);
+  return true;
+}
+
+static void st_store_kv(stage_ctx *c, int t) { store_kv(c, t); }
+
+void di_fwd_v4_attn_kv(stage_ctx *sc) {
+  di_fwd_matmul(sc->f, &sc->L->wkv, sc->f->xn, sc->b->n_tokens, sc->f->v4->kvp);
+  di_fwd_par_tokens(sc, st_store_kv);
+}
+
 static void st_store(stage_ctx *c, int t) {
   di_forward_ctx *f = c->f;
   const di_hparams *hp = &f->m->hp;
@@ -178,12 +200,7 @@ static void st_store(stage_ctx *c, int t) {
     f->be->rms_norm_unit(q, q, hd, hp->rms_eps);
     rope_tail(c->f->be, q, hd, cs, rd, false);
   }
-  float *kvr = stage_scratch(c, SCR_STORE, (size_t)hd * sizeof(float));
-  if (!kvr) return;
-  f->be->rms_norm(f->v4->kvp + (size_t)t * hd, L->kv_norm.data, kvr, hd, hp->rms_eps);
-  rope_tail(c->f->be, kvr, hd, cs, rd, false);
-  win_put(c, t, p, V4P_KV, hd, kvr);
-  if (L->v4_attn == DI_V4_SWA) return;
+  if (!store_kv(c, t) || L->v4_attn == DI_V4_SWA) return;
   const int cw = lay.c * hd, slot = p % layer_rate(hp, L);
   const float *ape = (const float *)L->cmp_ape.data + (size_t)slot * cw;
   for (int sr = 0; sr < lay.c; sr++) { /* each series its own part; the gate with its slot's bias */

@@ -57,6 +57,9 @@ typedef struct di_batch {
   const di_batch_seq *seqs;   /* [n_seqs] */
   int n_swa_tables;           /* 0: every layer's K/V through seqs[].blocks */
   const di_logits_split *split; /* NULL: whole logits rows */
+  /* di_forward_mtp only: the rows need only their K/V written (no logits, no
+   * output states); a module that cannot cut there runs whole */
+  bool kv_only;
 } di_batch;
 
 #endif

@@ -92,6 +92,9 @@ static inline int di_v4_batch_token(const di_v4_scratch *v, const int32_t *seq, 
 
 /* attn_dsv4.c: the attention block of layer sc->L on f->xn: f->tmp ([T][D]). */
 di_code di_fwd_v4_attn(stage_ctx *sc, int il, di_status *st);
+/* attn_dsv4.c: only the K/V rows a sliding layer sc->L writes for f->xn
+ * (the MTP module's catch-up, di_batch.kv_only). */
+void di_fwd_v4_attn_kv(stage_ctx *sc);
 /* ffn_dsv4.c: the MoE block of layer sc->L on f->xn: f->tmp ([T][D]). */
 void di_fwd_v4_ffn(stage_ctx *sc);
 

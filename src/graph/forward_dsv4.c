@@ -413,6 +413,17 @@ di_code di_fwd_v4_mtp(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, cons
   }
   stage_ctx sc = {.f = f, .kv = kv, .b = b};
   di_fwd_par_tokens(&sc, st_ropes);
+  if (b->kv_only && w->layer.v4_attn == DI_V4_SWA) { /* a sliding block's K/V depend on its input alone */
+    sc.L = &w->layer;
+    sc.loc = (kv_loc){-1, 0};
+    layer_map(f, b, hp->n_layer);
+    hc_site as = {&w->layer.hc_attn_fn, &w->layer.hc_attn_base, &w->layer.hc_attn_scale, &w->layer.attn_norm};
+    hc_pre(&sc, &as);
+    di_fwd_v4_attn_kv(&sc);
+    if (__atomic_exchange_n(&f->v4->failed, 0, __ATOMIC_RELAXED))
+      return di_errorf(st, DI_ERR_NOMEM, "DeepSeek-V4 MTP block: out of memory for a token's K/V");
+    return DI_OK;
+  }
   if ((rc = v4_layer(&sc, &w->layer, hp->n_layer, st))) return rc;
   if (hidden_out) memcpy(hidden_out, f->v4->X, (size_t)T * N * D * sizeof(float));
   hc_site head = {&w->hc_head_fn, &w->hc_head_base, &w->hc_head_scale, NULL};

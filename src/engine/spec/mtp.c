@@ -17,7 +17,8 @@
  * computed the position: each step keeps the target's hidden states of the
  * positions it computed in the sequence's ring, and before a draft the module
  * runs, in one batched forward, over the pairs it has not seen yet
- * (mtp_done..), the draft's pair last. A sequence backed off between probes
+ * (mtp_done..) writing only their K/V rows (di_batch.kv_only: V4's sliding
+ * block stops there; V3's runs whole), then over the draft's pair. A sequence backed off between probes
  * (spec/tune.h), opted out, or in the middle of its prompt costs no module
  * row, only a copy of its hidden state; a probe then finds the cache exactly
  * as if the module had run every step, so it drafts what it would have.
@@ -140,8 +141,10 @@ static bool row_mapped(const di_engine *e, const di_batch_seq *bseq, int p) {
 }
 
 /* Catches s (batch slot i, its step rows from batch token t0 on, the first at
- * position first) up to the pairs of [.., to): appends them to mb, running
- * the module whenever mb is full; the last one wants logits if draft. */
+ * position first) up to the pairs of [.., to): appends them to the K/V-only
+ * batch mb, running the module whenever mb is full; with draft the last pair
+ * is left out (its hidden state kept in mtp_chain[i]): it runs with logits
+ * once every K/V row it attends to is written. */
 static bool catch_up(di_engine *e, di_batch *mb, int i, int t0, int first, int to, bool draft) {
   di_seq *s = e->b_owner[i];
   const int D = e->be.n_embd, cap = ring_cap(e), W = e->be.mtp_window;
@@ -151,7 +154,9 @@ static bool catch_up(di_engine *e, di_batch *mb, int i, int t0, int first, int t
     int lo = s->mtp_ring_hi >= first ? s->mtp_ring_lo : first;
     if (start < lo) start = lo < first ? lo : first;
   }
-  for (int p = start; p < to; p++) {
+  if (draft)
+    memcpy(e->spec.mtp_chain + (size_t)i * D, e->be.hidden + (size_t)(t0 + to - 1 - first) * D, (size_t)D * sizeof(float));
+  for (int p = start; p < to - draft; p++) {
     if (!row_mapped(e, &e->b_seqs[i], p)) continue;
     if (mb->n_tokens == e->max_batch_tokens && !run_module(e, mb, 0)) return false;
     int n = mb->n_tokens++;
@@ -160,7 +165,7 @@ static bool catch_up(di_engine *e, di_batch *mb, int i, int t0, int first, int t
     e->spec.mtp_tokens[n] = s->tokens[p + 1];
     e->spec.mtp_pos[n] = p;
     e->spec.mtp_seq[n] = i;
-    e->spec.mtp_want[n] = draft && p == to - 1;
+    e->spec.mtp_want[n] = false;
   }
   s->mtp_done = to;
   return true;
@@ -205,7 +210,7 @@ void di_spec_mtp_step(di_engine *e, const di_batch *b) {
   const int D = e->be.n_embd, bs = e->pool->block_size, cap = ring_cap(e);
   di_batch mb = {.tokens = e->spec.mtp_tokens, .pos = e->spec.mtp_pos, .seq = e->spec.mtp_seq,
                  .want_logits = e->spec.mtp_want, .seqs = b->seqs, .n_seqs = b->n_seqs,
-                 .n_swa_tables = b->n_swa_tables};
+                 .n_swa_tables = b->n_swa_tables, .kv_only = true};
   int *depth = e->spec.mtp_depth, kmax = 0;
   bool *grew = e->spec.mtp_grew, ok = true;
   for (int i = 0, t0 = 0; i < b->n_seqs; t0 += e->b_owner[i]->take, i++) {
@@ -232,6 +237,19 @@ void di_spec_mtp_step(di_engine *e, const di_batch *b) {
     if (s->req->n > 1 && s->index == 0 && s->n_gen == 1) fork_siblings(e, s);
   }
   if (!ok || (mb.n_tokens > 0 && !run_module(e, &mb, 0))) return;
+  /* The drafting pairs (at len - 2), their K/V rows and logits */
+  mb.kv_only = false;
+  for (int i = 0; i < b->n_seqs; i++) {
+    if (depth[i] == 0) continue;
+    di_seq *s = e->b_owner[i];
+    int n = mb.n_tokens++;
+    memcpy(e->spec.mtp_hidden + (size_t)n * D, e->spec.mtp_chain + (size_t)i * D, (size_t)D * sizeof(float));
+    e->spec.mtp_tokens[n] = s->tokens[s->len - 1];
+    e->spec.mtp_pos[n] = s->len - 2;
+    e->spec.mtp_seq[n] = i;
+    e->spec.mtp_want[n] = true;
+  }
+  if (mb.n_tokens > 0 && !run_module(e, &mb, 0)) return;
   /* Chained rounds: pair (module output at q - 1, draft j - 1) at q = len - 2 + j.
    * Its K/V row is scratch (the next step's real pair at q replaces it), in a
    * block taken only if one is free and given back right after. */
