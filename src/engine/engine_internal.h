@@ -57,8 +57,10 @@ typedef struct di_engine_backend {
    * runs the module (graph/forward.h, di_forward_mtp) writing logits rows
    * and each token's output state into hidden_out (to chain it).
    * mtp_window: the module attends to its last mtp_window pairs (DeepSeek-V4's
-   * sliding block); 0: to every earlier pair (DeepSeek-V3). */
+   * sliding block); 0: to every earlier pair (DeepSeek-V3). mtp_kv_only: it
+   * honours di_batch.kv_only (writes those rows' K/V and stops). */
   int n_embd, mtp_window;
+  bool mtp_kv_only;
   const float *hidden;
   di_code (*forward_mtp)(void *user, di_kv_pool *kv, const di_batch *b, const float *hidden, float *logits,
                          float *hidden_out, di_status *st);

@@ -207,6 +207,7 @@ static di_code backend_open(const char *path, const di_engine_opts *o, bool lead
     if (!v4_mtp) be->n_layers++;
     be->n_embd = width;
     be->mtp_window = v4_mtp ? hp->v4.window : 0; /* V4's block slides like the main ones (attn_dsv4.c) */
+    be->mtp_kv_only = v4_mtp;
     be->hidden = m->hidden;
     be->forward_mtp = mb_forward_mtp;
   }

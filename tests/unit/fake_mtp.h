@@ -46,6 +46,8 @@ static di_code fake_mtp(void *user, di_kv_pool *kv, const di_batch *b, const flo
     if (hidden[t] != (float)p && p < FAKE_MTP_MAX_POS) fake_mtp_writes[p]++;
   }
   fake_mtp_rows += (uint64_t)b->n_tokens;
+  for (int t = 0; t < b->n_tokens && b->kv_only; t++)
+    if (b->want_logits[t]) return di_errorf(st, DI_ERR_INTERNAL, "fake mtp: a K/V-only row wants logits");
   for (int t = 0, row = 0; t < b->n_tokens; t++) {
     if (!b->want_logits[t]) continue;
     const int32_t *tab = b->seqs[b->seq[t]].blocks;
@@ -80,6 +82,7 @@ static void fake_mtp_backend(di_engine_backend *be) {
   be->forward = mtp_target_forward;
   be->n_embd = 1;
   be->mtp_window = fake_mtp_window;
+  be->mtp_kv_only = fake_mtp_window > 0; /* as DeepSeek-V4's: the draft's pair in a forward of its own */
   be->hidden = mtp_hidden_rows;
   be->forward_mtp = fake_mtp;
 }

@@ -17,8 +17,9 @@
  * computed the position: each step keeps the target's hidden states of the
  * positions it computed in the sequence's ring, and before a draft the module
  * runs, in one batched forward, over the pairs it has not seen yet
- * (mtp_done..) writing only their K/V rows (di_batch.kv_only: V4's sliding
- * block stops there; V3's runs whole), then over the draft's pair. A sequence backed off between probes
+ * (mtp_done..), the draft's pair last; V4's sliding block writes only the
+ * K/V rows of the pairs before it (be.mtp_kv_only, di_batch.kv_only) and
+ * runs whole for the draft's pair alone, V3's runs whole over all of them. A sequence backed off between probes
  * (spec/tune.h), opted out, or in the middle of its prompt costs no module
  * row, only a copy of its hidden state; a probe then finds the cache exactly
  * as if the module had run every step, so it drafts what it would have.
@@ -141,10 +142,11 @@ static bool row_mapped(const di_engine *e, const di_batch_seq *bseq, int p) {
 }
 
 /* Catches s (batch slot i, its step rows from batch token t0 on, the first at
- * position first) up to the pairs of [.., to): appends them to the K/V-only
- * batch mb, running the module whenever mb is full; with draft the last pair
- * is left out (its hidden state kept in mtp_chain[i]): it runs with logits
- * once every K/V row it attends to is written. */
+ * position first) up to the pairs of [.., to): appends them to mb, running
+ * the module whenever mb is full; with draft the last pair wants logits. A
+ * module that can write K/V rows alone (be.mtp_kv_only: mb is K/V-only) gets
+ * the last pair apart (its hidden state kept in mtp_chain[i]), to run once
+ * every row it attends to is written. */
 static bool catch_up(di_engine *e, di_batch *mb, int i, int t0, int first, int to, bool draft) {
   di_seq *s = e->b_owner[i];
   const int D = e->be.n_embd, cap = ring_cap(e), W = e->be.mtp_window;
@@ -154,9 +156,10 @@ static bool catch_up(di_engine *e, di_batch *mb, int i, int t0, int first, int t
     int lo = s->mtp_ring_hi >= first ? s->mtp_ring_lo : first;
     if (start < lo) start = lo < first ? lo : first;
   }
-  if (draft)
+  const bool apart = draft && e->be.mtp_kv_only;
+  if (apart)
     memcpy(e->spec.mtp_chain + (size_t)i * D, e->be.hidden + (size_t)(t0 + to - 1 - first) * D, (size_t)D * sizeof(float));
-  for (int p = start; p < to - draft; p++) {
+  for (int p = start; p < to - apart; p++) {
     if (!row_mapped(e, &e->b_seqs[i], p)) continue;
     if (mb->n_tokens == e->max_batch_tokens && !run_module(e, mb, 0)) return false;
     int n = mb->n_tokens++;
@@ -165,7 +168,7 @@ static bool catch_up(di_engine *e, di_batch *mb, int i, int t0, int first, int t
     e->spec.mtp_tokens[n] = s->tokens[p + 1];
     e->spec.mtp_pos[n] = p;
     e->spec.mtp_seq[n] = i;
-    e->spec.mtp_want[n] = false;
+    e->spec.mtp_want[n] = draft && p == to - 1;
   }
   s->mtp_done = to;
   return true;
@@ -210,7 +213,7 @@ void di_spec_mtp_step(di_engine *e, const di_batch *b) {
   const int D = e->be.n_embd, bs = e->pool->block_size, cap = ring_cap(e);
   di_batch mb = {.tokens = e->spec.mtp_tokens, .pos = e->spec.mtp_pos, .seq = e->spec.mtp_seq,
                  .want_logits = e->spec.mtp_want, .seqs = b->seqs, .n_seqs = b->n_seqs,
-                 .n_swa_tables = b->n_swa_tables, .kv_only = true};
+                 .n_swa_tables = b->n_swa_tables, .kv_only = e->be.mtp_kv_only};
   int *depth = e->spec.mtp_depth, kmax = 0;
   bool *grew = e->spec.mtp_grew, ok = true;
   for (int i = 0, t0 = 0; i < b->n_seqs; t0 += e->b_owner[i]->take, i++) {
@@ -237,9 +240,9 @@ void di_spec_mtp_step(di_engine *e, const di_batch *b) {
     if (s->req->n > 1 && s->index == 0 && s->n_gen == 1) fork_siblings(e, s);
   }
   if (!ok || (mb.n_tokens > 0 && !run_module(e, &mb, 0))) return;
-  /* The drafting pairs (at len - 2), their K/V rows and logits */
+  /* The drafting pairs (at len - 2) kept apart: their K/V rows and logits */
   mb.kv_only = false;
-  for (int i = 0; i < b->n_seqs; i++) {
+  for (int i = 0; i < b->n_seqs && e->be.mtp_kv_only; i++) {
     if (depth[i] == 0) continue;
     di_seq *s = e->b_owner[i];
     int n = mb.n_tokens++;
