@@ -317,7 +317,7 @@ di_code di_tp_recv(di_tp_msg *h, void **buf, size_t *cap, di_status *st) {
 }
 
 /* FORWARD's header: a[] holds the batch's counts and the pool's geometry. */
-enum { A_T, A_SEQS, A_SWA, A_WANT, A_COPIES, A_BS, A_BLOCKS, A_LAYERS, A_KVDIM, A_VINK, A_TYPE, A_SPLIT };
+enum { A_T, A_SEQS, A_SWA, A_WANT, A_COPIES, A_BS, A_BLOCKS, A_LAYERS, A_KVDIM, A_VINK, A_TYPE, A_SPLIT, A_KVONLY };
 
 /* The rows that get logits in b. */
 static int batch_rows(const di_batch *b) {
@@ -356,6 +356,7 @@ di_code di_fwd_tp_step(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, con
   h.a[A_T] = T, h.a[A_SEQS] = S, h.a[A_SWA] = W, h.a[A_WANT] = b->want_logits != NULL, h.a[A_COPIES] = nc;
   h.a[A_BS] = kv->block_size, h.a[A_BLOCKS] = kv->n_blocks, h.a[A_LAYERS] = kv->n_layers, h.a[A_KVDIM] = kv->kv_dim;
   h.a[A_VINK] = kv->v_in_k, h.a[A_TYPE] = (int32_t)kv->type, h.a[A_SPLIT] = b->split != NULL;
+  h.a[A_KVONLY] = b->kv_only;
   const int rows = b->split ? batch_rows(b) : 0;
   const size_t nh = hidden ? (size_t)T * (size_t)di_fwd_mtp_width(&f->m->hp) : 0; /* floats */
   size_t n = 2 * (size_t)nc + 4 * (size_t)T + 3 * (size_t)S + 2 * (size_t)rows + nh;
@@ -478,7 +479,7 @@ di_code di_forward_tp_follow(di_forward_ctx *f, const di_tp_msg *h, const void *
   if (!grow((void **)&p->seqs, &sc, (size_t)S, sizeof *p->seqs)) return di_errorf(st, DI_ERR_NOMEM, "out of memory");
   p->seqs_cap = (int)sc;
   di_batch b = {.n_tokens = T, .tokens = in, .pos = in + T, .seq = in + 2 * T, .n_seqs = S, .seqs = p->seqs,
-                .n_swa_tables = W};
+                .n_swa_tables = W, .kv_only = a[A_KVONLY] != 0};
   const int32_t *want = in + 3 * T;
   in += 4 * T;
   bool *wl = NULL;
