@@ -166,7 +166,8 @@ di_code di_engine_create_spec(const di_engine_opts *o, const di_engine_backend *
   } else if (o->spec == DI_SPEC_MTP && be->forward_mtp && be->hidden && be->n_embd > 0) {
     e->spec.drafter = (di_drafter){.name = "mtp"};
     e->spec.mtp = true;
-    e->spec.mtp_ring = DI_MTP_RING_FULL;
+    size_t ring = DI_MTP_RING_BYTES / ((size_t)be->n_embd * sizeof(float)); /* DeepSeek-V3's 7168: 146 positions */
+    e->spec.mtp_ring = ring < 64 ? 64 : ring > DI_MTP_RING_FULL ? DI_MTP_RING_FULL : (int)ring;
   } else if (o->spec != DI_SPEC_OFF) {
     create_fail(e, &dbe);
     return di_errorf(st, DI_ERR_UNSUPPORTED,

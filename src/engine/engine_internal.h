@@ -259,7 +259,10 @@ int di_spec_k_cap(const di_engine *e, const di_seq *s, int k_cap);
  * target's hidden state at p beside the token at p + 1) and records the
  * draft; a sequence that does not draft next step (backed off) costs no
  * module row. */
-#define DI_MTP_RING_FULL 1024 /* the longest probe spacing (spec/tune.c): see spec/mtp.c */
+/* A full-attention module's ring per sequence (spec/mtp.c): the longest probe
+ * spacing (spec/tune.c), in at most DI_MTP_RING_BYTES of hidden states */
+#define DI_MTP_RING_FULL 1024
+#define DI_MTP_RING_BYTES ((size_t)4 << 20)
 void di_spec_mtp_step(di_engine *e, const di_batch *b);
 void di_spec_mtp_seq_free(di_seq *s);
 /* Verifies s's drafts against the rows of this step (row 0: its base token). */

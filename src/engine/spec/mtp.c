@@ -26,10 +26,12 @@
  *   V4 (windowed): only the last be.mtp_window pairs are ever read, so the
  *   catch-up is at most that many rows, and the ring holds that many states.
  *   V3 (full attention): every missed pair is caught up. The ring holds
- *   DI_MTP_RING_FULL positions (e->spec.mtp_ring), the longest probe spacing
- *   (tune.c: 2^10 steps), so a decoding sequence never outgrows it while
- *   backed off; a sequence that would (a long prompt, a recompute after
- *   preemption) runs the module over the ring first, batched. The catch-up costs the rows the per-step upkeep
+ *   e->spec.mtp_ring positions: the longest probe spacing (tune.c: 2^10
+ *   steps) where that fits DI_MTP_RING_BYTES (a tiny model), so a decoding
+ *   sequence never outgrows it while backed off; one that would (a long
+ *   prompt, a recompute after preemption, a ring cut short by a wide model:
+ *   DeepSeek-V3's holds 146 positions) runs the module over the ring
+ *   first, batched. The catch-up costs the rows the per-step upkeep
  *   would have, in one forward instead of one per step: on a memory-bound
  *   decode the module's weights are read once per probe, not once per token.
  *   Catching up instead of leaving holes keeps acceptance after a probe what
