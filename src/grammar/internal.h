@@ -64,7 +64,10 @@ typedef struct gcache {
    * rests, not whole tokens. */
   int32_t *ent_tok;
   uint16_t *ent_j;
+  uint16_t *ent_lcp; /* bytes of rest shared with the previous entry's */
+  uint32_t *ent_nx;  /* gcache_next_smaller of ent_lcp */
   uint32_t n_ent;
+  uint32_t n_ent_groups; /* entries whose rest shares no byte with the previous one's */
   /* The entries ordered by their rests, built by the second mask that uses
    * this cache (a first use should cost no sort; caches are shared between
    * threads, hence atomics): sorted walks share the rests' prefixes. */
@@ -76,7 +79,13 @@ typedef struct gcache {
 typedef struct gsx {
   int32_t *tok;
   uint16_t *j, *lcp; /* lcp: bytes of rest shared with the previous entry's */
+  uint32_t *nx;      /* gcache_next_smaller of lcp */
 } gsx;
+
+/* nx[k]: the first i > k with lcp[i] < lcp[k], or n. A walk that finds no
+ * stack reading the first d bytes of entry k's rest skips every following
+ * entry that shares them: from i = k + 1, while lcp[i] >= d, i = nx[i]. */
+uint32_t *gcache_next_smaller(const uint16_t *lcp, uint32_t n);
 
 /* The sorted entries of c (NULL: not built yet; the caller walks trie order). */
 const gsx *gcache_sorted(const gvocab *v, gcache *c);

@@ -17,11 +17,14 @@ void gcache_free(gcache *c) {
   free(c->unc_lcp);
   free(c->ent_tok);
   free(c->ent_j);
+  free(c->ent_lcp);
+  free(c->ent_nx);
   gsx *x = __atomic_load_n(&c->sx, __ATOMIC_ACQUIRE);
   if (x) {
     free(x->tok);
     free(x->j);
     free(x->lcp);
+    free(x->nx);
     free(x);
   }
   free(c);
@@ -126,14 +129,51 @@ static gsx *sx_order(const gvocab *v, const gcache *c) {
     }
     x->lcp[k] = (uint16_t)l;
   }
+  x->nx = gcache_next_smaller(x->lcp, c->n_ent);
   free(tmp);
   free(e);
   return x;
 }
 
+uint32_t *gcache_next_smaller(const uint16_t *lcp, uint32_t n) {
+  uint32_t *nx = malloc(sizeof *nx * (n ? n : 1)), *stk = malloc(sizeof *stk * (n ? n : 1));
+  if (!nx || !stk) abort();
+  uint32_t top = 0;
+  for (uint32_t k = n; k-- > 0;) {
+    while (top && lcp[stk[top - 1]] >= lcp[k]) top--;
+    nx[k] = top ? stk[top - 1] : n;
+    stk[top++] = k;
+  }
+  free(stk);
+  return nx;
+}
+
+/* Trie order's shared rest prefixes, their skips, and how many groups of
+ * entries share no first byte (what a walk in this order steps at depth 0). */
+static void ent_index(const gvocab *v, gcache *c) {
+  uint32_t n = c->n_ent;
+  if (!n) return;
+  if (!(c->ent_lcp = malloc(sizeof *c->ent_lcp * n))) abort();
+  const uint8_t *prev = NULL;
+  uint32_t prev_n = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    const uint8_t *b = v->tb[c->ent_tok[k]] + c->ent_j[k];
+    uint32_t L = v->tlen[c->ent_tok[k]] - c->ent_j[k], m = L < prev_n ? L : prev_n, l = 0;
+    while (l < m && b[l] == prev[l]) l++;
+    c->ent_lcp[k] = (uint16_t)l;
+    c->n_ent_groups += l == 0;
+    prev = b;
+    prev_n = L;
+  }
+  c->ent_nx = gcache_next_smaller(c->ent_lcp, n);
+}
+
 const gsx *gcache_sorted(const gvocab *v, gcache *c) {
   gsx *x = __atomic_load_n(&c->sx, __ATOMIC_ACQUIRE);
-  if (x || !c->n_ent) return x;
+  /* a sorted order steps at most 256 first bytes: not worth its sort where
+   * trie order steps no more (rests after whitespace: "xyz" of " xyz" share
+   * their first bytes in trie order already) */
+  if (x || c->n_ent_groups <= 256) return x;
   int n = __atomic_load_n(&c->sx_state, __ATOMIC_RELAXED);
   if (n < 0) return NULL; /* another thread builds it */
   if (n == 0) { /* the first use walks in trie order */
@@ -646,7 +686,8 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
   c->ent_tok = ent.v;
   c->ent_j = ent.lcp;
   c->n_ent = (uint32_t)ent.n;
-  g->cache_bytes += unc.n * 6 + ent.n * 12 + sizeof *c;
+  ent_index(v, c);
+  g->cache_bytes += unc.n * 6 + ent.n * 22 + sizeof *c;
   return c;
 }
 
@@ -742,7 +783,7 @@ static bool shareable(di_grammar *g, int32_t s) {
 
 static size_t gcache_bytes(const gcache *c, int32_t n_vocab) {
   return sizeof *c + (c->acc_bits ? ((size_t)n_vocab + 31) / 32 * 4 : (size_t)c->n_acc * 4) + (size_t)c->n_unc * 6 +
-         (size_t)c->n_ent * 12;
+         (size_t)c->n_ent * 22;
 }
 
 static gcache *share_find(const uint64_t key[2]) {

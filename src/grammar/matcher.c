@@ -209,33 +209,31 @@ static void walk_rests(di_gmatcher *m, gcache *c, int32_t x, uint32_t *mask) {
   if (P <= 0) return; /* x's rule is the root's: nothing may follow its end */
   const gsx *sx = gcache_sorted(v, c);
   const int32_t *tok = sx ? sx->tok : c->ent_tok;
-  const uint16_t *jj = sx ? sx->j : c->ent_j;
+  const uint16_t *jj = sx ? sx->j : c->ent_j, *lcp = sx ? sx->lcp : c->ent_lcp;
+  const uint32_t *nx = sx ? sx->nx : c->ent_nx;
   gset *w = m->walk;
   bool pop0;
   gp_close(&m->pool, &m->g->a, P, &w[0], &pop0);
-  uint32_t valid = 0;
-  const uint8_t *prev = NULL;
-  uint32_t prev_n = 0;
-  for (uint32_t k = 0; k < c->n_ent; k++) {
+  uint32_t valid = 0, n = c->n_ent;
+  for (uint32_t k = 0; k < n;) {
     int32_t t = tok[k];
     const uint8_t *b = v->tb[t] + jj[k];
     uint32_t L = v->tlen[t] - jj[k];
-    uint32_t lcp = 0;
-    if (sx) {
-      lcp = sx->lcp[k];
-    } else { /* trie order: the shared prefix measured here */
-      uint32_t n = L < prev_n ? L : prev_n;
-      while (lcp < n && lcp < valid && b[lcp] == prev[lcp]) lcp++;
-      prev = b;
-      prev_n = L;
+    if (lcp[k] < valid) valid = lcp[k];
+    if (mask[t >> 5] >> (t & 31) & 1) {
+      k++;
+      continue;
     }
-    if (lcp < valid) valid = lcp;
-    if (mask[t >> 5] >> (t & 31) & 1) continue;
     while (valid < L && w[valid].n) {
       gp_step(&m->pool, &m->g->a, &w[valid], b[valid], &w[valid + 1], &m->wpop[valid + 1]);
       valid++;
     }
     if (valid == L && (w[L].n || m->wpop[L])) mask[t >> 5] |= 1u << (t & 31);
+    k++;
+    /* no stack reads this rest's first `valid` bytes: every following rest
+     * that shares them is refused too */
+    if (valid > 0 && !w[valid].n && !m->wpop[valid])
+      while (k < n && lcp[k] >= valid) k = nx[k];
   }
 }
 

@@ -46,9 +46,10 @@ static uint32_t rnd(void) {
 
 /* min_ref: how many trie subtrees the grammar's states must have copied
  * from a reference state (so the shortcut under test is really taken). */
-static void check_grammar_ref(di_grammar_kind kind, const char *src, int walks, int steps, uint32_t min_ref) {
+static void check_grammar_ws(di_grammar_kind kind, const char *src, int walks, int steps, uint32_t min_ref,
+                             di_json_ws ws) {
   di_grammar *g = NULL;
-  di_grammar_opts o = {.ws = DI_JSON_WS_PYTHON};
+  di_grammar_opts o = {.ws = ws};
   di_status st = {0};
   CHECKF(!di_grammar_compile(tok, kind, src, src ? strlen(src) : 0, &o, &g, &st), "%s: %s", src, st.msg);
   if (!g) return;
@@ -104,6 +105,10 @@ static void check_grammar_ref(di_grammar_kind kind, const char *src, int walks, 
   free(ref);
   free(allowed);
   di_grammar_release(g);
+}
+
+static void check_grammar_ref(di_grammar_kind kind, const char *src, int walks, int steps, uint32_t min_ref) {
+  check_grammar_ws(kind, src, walks, steps, min_ref, DI_JSON_WS_PYTHON);
 }
 
 static void check_grammar(di_grammar_kind kind, const char *src, int walks, int steps) {
@@ -165,6 +170,16 @@ int main(void) {
                     "root ::= \"\\\"\" ( \"abc\" | \"~\" | [^a~\"\\\\\\x00-\\x1f] "
                     "([^\"\\\\\\x00-\\x1f] | \"\\\\\" [nt])* ) \"\\\"\"",
                     3, 12, 10);
+  /* any JSON whitespace: a whitespace state leaves its rule after every
+   * token's leading blanks, so its rests (" xyz" -> "xyz") are tens of
+   * thousands, kept in trie order (few first bytes), and walks skip every
+   * rest that shares a refused prefix; the strings' rests are sorted */
+  check_grammar_ws(DI_GRAMMAR_JSON_SCHEMA,
+                   "{\"type\":\"array\",\"minItems\":3,\"items\":{\"type\":\"object\",\"additionalProperties\":false,"
+                   "\"required\":[\"name\",\"n\"],\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},"
+                   "\"n\":{\"type\":\"integer\"}}}}",
+                   4, 40, 0, DI_JSON_WS_FREE);
+  check_grammar_ws(DI_GRAMMAR_JSON_ANY, NULL, 3, 24, 0, DI_JSON_WS_FREE);
   di_tokenizer_free(tok);
   return di_test_finish("test_grammar_cache");
 }
