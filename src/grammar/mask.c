@@ -36,6 +36,14 @@ typedef struct tokbuf {
   size_t n, cap;
 } tokbuf;
 
+static void tb_reserve(tokbuf *b, size_t n) {
+  if (n <= b->cap) return;
+  while (b->cap < n) b->cap = b->cap ? b->cap * 2 : 64;
+  b->v = realloc(b->v, b->cap * sizeof *b->v);
+  b->lcp = realloc(b->lcp, b->cap * sizeof *b->lcp);
+  if (!b->v || !b->lcp) abort();
+}
+
 static void tb_push(tokbuf *b, int32_t t, uint16_t lcp) {
   if (b->n == b->cap) {
     b->cap = b->cap ? b->cap * 2 : 64;
@@ -625,12 +633,30 @@ static gcache *compute(di_grammar *g, int32_t state, bool shortcuts) {
       continue;
     }
     CLEAR_RANGE(v->tok_cum[i + 1], v->tok_cum[v->end[i]]);
-    if (esc[d]) /* the subtree reads past the rule's end: all uncertain */
+    if (esc[d] && ur.b) { /* the subtree reads past the rule's end: all uncertain */
       for (uint32_t j = i + 1; j < v->end[i]; j++) {
         uint32_t dj = v->depth[j];
         if (dj - 1 < ur.min_depth) ur.min_depth = dj - 1;
         for (uint32_t k = 0; k < v->t_n[j]; k++) unc_add(&ur, v->sorted[v->t_off[j] + k], dj, d);
       }
+    } else if (esc[d]) { /* the same entries, token by token (a whitespace state's: tens of thousands) */
+      uint16_t js[64];
+      uint32_t nj = 0;
+      for (uint32_t j = 1; j <= d && nj < 64; j++)
+        if (pd[j]) js[nj++] = (uint16_t)j;
+      for (uint32_t j = 65; j <= d; j++) nj += pd[j]; /* more than 64: the general loop below */
+      uint32_t lo = v->tok_cum[i + 1], hi = v->tok_cum[v->end[i]];
+      if (nj <= 64) {
+        tb_reserve(&ent, ent.n + (size_t)(hi - lo) * nj);
+        for (uint32_t k = lo; k < hi; k++)
+          for (uint32_t q = 0; q < nj; q++) {
+            ent.v[ent.n] = v->sorted[k];
+            ent.lcp[ent.n++] = js[q];
+          }
+      } else {
+        for (uint32_t k = lo; k < hi; k++) unc_add(&ur, v->sorted[k], d, d);
+      }
+    }
     i = v->end[i];
   }
   if (pp[0]) {
