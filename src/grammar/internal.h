@@ -119,7 +119,13 @@ typedef struct gmemo {
   uint32_t *mask;
 } gmemo;
 
+/* A state's cache, computed on first use or shared with another grammar of
+ * the same structure (cache_share.c); _locked: the caller holds g->mu. */
 const gcache *grammar_state_cache(di_grammar *g, int32_t state);
+const gcache *grammar_state_cache_locked(di_grammar *g, int32_t state);
+/* One state's context-free walk of the vocabulary trie (mask.c); the caller
+ * holds g->mu. */
+gcache *grammar_state_compute(di_grammar *g, int32_t state, bool shortcuts);
 void gcache_free(gcache *c);
 /* A state's decisions computed afresh, not cached (tests: with and without
  * the whole-subtree shortcuts, which must agree); free with gcache_free. */
