@@ -29,6 +29,14 @@ converted with llama.cpp's own quantizer through llama-cpp-python (`llama_model_
 peer the benchmarks compare against), run by --llamacpp-python (default /tmp/refvenv/bin/python
 or $LLAMACPP_PYTHON). That gives the real mixes (Q4_K or Q5_K with Q6_K for some tensors).
 
+--codes (v2-lite, --type Q4_K_M) skips both: it writes the mix llama.cpp's quantizer gives
+this shape (q4_k_m_type: Q4_K; Q6_K for output and for ffn_down in llama.cpp's "more bits"
+layers; Q5_0 / Q8_0 where a row is not a multiple of 256) directly as random codes: uniform
+quants and scales, with each block's d (and dmin) set so the weights have std ~0.02. The bytes
+read per token are those of the llama.cpp file; the values are not (no float source). The full
+27-layer file takes minutes this way instead of about an hour (the Q8_0 source plus llama.cpp
+quantizing 15.7 B weights on 2 threads).
+
 --layers N keeps a shape's per-layer tensors but writes only its first N layers (v2-lite: layer 0
 dense, the rest MoE), for measurements that are per-layer properties (the batched-decode ratio)
 without the full file: `--shape v2-lite --layers 6` is 3.9 GB at Q8_0 instead of 16.7 GB.
@@ -39,6 +47,7 @@ Output: ~/.cache/deepinfer/bench/llama-<shape>-<type>.gguf, or <stem>-L<N>-<type
   .venv/bin/python bench/gen_random_gguf.py --shape 110m --type Q4_0
   .venv/bin/python bench/gen_random_gguf.py --shape 1.1b --type Q8_0 --out /tmp/x.gguf
   .venv/bin/python bench/gen_random_gguf.py --all          # 110m and 1.1b in F16, Q8_0, Q4_0
+  .venv/bin/python bench/gen_random_gguf.py --shape v2-lite --type Q4_K_M --codes
 """
 
 import argparse
@@ -196,6 +205,53 @@ def q8_0_blocks(rng, shape):
     return out.reshape(shape[:-1] + (nb * 34,))
 
 
+def more_bits(i, n):
+    """llama.cpp's use_more_bits(i_layer, n_layers): the layers whose ffn_down (and attn_v) a
+    _M mix raises to Q6_K."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def q4_k_m_type(name, shape, n_layers):
+    """The type llama.cpp's llama_tensor_get_type gives a deepseek2 weight for Q4_K_M (as in a
+    file it quantized: deepseek2-v2-lite-L6-q4_k_m.gguf): Q6_K for output.weight and for the
+    ffn_down* of more_bits layers (the layer from the name), Q4_K for the rest; a row length
+    (numpy's last dim) that is not a multiple of 256 falls back to Q5_0 (for Q4_K) or Q8_0
+    (for Q6_K), as attn_k_b (128) and the routed experts' down (1408) do."""
+    t = QT.Q4_K
+    if name == "output.weight":
+        t = QT.Q6_K
+    elif ".ffn_down" in name and more_bits(int(name.split(".")[1]), n_layers):
+        t = QT.Q6_K
+    if shape[-1] % 256:
+        t = QT.Q5_0 if t == QT.Q4_K else QT.Q8_0
+    return t
+
+
+def random_codes(rng, shape, qt):
+    """Random blocks of a K-quant or Q5_0 (Q8_0: q8_0_blocks): uniform bytes, then each block's
+    d (and dmin) so the weights have std ~STD and (Q4_K) mean ~0. Q4_K: w = d*sc*q - dmin*m with
+    sc, m uniform 0..63, q 0..15: dmin = 7.5 d zeroes the mean, std = 271 d. Q6_K: scales kept to
+    1..16 so d stays a normal fp16, w = d*sc*(q - 32), std = 179 d. Q5_0: w = d*(q - 16), std 9.2 d."""
+    if qt == QT.Q8_0:
+        return q8_0_blocks(rng, shape)
+    bsize, tsize = gguf.GGML_QUANT_SIZES[qt]
+    nb = shape[-1] // bsize
+    out = rng.integers(0, 256, size=shape[:-1] + (nb, tsize), dtype=np.uint8)
+    f16 = lambda v: np.frombuffer(np.float16(v).tobytes(), dtype=np.uint8)
+    if qt == QT.Q4_K:
+        d = STD / 271
+        out[..., 0:2] = f16(d)
+        out[..., 2:4] = f16(7.5 * d)
+    elif qt == QT.Q6_K:
+        out[..., 192:208] = (out[..., 192:208] & 0x0F) + 1
+        out[..., 208:210] = f16(STD / 179)
+    elif qt == QT.Q5_0:
+        out[..., 0:2] = f16(STD / 9.2)
+    else:
+        raise ValueError(f"no random codes for {qt.name}")
+    return out.reshape(shape[:-1] + (nb * tsize,))
+
+
 def tensor_type(is_matrix, qtype):
     return qtype if is_matrix is True else QT.F32
 
@@ -228,8 +284,10 @@ def shape_with_layers(shape_name, n_layers=None):
 
 
 def generate(shape_name, type_name, out_path, seed=1234, quiet=False, n_layers=None):
+    """type_name: a TYPES key (every matrix in it), or "Q4_K_M" for random codes of that mix."""
     s = shape_with_layers(shape_name, n_layers)
-    qtype = TYPES[type_name]
+    codes = type_name == "Q4_K_M"
+    qtype = QT.Q4_K if codes else TYPES[type_name]
     d, hd = s["dim"], s["dim"] // s["n_heads"]
     arch = s.get("arch", "llama")
     tensors = tensor_list(s)
@@ -252,7 +310,7 @@ def generate(shape_name, type_name, out_path, seed=1234, quiet=False, n_layers=N
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(s["vocab"])
-    w.add_file_type(FILE_TYPE[type_name])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M if codes else FILE_TYPE[type_name])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     toks, scores, types = vocab(s["vocab"])
     w.add_tokenizer_model("llama")
@@ -269,7 +327,7 @@ def generate(shape_name, type_name, out_path, seed=1234, quiet=False, n_layers=N
 
     # tensor infos first (sizes are known without generating), then stream the data
     for name, sh, is_matrix in tensors:
-        tt = tensor_type(is_matrix, qtype)
+        tt = q4_k_m_type(name, sh, s["n_layers"]) if codes and is_matrix is True else tensor_type(is_matrix, qtype)
         if tt in (QT.F32, QT.F16):
             dt = np.float32 if tt == QT.F32 else np.float16
             w.add_tensor_info(name, sh, np.dtype(dt), int(np.prod(sh)) * np.dtype(dt).itemsize)
@@ -283,7 +341,10 @@ def generate(shape_name, type_name, out_path, seed=1234, quiet=False, n_layers=N
     t0 = time.monotonic()
     for k, (name, sh, is_matrix) in enumerate(tensors):
         rng = np.random.Generator(np.random.PCG64([seed, k]))
-        data, _ = make_tensor(rng, sh, is_matrix, qtype)
+        if codes and is_matrix is True:
+            data = random_codes(rng, sh, q4_k_m_type(name, sh, s["n_layers"]))
+        else:
+            data, _ = make_tensor(rng, sh, is_matrix, qtype)
         w.write_tensor_data(data)
         if not quiet and (k % 9 == 0 or k == len(tensors) - 1):
             tty = sys.stdout.isatty()
@@ -344,9 +405,13 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--layers", type=int, help="write only the first N layers of the shape (same per-layer tensors)")
     ap.add_argument("--all", action="store_true", help="write every shape in F16, Q8_0 and Q4_0")
+    ap.add_argument("--codes", action="store_true",
+                    help="v2-lite Q4_K_M: write llama.cpp's mix as random codes (minutes; no Q8_0 file, no llama.cpp)")
     ap.add_argument("--force", action="store_true", help="overwrite existing files")
     ap.add_argument("--print-path", action="store_true", help="only print the default output path")
     a = ap.parse_args()
+    if a.codes and not (a.shape == "v2-lite" and a.type == "Q4_K_M"):
+        ap.error("--codes is for --shape v2-lite --type Q4_K_M")
     if a.layers is not None and not (a.shape and 1 <= a.layers <= SHAPES[a.shape]["n_layers"]):
         ap.error("--layers N needs --shape and 1 <= N <= the shape's layer count")
     jobs = []
@@ -364,7 +429,9 @@ def main():
         if out.exists() and not a.force:
             print(f"[gen] {out} exists (use --force to rewrite)")
             continue
-        if t in LLAMACPP_TYPES:
+        if a.codes:
+            generate(sh, t, out, seed=a.seed, n_layers=a.layers)
+        elif t in LLAMACPP_TYPES:
             src_t = SHAPES[sh].get("quant_src", "F16")
             src = default_out_dir() / f"{file_stem(sh, a.layers)}-{src_t.lower()}.gguf"
             if not src.exists():
