@@ -323,7 +323,8 @@ def generate(shape_name, type_name, out_path, seed=1234, quiet=False, n_layers=N
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
-    w.add_string("deepinfer.random_weights", f"seed={seed} std={STD} generator=bench/gen_random_gguf.py")
+    w.add_string("deepinfer.random_weights", f"seed={seed} std={STD} generator=bench/gen_random_gguf.py"
+                 + (" codes=Q4_K_M (random codes in llama.cpp's mix, --codes)" if codes else ""))
 
     # tensor infos first (sizes are known without generating), then stream the data
     for name, sh, is_matrix in tensors:
