@@ -13,33 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_bytelevel.h"
 #include "tokenizer/tokenizer.h"
 
 static di_tokenizer *tok_bl, *tok_spm;
-
-static const char *bl_char(int b, char out[4]) {
-  int cp;
-  if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) {
-    cp = b;
-  } else {
-    int n = 0;
-    for (int k = 0; k < b; k++)
-      if (!((k >= 0x21 && k <= 0x7E) || (k >= 0xA1 && k <= 0xAC) || (k >= 0xAE && k <= 0xFF))) n++;
-    cp = 256 + n;
-  }
-  if (cp < 0x80) {
-    out[0] = (char)cp, out[1] = 0;
-  } else {
-    out[0] = (char)(0xC0 | (cp >> 6)), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
-  }
-  return out;
-}
 
 static di_tokenizer *build_bytelevel(void) {
   json_t *vocab = json_object(), *merges = json_array();
   char c[4];
   int id = 0;
-  for (int b = 0; b < 256; b++) json_object_set_new(vocab, bl_char(b, c), json_integer(id++));
+  for (int b = 0; b < 256; b++) json_object_set_new(vocab, fuzz_bl_char(b, c), json_integer(id++));
   static const char *m[][2] = {{"\xc4\xa0", "t"}, {"h", "e"}, {"\xc4\xa0t", "he"}, {"i", "n"},
                                {"\xc4\xa0", "a"}, {"e", "r"}, {"\xc4\xa0", "\xc4\xa0"}, {"1", "2"},
                                {"\xe4\xb8", "\xad"}, {"\xc3\xa4", "\xc2\xb8"}};
