@@ -41,6 +41,7 @@ static void grammar_destroy(di_grammar *g) {
   free(g->local);
   free(g->chain);
   free(g->cstep);
+  free(g->brun);
   free(g->rule_n);
   free(g->acc_scratch);
   free(g->tw_scratch);

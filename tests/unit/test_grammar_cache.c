@@ -44,10 +44,11 @@ static uint32_t rnd(void) {
   return (uint32_t)(rng >> 11);
 }
 
-/* min_ref: how many trie subtrees the grammar's states must have copied
- * from a reference state (so the shortcut under test is really taken). */
-static void check_grammar_ws(di_grammar_kind kind, const char *src, int walks, int steps, uint32_t min_ref,
-                             di_json_ws ws) {
+/* min_ref / min_brun: how many trie subtrees the grammar's states must have
+ * copied from a reference state / decided by an ASCII class run (so the
+ * shortcut under test is really taken). */
+static void check_grammar_run(di_grammar_kind kind, const char *src, int walks, int steps, uint32_t min_ref,
+                              uint32_t min_brun, di_json_ws ws) {
   di_grammar *g = NULL;
   di_grammar_opts o = {.ws = ws};
   di_status st = {0};
@@ -67,6 +68,8 @@ static void check_grammar_ws(di_grammar_kind kind, const char *src, int walks, i
   CHECKF(bad == 0, "%s: %d states whose cached decisions differ from a walk", src ? src : "(any)", bad);
   CHECKF(g->ref_copies >= min_ref, "%s: %u subtrees copied from a reference state, expected >= %u", src ? src : "(any)",
          g->ref_copies, min_ref);
+  CHECKF(g->brun_subtrees >= min_brun, "%s: %u subtrees decided by a class run, expected >= %u", src ? src : "(any)",
+         g->brun_subtrees, min_brun);
   /* random walks: the matcher's masks (memoised, cached) == masks made afresh */
   size_t words = di_grammar_mask_words(g);
   uint32_t *mask = malloc(words * 4), *ref = malloc(words * 4);
@@ -105,6 +108,11 @@ static void check_grammar_ws(di_grammar_kind kind, const char *src, int walks, i
   free(ref);
   free(allowed);
   di_grammar_release(g);
+}
+
+static void check_grammar_ws(di_grammar_kind kind, const char *src, int walks, int steps, uint32_t min_ref,
+                             di_json_ws ws) {
+  check_grammar_run(kind, src, walks, steps, min_ref, 0, ws);
 }
 
 static void check_grammar_ref(di_grammar_kind kind, const char *src, int walks, int steps, uint32_t min_ref) {
@@ -180,6 +188,19 @@ int main(void) {
                    "\"n\":{\"type\":\"integer\"}}}}",
                    4, 40, 0, DI_JSON_WS_FREE);
   check_grammar_ws(DI_GRAMMAR_JSON_ANY, NULL, 3, 24, 0, DI_JSON_WS_FREE);
+  /* counted runs of an ASCII class that is not every string character (a
+   * UUID-like pattern, a printable class under length bounds, a run that
+   * cycles, one after a fixed prefix): subtrees of class bytes only are
+   * decided from the run's length */
+  check_grammar_run(DI_GRAMMAR_JSON_SCHEMA,
+                    "{\"type\":\"string\",\"pattern\":\"^[0-9A-Za-z]{8}-[0-9A-Za-z]{4}-[0-9a-f]{2}$\"}", 4, 24, 0, 20,
+                    DI_JSON_WS_PYTHON);
+  check_grammar_run(DI_GRAMMAR_JSON_SCHEMA,
+                    "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"pattern\":"
+                    "\"^[ !#-\\\\[\\\\]-}]+$\",\"minLength\":5,\"maxLength\":9},\"s\":{\"type\":\"string\","
+                    "\"pattern\":\"^[a-z_]+$\",\"minLength\":3}},\"required\":[\"id\",\"s\"]}",
+                    4, 32, 0, 20, DI_JSON_WS_PYTHON);
+  check_grammar_run(DI_GRAMMAR_REGEX, "v[0-9]{1,6}\\.[a-zA-Z]*", 3, 16, 0, 5, DI_JSON_WS_PYTHON);
   di_tokenizer_free(tok);
   return di_test_finish("test_grammar_cache");
 }
