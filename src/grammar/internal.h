@@ -23,6 +23,7 @@ typedef struct gvocab {
   uint32_t *t_off;  /* per node: tokens ending here are sorted[t_off .. t_off + t_n) */
   uint16_t *t_n;
   int32_t *sorted;  /* token ids in byte order */
+  uint16_t *sorted_lcp; /* per sorted position: bytes shared with the previous token */
   uint32_t *tok_cum;   /* per node (+1): tokens of earlier nodes; subtree j's tokens are
                           sorted[tok_cum[j] .. tok_cum[end[j]]) */
   uint32_t *rare_cum;  /* per node (+1): earlier "rare" nodes (see vocab.c) */

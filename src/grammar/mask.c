@@ -164,9 +164,16 @@ static void ent_index(const gvocab *v, gcache *c) {
   const uint8_t *prev = NULL;
   uint32_t prev_n = 0;
   for (uint32_t k = 0; k < n; k++) {
-    const uint8_t *b = v->tb[c->ent_tok[k]] + c->ent_j[k];
-    uint32_t L = v->tlen[c->ent_tok[k]] - c->ent_j[k], m = L < prev_n ? L : prev_n, l = 0;
-    while (l < m && b[l] == prev[l]) l++;
+    int32_t t = c->ent_tok[k];
+    uint32_t j = c->ent_j[k], p = v->pos[t];
+    const uint8_t *b = v->tb[t] + j;
+    uint32_t L = v->tlen[t] - j, m = L < prev_n ? L : prev_n, l = 0;
+    /* the next token in byte order, leaving at the same byte (a subtree's
+     * entries): the rests share what the tokens share past j */
+    if (k && j == c->ent_j[k - 1] && p == v->pos[c->ent_tok[k - 1]] + 1 && v->sorted_lcp[p] >= j)
+      l = v->sorted_lcp[p] - j;
+    else
+      while (l < m && b[l] == prev[l]) l++;
     c->ent_lcp[k] = (uint16_t)l;
     c->n_ent_groups += l == 0;
     prev = b;

@@ -138,6 +138,7 @@ static gvocab *build(const di_tokenizer *tok, di_status *st) {
   v->t_off = malloc(cap * sizeof *v->t_off);
   v->t_n = calloc(cap, sizeof *v->t_n);
   uint32_t *path = malloc(sizeof *path * (v->max_len + 1));
+  v->sorted_lcp = malloc(sizeof *v->sorted_lcp * (ns + 1));
   uint32_t plen = 0, nn = 0;
   const uint8_t *prev = NULL;
   uint32_t prevlen = 0;
@@ -146,6 +147,7 @@ static gvocab *build(const di_tokenizer *tok, di_status *st) {
     const uint8_t *b = v->tb[t];
     uint32_t len = v->tlen[t], l = 0;
     while (prev && l < len && l < prevlen && b[l] == prev[l]) l++;
+    v->sorted_lcp[k] = (uint16_t)l;
     while (plen > l) v->end[path[--plen]] = nn;
     for (uint32_t d = l; d < len; d++) {
       v->byte[nn] = b[d];
