@@ -74,9 +74,11 @@ static bool state_key(di_grammar *g, int32_t s, uint64_t key[2]) {
 }
 
 /* Whether state s may have a structural key: its own rule has at most
- * SHARE_MAX_STATES states. A state of a larger rule (an object's members
- * with many properties) almost always reaches more, and state_key would hash
- * that many states to find out; such rules are schema-specific anyway. */
+ * SHARE_MAX_STATES states, and no state of it reached more. A state of a
+ * larger rule (an object's members with many properties) almost always
+ * reaches more, and state_key would hash that many states to find out; so do
+ * the other states of a rule one of whose states did (members that call the
+ * properties' value rules). Such rules are schema-specific anyway. */
 static bool shareable(di_grammar *g, int32_t s) {
   const ga *a = &g->a;
   if (!g->rule_n) {
@@ -124,6 +126,7 @@ const gcache *grammar_state_cache_locked(di_grammar *g, int32_t state) {
   if (!c) {
     uint64_t key[2];
     bool keyed = shareable(g, state) && state_key(g, state, key);
+    if (!keyed && g->rule_n) g->rule_n[g->a.st[state].rule] = UINT32_MAX; /* see shareable */
     if (keyed) {
       pthread_mutex_lock(&share_mu);
       c = share_find(key);

@@ -104,7 +104,8 @@ struct di_grammar {
   int16_t *chain; /* per state: string-character chain length (mask.c), allocated on first use */
   int32_t *cstep;  /* per state: mask.c's char_step + 2 (0: unknown), allocated on first use */
   uint32_t *brun;  /* per state: mask.c's ASCII class run (0: unknown, 1: none), allocated on first use */
-  uint32_t *rule_n;      /* per rule: its states (mask.c), counted on first use */
+  uint32_t *rule_n;      /* per rule: its states, counted on first use; UINT32_MAX once a state of it
+                            reached too many to be shared (cache_share.c) */
   uint32_t *acc_scratch; /* mask.c: a vocabulary bitmap, all zero between uses */
   uint32_t *tw_scratch;  /* mask.c: its words that a walk set */
   uint32_t ref_copies; /* trie subtrees whose decisions mask.c copied from a reference state (tests) */
