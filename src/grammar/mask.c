@@ -783,10 +783,10 @@ gcache *grammar_state_compute(di_grammar *g, int32_t state, bool shortcuts) {
         if (shortcuts && v->u8[i] == U8_BOUNDARY && v->end[i] > i + 1 &&
             v->rare_cum[v->end[i]] == v->rare_cum[i + 1] && (K = chain_memo(g, t)) >= 0) {
           uint32_t base = v->ccn[i];
-          CLEAR_RANGE(v->tok_cum[i], v->tok_cum[v->end[i]]);
-          if (K == CHAIN_INF || v->mcc[i] <= base + (uint32_t)K) {
+          if (K == CHAIN_INF || v->mcc[i] <= base + (uint32_t)K) { /* all accepted: nothing to clear first */
             for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++) ACCEPT(v->sorted[k]);
           } else {
+            CLEAR_RANGE(v->tok_cum[i], v->tok_cum[v->end[i]]);
             for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++)
               if (v->cct[k] <= base + (uint32_t)K) ACCEPT(v->sorted[k]);
           }
