@@ -348,11 +348,28 @@ static bool str_closed(di_grammar *g, int32_t s, bool *ctl_ok) {
   bool ok = true, ctl = true;
   q[0] = s;
   seen[s] = 0;
+  /* the byte edges >= 0x80 of the last state whose UTF-8 sequences were
+   * checked: a state with the same ones reads them into the same states
+   * (property-name states all lead non-ASCII characters to the body) */
+  const ga_range *hi_r = NULL;
+  uint32_t hi_n = 0;
   for (size_t h = 0; ok && h < nq; h++) {
     int32_t u = q[h];
     ctl = ctl && !reads_any(a, u, 0x00, 0x1F);
     for (size_t r = 0; ok && r < 3; r++) ok = seq_into(a, u, &ascii_chars[r], 1, q, &nq, seen);
+    const ga_state *U = &a->st[u];
+    const ga_range *ur = a->ranges + U->r_off;
+    uint32_t j0 = 0;
+    while (j0 < U->r_n && ur[j0].hi < 0x80) j0++;
+    bool same = hi_r && U->r_n - j0 == hi_n && (j0 == U->r_n || ur[j0].lo >= 0x80);
+    for (uint32_t j = 0; same && j < hi_n; j++)
+      same = ur[j0 + j].lo == hi_r[j].lo && ur[j0 + j].hi == hi_r[j].hi && ur[j0 + j].to == hi_r[j].to;
+    if (same) continue;
     for (size_t k = 0; ok && k < sizeof u8_len / sizeof u8_len[0]; k++) ok = seq_into(a, u, u8_seqs[k], u8_len[k], q, &nq, seen);
+    if (j0 == U->r_n || ur[j0].lo >= 0x80) {
+      hi_r = ur + j0;
+      hi_n = U->r_n - j0;
+    }
   }
   for (size_t h = 0; h < nq; h++) {
     if (ok && g->chain[q[h]] == 0) g->chain[q[h]] = (int16_t)(1 + (CHAIN_INF << 1 | ctl));
