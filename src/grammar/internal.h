@@ -137,6 +137,39 @@ gcache *grammar_state_cache_fresh(di_grammar *g, int32_t state, bool shortcuts);
 /* The mask from node-by-node walks made now, bypassing every cache (tests). */
 void gmatcher_fill_mask_fresh(di_gmatcher *m, uint32_t *mask);
 
+enum { CHAIN_INF = 255 }; /* "at least 255": more than any token has characters */
+
+static inline bool plain_state(const ga *a, int32_t s) { return s >= 0 && !a->st[s].final && !a->st[s].c_n; }
+
+/* Runs over an ASCII byte class that is not every string character (class_run.c): a
+ * pattern's counted class (`[0-9A-Za-z]{8}`, a printable class under
+ * minLength/maxLength). From a plain state t, every byte of class C leads to
+ * one next plain state, K times, and then to a state that reads no byte of C
+ * (or the run cycles: K infinite); the tokens below a trie node that read
+ * only C bytes after it are then accepted iff they have at most K of them,
+ * without a walk. Per class and vocabulary, prefix counts over the trie's
+ * nodes of those whose byte is outside C make "this subtree reads only C"
+ * one subtraction. A state that heads a run itself needs no walk of the
+ * class's paths at all: the tokens of class bytes only are accepted by
+ * length (listed shortest first), and only the subtrees where a path first
+ * leaves the class (exits: a few hundred for [0-9A-Za-z] in a 128K
+ * vocabulary) are walked, from the run's state at that depth. These tables
+ * are built once per process for a few classes. */
+typedef struct brun_cls {
+  const gvocab *v;
+  uint64_t m[2]; /* the class over bytes 0..127 */
+  uint32_t *out_cum; /* per node (+1): earlier nodes whose byte is outside the class */
+  uint32_t *exit, n_exit; /* nodes outside the class whose path before them is inside it, in preorder */
+  int32_t *tok;           /* the tokens of class bytes only, shortest first */
+  uint32_t *len_end;      /* per length L <= max_len: how many of them have at most L bytes */
+} brun_cls;
+
+static inline bool brun_in(const uint64_t m[2], unsigned b) { return b < 128 && (m[b >> 6] >> (b & 63) & 1); }
+
+/* t's run: the class is the ASCII bytes that take t to its most common ASCII
+ * successor, if at least 8 do; *K as above. NULL: none. Caller holds g->mu. */
+const brun_cls *grammar_class_run(di_grammar *g, int32_t t, int *K);
+
 /* Front ends: build the rules into g and return the root rule, or -1 with st set. */
 int32_t gfe_json_schema(gx *g, const char *src, size_t len, const di_grammar_opts *o, di_status *st);
 int32_t gfe_json_any(gx *g, const di_grammar_opts *o);

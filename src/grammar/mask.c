@@ -298,10 +298,6 @@ static size_t count_bits(const uint32_t *w, size_t n) {
 static size_t count_bits(const uint32_t *w, size_t n) { return count_bits_swar(w, n); }
 #endif
 
-enum { CHAIN_INF = 255 }; /* "at least 255": more than any token has characters */
-
-static bool plain_state(const ga *a, int32_t s) { return s >= 0 && !a->st[s].final && !a->st[s].c_n; }
-
 enum { CLOSED_MAX = 2048 }; /* states a closure check may visit */
 
 /* Reads the byte-range sequence rng[0..n) from st through plain states only,
@@ -506,152 +502,13 @@ static inline int chain_memo(di_grammar *g, int32_t s) {
   return chain_len(g, s, &ok);
 }
 
-/* Runs over an ASCII byte class that is not every string character: a
- * pattern's counted class (`[0-9A-Za-z]{8}`, a printable class under
- * minLength/maxLength). From a plain state t, every byte of class C leads to
- * one next plain state, K times, and then to a state that reads no byte of C
- * (or the run cycles: K infinite); the tokens below a trie node that read
- * only C bytes after it are then accepted iff they have at most K of them,
- * without a walk. Per class and vocabulary, prefix counts over the trie's
- * nodes of those whose byte is outside C make "this subtree reads only C"
- * one subtraction. A state that heads a run itself needs no walk of the
- * class's paths at all: the tokens of class bytes only are accepted by
- * length (listed shortest first), and only the subtrees where a path first
- * leaves the class (exits: a few hundred for [0-9A-Za-z] in a 128K
- * vocabulary) are walked, from the run's state at that depth. These tables
- * are built once per process for a few classes. */
-enum { BRUN_CLASSES = 32, BRUN_MIN_BYTES = 8 };
-typedef struct brun_cls {
-  const gvocab *v;
-  uint64_t m[2]; /* the class over bytes 0..127 */
-  uint32_t *out_cum; /* per node (+1): earlier nodes whose byte is outside the class */
-  uint32_t *exit, n_exit; /* nodes outside the class whose path before them is inside it, in preorder */
-  int32_t *tok;           /* the tokens of class bytes only, shortest first */
-  uint32_t *len_end;      /* per length L <= max_len: how many of them have at most L bytes */
-} brun_cls;
-static brun_cls brun_tab[BRUN_CLASSES];
-static int brun_n;
-static pthread_mutex_t brun_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static bool in_cls(const uint64_t m[2], unsigned b) { return b < 128 && (m[b >> 6] >> (b & 63) & 1); }
-
-/* The class's index in brun_tab, built if new; -1 when the table is full. */
-static int brun_class(const gvocab *v, const uint64_t m[2]) {
-  pthread_mutex_lock(&brun_mu);
-  int k = 0;
-  for (; k < brun_n; k++)
-    if (brun_tab[k].v == v && brun_tab[k].m[0] == m[0] && brun_tab[k].m[1] == m[1]) break;
-  if (k == brun_n) {
-    uint32_t *cum = k < BRUN_CLASSES ? malloc(sizeof *cum * (v->n_nodes + 1)) : NULL;
-    if (!cum) {
-      pthread_mutex_unlock(&brun_mu);
-      return -1;
-    }
-    cum[0] = 0;
-    for (uint32_t i = 0; i < v->n_nodes; i++) cum[i + 1] = cum[i] + !in_cls(m, v->byte[i]);
-    brun_cls c = {.v = v, .m = {m[0], m[1]}, .out_cum = cum};
-    /* exits and class-only tokens: nodes reached here have class-only paths */
-    uint32_t n_tok = 0, cap_exit = 256;
-    uint32_t *cnt = calloc(v->max_len + 2, sizeof *cnt);
-    c.exit = malloc(sizeof *c.exit * cap_exit);
-    if (!cnt || !c.exit) abort();
-    for (uint32_t i = 0; i < v->n_nodes;) {
-      if (!in_cls(m, v->byte[i])) {
-        GROW(c.exit, cap_exit, c.n_exit + 1);
-        c.exit[c.n_exit++] = i;
-        i = v->end[i];
-        continue;
-      }
-      cnt[v->depth[i]] += v->t_n[i];
-      n_tok += v->t_n[i];
-      i++;
-    }
-    c.tok = malloc(sizeof *c.tok * (n_tok + 1));
-    c.len_end = malloc(sizeof *c.len_end * (v->max_len + 1));
-    if (!c.tok || !c.len_end) abort();
-    for (uint32_t L = 0, at = 0; L <= v->max_len; L++) { /* cnt[L]: first index of length L */
-      uint32_t n = cnt[L];
-      cnt[L] = at;
-      at += n;
-      c.len_end[L] = at;
-    }
-    for (uint32_t i = 0; i < v->n_nodes;) {
-      if (!in_cls(m, v->byte[i])) {
-        i = v->end[i];
-        continue;
-      }
-      for (uint32_t q = 0; q < v->t_n[i]; q++) c.tok[cnt[v->depth[i]]++] = v->sorted[v->t_off[i] + q];
-      i++;
-    }
-    free(cnt);
-    brun_tab[k] = c;
-    brun_n++;
-  }
-  pthread_mutex_unlock(&brun_mu);
-  return k;
-}
-
-/* The run of class m from t: K as above, CHAIN_INF for a cycle, -1 if some
- * state on the way is not plain or splits the class. */
-static int brun_len(const ga *a, int32_t t, const uint64_t m[2]) {
-  int32_t path[CHAIN_INF];
-  int n = 0;
-  for (int32_t x = t;; n++) {
-    if (!plain_state(a, x)) return -1;
-    for (int j = 0; j < n; j++)
-      if (path[j] == x) return CHAIN_INF;
-    if (n == CHAIN_INF) return -1; /* a token may have more bytes */
-    path[n] = x;
-    int32_t y = -2;
-    for (unsigned b = 0; b < 128; b++) {
-      if (!in_cls(m, b)) continue;
-      int32_t s = ga_step(a, x, (uint8_t)b);
-      if (y == -2) y = s;
-      else if (s != y) return -1;
-    }
-    if (y < 0) return n; /* x reads no byte of the class */
-    x = y;
-  }
-}
-
-/* t's class run, memoised in g->brun (0 unknown, 1 none, else 2 + (class
- * index << 9 | K)): the class is the ASCII bytes that take t to its most
- * common ASCII successor, if at least BRUN_MIN_BYTES do and t heads no
- * string-character chain. NULL: none. Caller holds g->mu. */
+/* t's class run (class_run.c), for states that head no string-character
+ * chain: those that read every string character (a string's body, property
+ * names) take the string shortcuts, and their classes are schema-specific.
+ * Caller holds g->mu. */
 static const brun_cls *brun_memo(di_grammar *g, int32_t t, int *K) {
-  const ga *a = &g->a;
-  if (!g->brun && !(g->brun = calloc(a->n_st, sizeof *g->brun))) return NULL;
-  uint32_t e = g->brun[t];
-  if (e == 0) {
-    e = 1;
-    /* states that read every string character (a string's body, property
-     * names) take the string shortcuts; their classes are schema-specific */
-    if (chain_memo(g, t) >= 0) {
-      g->brun[t] = e;
-      return NULL;
-    }
-    int32_t to[128];
-    for (unsigned b = 0x20; b < 0x80; b++) to[b] = ga_step(a, t, (uint8_t)b);
-    int32_t best = -1;
-    int best_n = 0;
-    for (unsigned b = 0x20; b < 0x80; b++) {
-      if (to[b] < 0) continue;
-      int c = 0;
-      for (unsigned b2 = 0x20; b2 < 0x80; b2++) c += to[b2] == to[b];
-      if (c > best_n) best = to[b], best_n = c;
-    }
-    if (best_n >= BRUN_MIN_BYTES) {
-      uint64_t m[2] = {0, 0};
-      for (unsigned b = 0x20; b < 0x80; b++)
-        if (to[b] == best) m[b >> 6] |= 1ull << (b & 63);
-      int k = brun_len(a, t, m), idx = k >= 0 ? brun_class(g->v, m) : -1;
-      if (idx >= 0) e = 2 + ((uint32_t)idx << 9 | (uint32_t)k);
-    }
-    g->brun[t] = e;
-  }
-  if (e == 1) return NULL;
-  *K = (int)((e - 2) & 511);
-  return &brun_tab[(e - 2) >> 9];
+  if (chain_memo(g, t) >= 0) return NULL;
+  return grammar_class_run(g, t, K);
 }
 
 /* The context-free decisions of one state: a walk of the vocabulary trie
@@ -738,7 +595,7 @@ gcache *grammar_state_compute(di_grammar *g, int32_t state, bool shortcuts) {
     uint32_t top = kr < v->max_len ? kr : v->max_len;
     for (uint32_t k = 0; k < rb->len_end[top]; k++) ACCEPT(rb->tok[k]);
     uint8_t cb = 0;
-    while (!in_cls(rb->m, cb)) cb++;
+    while (!brun_in(rb->m, cb)) cb++;
     if (!(xs = malloc(sizeof *xs * (top + 1)))) abort();
     xs[0] = state;
     for (uint32_t q = 0; q < top; q++) xs[q + 1] = ga_step(a, xs[q], cb);
