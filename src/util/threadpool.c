@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdbool.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -21,22 +22,24 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* A task's nth parts are claimed, not assigned: the caller takes part 0 and
+ * then, like every worker, claims the next unclaimed part until none is left.
+ * So the caller never waits for a worker that has not started (asleep, or
+ * preempted on a loaded machine): it runs that part itself, and waits only
+ * for parts a worker is running. A part's work depends on its index alone,
+ * never on the thread that runs it, so the results are the same bits. */
 struct di_threadpool {
   int n;
   pthread_t *threads;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  atomic_uint gen;     /* bumped to publish a task */
-  atomic_int pending;  /* workers still running the current task */
+  _Atomic uint64_t state; /* task generation << 32 | next part to claim */
+  atomic_int done;        /* parts of the current task finished */
+  atomic_int sleepers;    /* workers blocked on cv: a publish wakes them only if any */
   atomic_bool quit;
   di_task_fn fn;
   void *ctx;
 };
-
-typedef struct worker_arg {
-  di_threadpool *tp;
-  int ith;
-} worker_arg;
 
 int di_cpu_count(void) {
   /* the CPUs this process may run on (taskset, cgroups, mpirun's binding of a rank) */
@@ -46,28 +49,50 @@ int di_cpu_count(void) {
   return n > 0 ? (int)n : 1;
 }
 
-static void *worker(void *p) {
-  worker_arg *a = p;
-  di_threadpool *tp = a->tp;
-  int ith = a->ith;
-  free(a);
-  unsigned seen = 0;
+static inline uint32_t gen_of(uint64_t s) { return (uint32_t)(s >> 32); }
+
+/* The next part of task `gen`, or -1 when all are claimed or the task is over. */
+static int claim(di_threadpool *tp, uint32_t gen) {
+  uint64_t s = atomic_load_explicit(&tp->state, memory_order_acquire);
   for (;;) {
-    unsigned g;
+    if (gen_of(s) != gen || (int)(uint32_t)s >= tp->n) return -1;
+    if (atomic_compare_exchange_weak_explicit(&tp->state, &s, s + 1, memory_order_acquire, memory_order_acquire))
+      return (int)(uint32_t)s;
+  }
+}
+
+/* Runs parts of task `gen` until none is left; the parts run. */
+static int run_parts(di_threadpool *tp, uint32_t gen) {
+  int ran = 0;
+  for (int part; (part = claim(tp, gen)) >= 0; ran++) tp->fn(tp->ctx, part, tp->n);
+  return ran;
+}
+
+static void *worker(void *p) {
+  di_threadpool *tp = p;
+  uint32_t seen = 0;
+  for (;;) {
+    uint32_t g;
     int spins = 0;
-    while ((g = atomic_load_explicit(&tp->gen, memory_order_acquire)) == seen && !atomic_load(&tp->quit)) {
+    while ((g = gen_of(atomic_load_explicit(&tp->state, memory_order_acquire))) == seen &&
+           !atomic_load_explicit(&tp->quit, memory_order_relaxed)) {
       if (++spins < SPIN_ITERS) {
         cpu_relax();
         continue;
       }
+      /* seq_cst with the publish in di_threadpool_run: either it sees this
+       * sleeper and wakes it, or this load sees its generation */
+      atomic_fetch_add(&tp->sleepers, 1);
       pthread_mutex_lock(&tp->mu);
-      while (atomic_load(&tp->gen) == seen && !atomic_load(&tp->quit)) pthread_cond_wait(&tp->cv, &tp->mu);
+      while (gen_of(atomic_load(&tp->state)) == seen && !atomic_load(&tp->quit)) pthread_cond_wait(&tp->cv, &tp->mu);
       pthread_mutex_unlock(&tp->mu);
+      atomic_fetch_sub(&tp->sleepers, 1);
+      spins = 0;
     }
     if (atomic_load(&tp->quit)) return NULL;
     seen = g;
-    tp->fn(tp->ctx, ith, tp->n);
-    atomic_fetch_sub_explicit(&tp->pending, 1, memory_order_acq_rel);
+    int ran = run_parts(tp, g);
+    if (ran) atomic_fetch_add_explicit(&tp->done, ran, memory_order_release);
   }
 }
 
@@ -84,11 +109,7 @@ di_threadpool *di_threadpool_create(int n_threads) {
     return NULL;
   }
   for (int i = 1; i < n_threads; i++) {
-    worker_arg *a = malloc(sizeof *a);
-    a->tp = tp;
-    a->ith = i;
-    if (pthread_create(&tp->threads[i], NULL, worker, a) != 0) {
-      free(a);
+    if (pthread_create(&tp->threads[i], NULL, worker, tp) != 0) {
       tp->n = i; /* run with the threads we got */
       break;
     }
@@ -118,13 +139,17 @@ void di_threadpool_run(di_threadpool *tp, di_task_fn fn, void *ctx) {
   }
   tp->fn = fn;
   tp->ctx = ctx;
-  atomic_store(&tp->pending, tp->n - 1);
-  pthread_mutex_lock(&tp->mu);
-  atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
-  pthread_cond_broadcast(&tp->cv);
-  pthread_mutex_unlock(&tp->mu);
+  atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
+  const uint32_t gen = gen_of(atomic_load_explicit(&tp->state, memory_order_relaxed)) + 1;
+  atomic_store(&tp->state, (uint64_t)gen << 32 | 1); /* part 0 is the caller's */
+  if (atomic_load(&tp->sleepers) > 0) {
+    pthread_mutex_lock(&tp->mu);
+    pthread_cond_broadcast(&tp->cv);
+    pthread_mutex_unlock(&tp->mu);
+  }
   fn(ctx, 0, tp->n);
-  for (int spins = 0; atomic_load_explicit(&tp->pending, memory_order_acquire) > 0; spins++) {
+  const int ran = 1 + run_parts(tp, gen);
+  for (int spins = 0; atomic_load_explicit(&tp->done, memory_order_acquire) + ran < tp->n; spins++) {
     if (spins < SPIN_ITERS) cpu_relax();
     else sched_yield();
   }
