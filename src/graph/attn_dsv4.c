@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "graph/dsv4.h"
+#include "util/threadpool.h"
 #include "util/tscratch.h"
 
 /* Cached values are in the pool's element type (kv->type); offsets count
@@ -152,6 +153,8 @@ static void rope_tail(const di_backend *be, float *x, int dim, const float *cs, 
  * that gets none marks the step failed (v4->failed) and does nothing. */
 static di_tscratch g_scratch = DI_TSCRATCH_INIT;
 enum { SCR_POOL, SCR_INDEX, SCR_ATTEND, SCR_STORE };
+/* the heads' scores: no compressor window is being pooled while they run */
+#define SCR_HEADS SCR_POOL
 
 static void *stage_scratch(const stage_ctx *c, int slot, size_t bytes) {
   void *p = di_tscratch_get(&g_scratch, slot, bytes);
@@ -279,19 +282,23 @@ static int indexer_select(const stage_ctx *c, int t, int n, int32_t *sel) {
   return be->topk(sc, n, k, sel, work);
 }
 
-static void st_attend(stage_ctx *c, int t) {
-  di_forward_ctx *f = c->f;
-  const di_hparams *hp = &f->m->hp;
+/* Token t's keys, the window's raw rows then the compressed rows it reads
+ * (CSA: the indexer's choice), as rows of floats: pointers into the cache
+ * (f32 pool) or rows widened into buf (cvt floats each); returns how many.
+ * Its array and buf come from the calling thread's SCR_ATTEND slot. */
+static int attend_keys(stage_ctx *c, int t, const float ***keys_out) {
+  const di_hparams *hp = &c->f->m->hp;
   const di_layer_weights *L = c->L;
-  const int H = hp->n_head, hd = hp->head_dim, rd = hp->rope_dim, p = c->b->pos[t], W = hp->v4.window;
+  const int hd = hp->head_dim, p = c->b->pos[t], W = hp->v4.window;
   const int lo = p - W + 1 > 0 ? p - W + 1 : 0, nw = p - lo + 1;
   int rate = 1, n = 0;
   if (L->v4_attn != DI_V4_SWA) rate = layer_rate(hp, L), n = (p + 1) / rate;
   const size_t nk_max = (size_t)nw + n, cvt = hd; /* a row gathered or widened goes to buf */
-  const float **keys = stage_scratch(c, SCR_ATTEND, nk_max * (sizeof *keys + (1 + cvt) * sizeof(float)) +
+  const float **keys = stage_scratch(c, SCR_ATTEND, nk_max * (sizeof *keys + cvt * sizeof(float)) +
                                                         ((size_t)n + 1) * sizeof(int32_t));
-  if (!keys) return;
-  float *s = (float *)(keys + nk_max), *buf = s + nk_max;
+  *keys_out = keys;
+  if (!keys) return 0;
+  float *buf = (float *)(keys + nk_max);
   int32_t *sel = (int32_t *)(buf + nk_max * cvt);
   int ns = 0;
   if (L->v4_attn == DI_V4_CSA) ns = indexer_select(c, t, n, sel);
@@ -300,12 +307,61 @@ static void st_attend(stage_ctx *c, int t) {
   int nk = 0;
   for (int j = lo; j <= p; j++, nk++) keys[nk] = win_get(c, t, j, V4P_KV, hd, buf + nk * cvt);
   for (int i = 0; i < ns; i++, nk++) keys[nk] = cmp_get(c, t, sel[i], rate, false, buf + nk * cvt);
-  const float *cs = (L->v4_attn == DI_V4_SWA ? f->v4->rope_m : f->v4->rope_c) + (size_t)t * rd;
-  for (int h = 0; h < H; h++) {
+  return nk;
+}
+
+/* Heads [h0, h1) of token t over its nk keys; s: nk floats of scores. */
+static void attend_heads(stage_ctx *c, int t, const float *const *keys, int nk, int h0, int h1, float *s) {
+  di_forward_ctx *f = c->f;
+  const di_hparams *hp = &f->m->hp;
+  const int H = hp->n_head, hd = hp->head_dim, rd = hp->rope_dim;
+  const float *cs = (c->L->v4_attn == DI_V4_SWA ? f->v4->rope_m : f->v4->rope_c) + (size_t)t * rd;
+  for (int h = h0; h < h1; h++) {
     float *o = f->att + ((size_t)t * H + h) * hd;
-    f->be->attn_sink(f->q + ((size_t)t * H + h) * hd, keys, nk, hd, hp->attn_scale, ((const float *)L->sinks.data)[h],
-                     s, o);
-    rope_tail(c->f->be, o, hd, cs, rd, true); /* V carries the keys' rope: rotate it back at the query's position */
+    f->be->attn_sink(f->q + ((size_t)t * H + h) * hd, keys, nk, hd, hp->attn_scale,
+                     ((const float *)c->L->sinks.data)[h], s, o);
+    rope_tail(f->be, o, hd, cs, rd, true); /* V carries the keys' rope: rotate it back at the query's position */
+  }
+}
+
+static void st_attend(stage_ctx *c, int t) {
+  const float **keys;
+  const int nk = attend_keys(c, t, &keys);
+  float *s = keys ? stage_scratch(c, SCR_HEADS, ((size_t)nk + 1) * sizeof(float)) : NULL;
+  if (s) attend_heads(c, t, keys, nk, 0, c->f->m->hp.n_head, s);
+}
+
+/* Decode: a batch of fewer tokens than would keep every thread busy. The
+ * caller gathers each token's keys (one token at a time: its SCR_ATTEND slot
+ * holds one token's), then the threads split that token's heads (all attend
+ * the same keys: one latent KV head), so no thread idles through a layer's
+ * attention. The same calls on the same rows as st_attend: the same bits. */
+typedef struct heads_task {
+  stage_ctx *c;
+  int t, nk;
+  const float *const *keys;
+} heads_task;
+
+static void heads_run(void *p, int ith, int nth) {
+  const heads_task *k = p;
+  const int H = k->c->f->m->hp.n_head, h0 = H * ith / nth, h1 = H * (ith + 1) / nth;
+  float *s = h0 < h1 ? stage_scratch(k->c, SCR_HEADS, ((size_t)k->nk + 1) * sizeof(float)) : NULL;
+  if (s) attend_heads(k->c, k->t, k->keys, k->nk, h0, h1, s);
+}
+
+static void attend(stage_ctx *sc) {
+  di_forward_ctx *f = sc->f;
+  const int T = sc->b->n_tokens;
+  if (T >= 4 || !f->tp || di_threadpool_size(f->tp) == 1) {
+    di_fwd_par_tokens(sc, st_attend);
+    return;
+  }
+  for (int t = 0; t < T; t++) {
+    const float **keys;
+    heads_task k = {.c = sc, .t = t};
+    k.nk = attend_keys(sc, t, &keys);
+    k.keys = keys;
+    if (keys) di_threadpool_run(f->tp, heads_run, &k);
   }
 }
 
@@ -346,7 +402,7 @@ di_code di_fwd_v4_attn(stage_ctx *sc, int il, di_status *st) {
   if (L->v4_attn == DI_V4_CSA) di_fwd_matmul(f, &L->idx_wq_b, v->qa, T, v->iq);
   di_fwd_par_tokens(sc, st_store);
   if (L->v4_attn != DI_V4_SWA) di_fwd_par_tokens(sc, st_compress);
-  di_fwd_par_tokens(sc, st_attend);
+  attend(sc);
   if (__atomic_exchange_n(&v->failed, 0, __ATOMIC_RELAXED))
     return di_errorf(st, DI_ERR_NOMEM, "DeepSeek-V4 attention, layer %d: out of memory for a token's keys", il);
   if (__atomic_exchange_n(&v->missing, 0, __ATOMIC_RELAXED))

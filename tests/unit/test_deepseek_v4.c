@@ -203,6 +203,14 @@ static void check_config(const char *name) {
   int same = greedy_same(&r, ids, pl, gj, V, alt);
   CHECKF(same == ng, "%s: greedy continuation: %d of %d tokens as transformers", name, same, ng);
   runner_close(&r);
+  /* two threads decoding (batches under 4 tokens: every thread takes a share
+   * of a token's heads, and the MoE's experts are claimed in chunks) */
+  if (runner_open(&r, p, n, 2)) {
+    const int dec2[] = {n - 24, 1, 2, 3, 1};
+    run(&r, ids, n, dec2, 5, alt);
+    CHECKF(!memcmp(alt, full, (size_t)n * V * sizeof(float)), "%s: 2 threads, prefill + decode differs", name);
+    runner_close(&r);
+  }
   /* two threads, and two sequences interleaved in one batch */
   if (runner_open(&r, p, 2 * n, 2)) {
     static int32_t pos[2 * MAXN], seq[2 * MAXN], tok[2 * MAXN];
