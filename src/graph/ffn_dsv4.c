@@ -5,7 +5,10 @@
  * (experts and the shared one) clips gate to <= swiglu_limit and up to
  * [-limit, limit] before SiLU(gate) * up. Tokens are grouped by expert (each
  * chosen expert's weights read once per step) and each token's sum runs in
- * ascending expert order, then the shared expert is added. */
+ * ascending expert order, then the shared expert is added: ffn_moe.c's
+ * experts (at decode all experts in two thread syncs, not two per expert),
+ * or under tensor parallel each expert's matmuls split by column as a dense
+ * FFN's, here. */
 #include <math.h>
 #include <string.h>
 
@@ -29,6 +32,10 @@ void di_fwd_v4_ffn(stage_ctx *sc) {
   const int T = sc->b->n_tokens, E = hp->n_expert, K = hp->n_expert_used, D = hp->n_embd, F = hp->n_ff_exp;
   di_fwd_matmul(f, &L->router, f->xn, T, f->rlogit);
   di_fwd_par_tokens(sc, st_route);
+  if (!f->tpar) {
+    di_fwd_moe_experts(sc, hp->v4.swiglu_limit);
+    return;
+  }
   for (int e = 0; e < E; e++) {
     const int M = f->be->moe_bucket(f->sel, f->selw, T, K, e, f->bucket, f->bucket_w);
     if (!M) continue;

@@ -18,7 +18,13 @@ static void st_route(stage_ctx *c, int t) {
                    f->selw + (size_t)t * K);
 }
 
-static void glu_rows(di_forward_ctx *f, float *g, const float *u, int n, int F) {
+/* GLU of n rows of F: the model's activation, or (clip > 0, DeepSeek-V4)
+ * SiLU with gate clipped to <= clip and up to [-clip, clip] */
+static void glu_rows(di_forward_ctx *f, float *g, const float *u, int n, int F, float clip) {
+  if (clip > 0) {
+    f->be->glu_clip(g, u, (size_t)n * F, clip);
+    return;
+  }
   for (int r = 0; r < n; r++) f->be->glu(g + (size_t)r * F, u + (size_t)r * F, F, f->m->hp.act);
 }
 
@@ -103,7 +109,7 @@ static bool shared_in_task(const di_forward_ctx *f, const di_layer_weights *L) {
   return f->m->hp.n_expert_shared > 0 && f->be->act_format(L->sh_gate.type) == f->be->act_format(L->sh_up.type);
 }
 
-static void experts_grouped(di_forward_ctx *f, const di_layer_weights *L, const int *cnt, int T, bool sh) {
+static void experts_grouped(di_forward_ctx *f, const di_layer_weights *L, const int *cnt, int T, bool sh, float clip) {
   const di_hparams *hp = &f->m->hp;
   const di_backend *be = f->be;
   const int E = hp->n_expert, D = hp->n_embd, F = hp->n_ff_exp, R = cnt[E], FS = (int)hp->n_ff_shexp;
@@ -125,11 +131,11 @@ static void experts_grouped(di_forward_ctx *f, const di_layer_weights *L, const 
   }
   moe_start(&t);
   di_threadpool_run(f->tp, moe_run, &t);
-  glu_rows(f, f->moe_g, f->moe_u, R, F);
+  glu_rows(f, f->moe_g, f->moe_u, R, F, clip);
   be->act_prepare(dt, f->moe_g, R, F, f->moe_xq);
   t.n = 0;
   if (sh) {
-    glu_rows(f, f->gate, f->up, T, FS);
+    glu_rows(f, f->gate, f->up, T, FS, clip);
     be->act_prepare(L->sh_down.type, f->gate, T, FS, f->xq);
     moe_add(&t, &L->sh_down, f->xq, T, f->tmp);
   }
@@ -150,7 +156,7 @@ static bool can_group(const di_forward_ctx *f, const di_layer_weights *L, int T)
 
 /* The shared experts' GLU of the T tokens into f->tmp, where experts_grouped
  * did not run it. */
-static void shared_experts(di_forward_ctx *f, const di_layer_weights *L, int T) {
+static void shared_experts(di_forward_ctx *f, const di_layer_weights *L, int T, float clip) {
   const di_hparams *hp = &f->m->hp;
   const di_tensor *gu[] = {&L->sh_gate, &L->sh_up};
   float *gy[] = {f->gate, f->up};
@@ -166,18 +172,23 @@ static void shared_experts(di_forward_ctx *f, const di_layer_weights *L, int T) 
     di_fwd_tp_gather(f, &L->sh_gate, f->gate, T, &L->sh_down);
   } else {
     di_fwd_matmul_n(f, gu, gy, 2, f->xn, T);
-    glu_rows(f, f->gate, f->up, T, (int)FS);
+    glu_rows(f, f->gate, f->up, T, (int)FS, clip);
   }
   di_fwd_matmul(f, &L->sh_down, f->gate, T, f->tmp);
 }
 
 void di_fwd_ffn_moe(stage_ctx *sc) {
   di_forward_ctx *f = sc->f;
+  di_fwd_matmul(f, &sc->L->router, f->xn, sc->b->n_tokens, f->rlogit);
+  di_fwd_par_tokens(sc, st_route);
+  di_fwd_moe_experts(sc, 0);
+}
+
+void di_fwd_moe_experts(stage_ctx *sc, float clip) {
+  di_forward_ctx *f = sc->f;
   const di_hparams *hp = &f->m->hp;
   const di_layer_weights *L = sc->L;
   const int T = sc->b->n_tokens, E = hp->n_expert, K = hp->n_expert_used, D = hp->n_embd, F = hp->n_ff_exp;
-  di_fwd_matmul(f, &L->router, f->xn, T, f->rlogit);
-  di_fwd_par_tokens(sc, st_route);
   /* group (token, weight) by expert, tokens ascending within each */
   int cnt[DI_MOE_MAX_EXPERTS + 1] = {0};
   for (int i = 0; i < T * K; i++) cnt[f->sel[i] + 1]++;
@@ -198,7 +209,7 @@ void di_fwd_ffn_moe(stage_ctx *sc) {
   int e0, e1;
   di_fwd_ep_range(f, E, &e0, &e1);
   const bool grouped = can_group(f, L, T), sh_done = grouped && shared_in_task(f, L);
-  if (grouped) e1 = e0, experts_grouped(f, L, cnt, T, sh_done);
+  if (grouped) e1 = e0, experts_grouped(f, L, cnt, T, sh_done, clip);
   f->tp_local = f->tpar != NULL;
   for (int e = e0; e < e1; e++) {
     const int n = cnt[e + 1] - cnt[e];
@@ -208,7 +219,7 @@ void di_fwd_ffn_moe(stage_ctx *sc) {
     const di_tensor *gu[] = {&L->exp_gate[e], &L->exp_up[e]};
     float *gy[] = {f->gate, f->up};
     di_fwd_matmul_n(f, gu, gy, 2, f->xg, n);
-    glu_rows(f, f->gate, f->up, n, F);
+    glu_rows(f, f->gate, f->up, n, F, clip);
     di_fwd_matmul(f, &L->exp_down[e], f->gate, n, f->ey + (size_t)cnt[e] * D);
   }
   f->tp_local = false;
@@ -216,7 +227,7 @@ void di_fwd_ffn_moe(stage_ctx *sc) {
   /* rows in expert order, experts ascending: each token's sum runs in its experts' id order */
   f->be->scatter_add(f->acc, f->ey, f->bucket, f->bucket_w, cnt[E], D);
   if (hp->n_expert_shared > 0) {
-    if (!sh_done) shared_experts(f, L, T);
+    if (!sh_done) shared_experts(f, L, T, clip);
     for (int t = 0; t < T; t++) f->be->add(f->tmp + (size_t)t * D, f->acc + (size_t)t * D, D);
   } else {
     memcpy(f->tmp, f->acc, (size_t)T * D * sizeof(float));

@@ -162,6 +162,10 @@ di_code di_fwd_layer(di_forward_ctx *f, di_kv_pool *kv, const di_batch *b, const
 di_code di_fwd_attn_mla(stage_ctx *sc, di_status *st);
 /* MoE feed-forward of layer sc->L: f->xn -> f->tmp. */
 void di_fwd_ffn_moe(stage_ctx *sc);
+/* Its experts, once f->sel / f->selw hold each token's choices: the chosen
+ * experts' and the shared experts' GLUs (clip > 0: DeepSeek-V4's clipped
+ * SiLU, else hp.act), summed into f->tmp. */
+void di_fwd_moe_experts(stage_ctx *sc, float clip);
 
 /* DeepSeek-V4 (forward_dsv4.c: the layer sequence with hyper-connections;
  * attn_dsv4.c: sliding / CSA / HCA attention; ffn_dsv4.c: hash and routed MoE). */
