@@ -378,28 +378,64 @@ static void st_group_out(stage_ctx *c, int t) {
   memcpy(c->f->v4->oa + (size_t)t * hp->v4.o_groups * r + g * r, c->f->v4->ot + t * r, r * sizeof(float));
 }
 
-di_code di_fwd_v4_attn(stage_ctx *sc, int il, di_status *st) {
+/* Group g of heads through its own o_lora_rank rows of wo_a into f->v4->oa
+ * ([T][G * r]). Decode: every group's rows prepared from f->att in place
+ * and all G matrices as one task (one thread sync, not G); larger batches
+ * group by group. Rows are prepared one by one either way: the same bits. */
+static void out_groups(stage_ctx *sc) {
   di_forward_ctx *f = sc->f;
   const di_hparams *hp = &f->m->hp;
   const di_layer_weights *L = sc->L;
+  const int T = sc->b->n_tokens, G = hp->v4.o_groups, r = hp->v4.o_lora_rank;
+  const size_t in = (size_t)hp->n_head * hp->head_dim / (size_t)G, row = (size_t)hp->n_head * hp->head_dim;
+  di_tensor wg[MM_MAX_JOBS];
+  const size_t rb = f->be->act_bytes(L->wo_a.type, 1, (int64_t)in);
+  if (T < 4 && !f->tpar && G <= MM_MAX_JOBS && (size_t)G * T * rb <= f->xq_bytes) {
+    mm_task t = {.be = f->be, .M = T, .n = G};
+    for (int g = 0; g < G; g++) {
+      wg[g] = L->wo_a;
+      wg[g].ne[1] = r;
+      wg[g].data = (const uint8_t *)L->wo_a.data + (size_t)g * r * L->wo_a.row_bytes;
+      uint8_t *xq = (uint8_t *)f->xq + (size_t)g * T * rb;
+      for (int k = 0; k < T; k++)
+        f->be->act_prepare(L->wo_a.type, f->att + (size_t)k * row + (size_t)g * in, 1, (int64_t)in, xq + k * rb);
+      t.w[g] = &wg[g], t.y[g] = f->v4->oa + (size_t)g * r, t.xqs[g] = xq, t.ldy[g] = (int64_t)G * r, t.hi[g] = r;
+    }
+    f->xq_src = NULL;
+    di_threadpool_run(f->tp, di_fwd_mm_run, &t);
+    return;
+  }
+  for (int g = 0; g < G; g++) {
+    stage_ctx c = *sc;
+    c.loc.table = g;
+    di_fwd_par_tokens(&c, st_group_in);
+    di_tensor w = L->wo_a;
+    w.ne[1] = r;
+    w.data = (const uint8_t *)L->wo_a.data + (size_t)g * r * L->wo_a.row_bytes;
+    di_fwd_matmul(f, &w, f->v4->og, T, f->v4->ot);
+    di_fwd_par_tokens(&c, st_group_out);
+  }
+}
+
+di_code di_fwd_v4_attn(stage_ctx *sc, int il, di_status *st) {
+  di_forward_ctx *f = sc->f;
+  const di_layer_weights *L = sc->L;
   const int T = sc->b->n_tokens;
   di_v4_scratch *v = f->v4;
-  const di_tensor *w1[] = {&L->wq_a, &L->wkv};
-  float *y1[] = {v->qa, v->kvp};
-  di_fwd_matmul_n(f, w1, y1, 2, f->xn, T);
-  if (L->v4_attn != DI_V4_SWA) {
-    const di_tensor *w2[] = {&L->cmp_wkv, &L->cmp_wgate};
-    float *y2[] = {v->ckv, v->cg};
-    di_fwd_matmul_n(f, w2, y2, 2, f->xn, T);
-  }
+  /* the projections of the block's input, one task (one prepared input) */
+  const di_tensor *w1[7] = {&L->wq_a, &L->wkv};
+  float *y1[7] = {v->qa, v->kvp};
+  int n1 = 2;
+  if (L->v4_attn != DI_V4_SWA) w1[n1] = &L->cmp_wkv, y1[n1++] = v->ckv, w1[n1] = &L->cmp_wgate, y1[n1++] = v->cg;
   if (L->v4_attn == DI_V4_CSA) {
-    const di_tensor *w3[] = {&L->idx_wkv, &L->idx_wgate, &L->idx_wproj};
-    float *y3[] = {v->ikv, v->ig, v->iw};
-    di_fwd_matmul_n(f, w3, y3, 3, f->xn, T);
+    w1[n1] = &L->idx_wkv, y1[n1++] = v->ikv, w1[n1] = &L->idx_wgate, y1[n1++] = v->ig;
+    w1[n1] = &L->idx_wproj, y1[n1++] = v->iw;
   }
+  di_fwd_matmul_n(f, w1, y1, n1, f->xn, T);
   di_fwd_par_tokens(sc, st_qa_norm);
-  di_fwd_matmul(f, &L->wq_b, v->qa, T, f->q);
-  if (L->v4_attn == DI_V4_CSA) di_fwd_matmul(f, &L->idx_wq_b, v->qa, T, v->iq);
+  const di_tensor *w2[] = {&L->wq_b, &L->idx_wq_b};
+  float *y2[] = {f->q, v->iq};
+  di_fwd_matmul_n(f, w2, y2, L->v4_attn == DI_V4_CSA ? 2 : 1, v->qa, T);
   di_fwd_par_tokens(sc, st_store);
   if (L->v4_attn != DI_V4_SWA) di_fwd_par_tokens(sc, st_compress);
   attend(sc);
@@ -410,18 +446,7 @@ di_code di_fwd_v4_attn(stage_ctx *sc, int il, di_status *st) {
                      "DeepSeek-V4 attention, layer %d: a window row a token reads is neither in the batch nor in the "
                      "cache's window tables",
                      il);
-  /* grouped output: each group of heads through its own o_lora_rank rows of wo_a */
-  const int G = hp->v4.o_groups, r = hp->v4.o_lora_rank;
-  for (int g = 0; g < G; g++) {
-    stage_ctx c = *sc;
-    c.loc.table = g;
-    di_fwd_par_tokens(&c, st_group_in);
-    di_tensor wg = L->wo_a;
-    wg.ne[1] = r;
-    wg.data = (const uint8_t *)L->wo_a.data + (size_t)g * r * L->wo_a.row_bytes;
-    di_fwd_matmul(f, &wg, v->og, T, v->ot);
-    di_fwd_par_tokens(&c, st_group_out);
-  }
+  out_groups(sc);
   di_fwd_matmul(f, &L->wo_b, v->oa, T, f->tmp);
   return DI_OK;
 }

@@ -188,8 +188,9 @@ void di_fwd_mm_run(void *p, int ith, int nth) {
     base += len;
     if (n0 >= n1) continue;
     n0 += t->lo[j], n1 += t->lo[j];
+    const void *xq = t->xqs[j] ? t->xqs[j] : t->xq;
     if (!w->sliced) {
-      t->be->matmul(w, t->xq, t->M, t->y[j], w->ne[1], n0, n1);
+      t->be->matmul(w, xq, t->M, t->y[j], t->ldy[j] ? t->ldy[j] : w->ne[1], n0, n1);
       continue;
     }
     /* a tensor-parallel slice: the backend sees the rows held as a whole
@@ -199,7 +200,7 @@ void di_fwd_mm_run(void *p, int ith, int nth) {
     v.ne[1] = w->nrows, v.sliced = false, v.row0 = v.nrows = 0;
     const int64_t off = t->compact ? 0 : w->row0;
     if (n0 < off || n1 > off + w->nrows) abort(); /* a column this rank does not hold */
-    t->be->matmul(&v, t->xq, t->M, t->y[j] + off, t->compact ? w->nrows : w->ne[1], n0 - off, n1 - off);
+    t->be->matmul(&v, xq, t->M, t->y[j] + off, t->compact ? w->nrows : w->ne[1], n0 - off, n1 - off);
   }
 }
 
@@ -230,7 +231,7 @@ void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n,
       t.hi[t.n] = f->tp_local ? di_tensor_rows(ws[j]) : ws[j]->ne[1];
       t.n++;
       j++;
-    } while (j < n && ws[j]->type == t.w[0]->type);
+    } while (j < n && t.n < MM_MAX_JOBS && ws[j]->type == t.w[0]->type);
     bool ready = f->xq_src == x && f->be->act_format(t.w[0]->type) == f->xq_fmt; /* a row stage did it */
     if (!ready && M >= 8) di_threadpool_run(f->tp, prep_run, &t);
     else if (!ready) prepare_rows(f->be, t.w[0], x, f->xq, 0, M);

@@ -59,7 +59,7 @@ struct di_forward_ctx {
   bool tp_leader_only;      /* split matmuls gather on rank 0 only (the classifier: no follower reads logits) */
 };
 
-#define MM_MAX_JOBS 3
+#define MM_MAX_JOBS 8
 /* Largest batch whose routed experts run as one parallel task each for
  * gate/up and down (decode, small batches: one sync instead of one per expert). */
 #define DI_MOE_GROUP_TOKENS 64
@@ -68,7 +68,9 @@ struct di_forward_ctx {
  * parallel task over their concatenated output columns: one sync instead of
  * three, and no thread idles on a small matrix. [lo[j], hi[j]): the columns
  * of matrix j this rank computes (all of them without tensor parallel; with
- * it, di_tp_cols's, the rows the rank holds). */
+ * it, di_tp_cols's, the rows the rank holds). Matrices with inputs of their
+ * own set xqs[j] (prepared rows; NULL: xq), and a whole matrix may write
+ * into a wider output (ldy[j] floats a row; 0: the matrix's rows). */
 typedef struct mm_task {
   const di_backend *be;
   const di_tensor *w[MM_MAX_JOBS];
@@ -78,6 +80,8 @@ typedef struct mm_task {
   const void *xq;
   int64_t M;
   int64_t lo[MM_MAX_JOBS], hi[MM_MAX_JOBS];
+  const void *xqs[MM_MAX_JOBS];
+  int64_t ldy[MM_MAX_JOBS];
   bool compact; /* this rank's own matmul (f->tp_local): a sliced matrix's rows into y as [M][rows held] */
 } mm_task;
 
