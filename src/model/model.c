@@ -12,26 +12,43 @@
 #include "model/mxfp4.h"
 #include "model/tensors.h"
 #include "util/fp16.h"
+#include "util/mem.h"
 
 /* ---- owned f32 copies (norm weights, biases, converted tensors) ---- */
 
+/* Owned buffers come from arenas of at least OWNED_ARENA bytes, advised to
+ * use huge pages: the largest of them (a GGUF's MXFP4 experts rewritten as
+ * Q8_0, one buffer per expert) are streamed at every decode step like the
+ * file's own tensors, and on 4 KiB pages their reads would miss the TLB page
+ * after page. Untouched arena space costs no memory. */
+#define OWNED_ARENA ((size_t)64 << 20)
+
 typedef struct owned_buf {
   struct owned_buf *next;
-  float data[];
+  size_t size, used;
+  char pad[40]; /* data 64-byte aligned */
+  unsigned char data[];
 } owned_buf;
 
 float *di_model_alloc_f32(di_model *m, size_t n) {
-  owned_buf *b = malloc(sizeof *b + n * sizeof(float));
-  if (!b) return NULL;
-  b->next = m->owned;
-  m->owned = b;
-  return b->data;
+  const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+  owned_buf *b = m->owned;
+  if (!b || b->size - b->used < bytes) {
+    const size_t size = sizeof *b + (bytes > OWNED_ARENA ? bytes : OWNED_ARENA);
+    owned_buf *nb = di_alloc_aligned(size, true);
+    if (!nb) return NULL;
+    *nb = (owned_buf){.next = b, .size = size - sizeof *b};
+    m->owned = b = nb;
+  }
+  float *p = (float *)(void *)(b->data + b->used);
+  b->used += bytes;
+  return p;
 }
 
 static void owned_free(void *p) {
   for (owned_buf *b = p, *n; b; b = n) {
     n = b->next;
-    free(b);
+    di_free_aligned(b, sizeof *b + b->size);
   }
 }
 
