@@ -127,11 +127,12 @@ typedef struct di_backend {
   /* The indices of the k best of scores[n] (higher first, ties to the lower
    * index) into sel, ascending; returns min(k, n). work: n ints. */
   int (*topk)(const float *scores, int n, int k, int32_t *sel, int32_t *work);
-  /* One query head over nk latent rows (K = V): o[hd] = softmax over the
-   * scaled dot products and a sink logit (which adds to the denominator
-   * only) of the rows; s: nk floats of scratch. */
-  void (*attn_sink)(const float *q, const float *const *keys, int nk, int hd, float scale, float sink, float *s,
-                    float *o);
+  /* nh query heads (q[nh][hd]) over the same nk latent rows (K = V): head
+   * h's o[h][hd] = softmax over the scaled dot products and its sink logit
+   * sinks[h] (which adds to the denominator only) of the rows; s: nh * nk
+   * floats of scratch. Each head's bits do not depend on nh. */
+  void (*attn_sink)(const float *q, int nh, const float *const *keys, int nk, int hd, float scale, const float *sinks,
+                    float *s, float *o);
   /* V4's routing: scores (sigmoid or sqrtsoftplus) of the logits; ids[K] are
    * hash_ids when given (hash_moe), else the K best of score + sel_bias in
    * that order (ties to the lower expert); w: their scores normalized, times

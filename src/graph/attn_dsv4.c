@@ -310,25 +310,26 @@ static int attend_keys(stage_ctx *c, int t, const float ***keys_out) {
   return nk;
 }
 
-/* Heads [h0, h1) of token t over its nk keys; s: nk floats of scores. */
-static void attend_heads(stage_ctx *c, int t, const float *const *keys, int nk, int h0, int h1, float *s) {
+/* Heads [h0, h1) of token t over its nk keys (all at once: the backend
+ * reads each key for several heads). */
+static void attend_heads(stage_ctx *c, int t, const float *const *keys, int nk, int h0, int h1) {
   di_forward_ctx *f = c->f;
   const di_hparams *hp = &f->m->hp;
   const int H = hp->n_head, hd = hp->head_dim, rd = hp->rope_dim;
+  float *s = h0 < h1 ? stage_scratch(c, SCR_HEADS, ((size_t)(h1 - h0) * nk + 1) * sizeof(float)) : NULL;
+  if (!s) return;
   const float *cs = (c->L->v4_attn == DI_V4_SWA ? f->v4->rope_m : f->v4->rope_c) + (size_t)t * rd;
-  for (int h = h0; h < h1; h++) {
-    float *o = f->att + ((size_t)t * H + h) * hd;
-    f->be->attn_sink(f->q + ((size_t)t * H + h) * hd, keys, nk, hd, hp->attn_scale,
-                     ((const float *)c->L->sinks.data)[h], s, o);
-    rope_tail(f->be, o, hd, cs, rd, true); /* V carries the keys' rope: rotate it back at the query's position */
-  }
+  float *o = f->att + ((size_t)t * H + h0) * hd;
+  f->be->attn_sink(f->q + ((size_t)t * H + h0) * hd, h1 - h0, keys, nk, hd, hp->attn_scale,
+                   (const float *)c->L->sinks.data + h0, s, o);
+  for (int h = h0; h < h1; h++) /* V carries the keys' rope: rotate it back at the query's position */
+    rope_tail(f->be, f->att + ((size_t)t * H + h) * hd, hd, cs, rd, true);
 }
 
 static void st_attend(stage_ctx *c, int t) {
   const float **keys;
   const int nk = attend_keys(c, t, &keys);
-  float *s = keys ? stage_scratch(c, SCR_HEADS, ((size_t)nk + 1) * sizeof(float)) : NULL;
-  if (s) attend_heads(c, t, keys, nk, 0, c->f->m->hp.n_head, s);
+  if (keys) attend_heads(c, t, keys, nk, 0, c->f->m->hp.n_head);
 }
 
 /* Decode: a batch of fewer tokens than would keep every thread busy. The
@@ -345,8 +346,7 @@ typedef struct heads_task {
 static void heads_run(void *p, int ith, int nth) {
   const heads_task *k = p;
   const int H = k->c->f->m->hp.n_head, h0 = H * ith / nth, h1 = H * (ith + 1) / nth;
-  float *s = h0 < h1 ? stage_scratch(k->c, SCR_HEADS, ((size_t)k->nk + 1) * sizeof(float)) : NULL;
-  if (s) attend_heads(k->c, k->t, k->keys, k->nk, h0, h1, s);
+  if (h0 < h1) attend_heads(k->c, k->t, k->keys, k->nk, h0, h1);
 }
 
 static void attend(stage_ctx *sc) {

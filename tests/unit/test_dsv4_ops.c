@@ -27,7 +27,7 @@ static float *rnd(size_t n, float sc) {
 static bool close_to(float got, double want, double tol) { return fabs(got - want) <= tol * (1 + fabs(want)); }
 
 typedef struct outs {
-  float a[4096];
+  float a[16384];
 } outs;
 
 /* every op once at the current ISA level, results into o */
@@ -35,7 +35,11 @@ static void run_ops(int n, int dim, int heads, int nk, outs *o, float *X, int *n
   enum { N = 4 };
   float *x = rnd((size_t)N * n, 2.0f), *pre = rnd(N, 1.0f), *post = rnd(N, 1.0f), *comb = rnd(N * N, 1.0f);
   float *oo = rnd((size_t)n, 1.0f), *q = rnd((size_t)heads * dim, 1.0f), *w = rnd((size_t)heads, 1.0f);
-  float *rows = rnd((size_t)nk * dim, 1.0f), *gates = rnd((size_t)nk * dim, 3.0f), work[2 * 600], s[600];
+  float *rows = rnd((size_t)nk * dim, 1.0f), *gates = rnd((size_t)nk * dim, 3.0f), work[2 * 600];
+  /* attention: heads - 1 query heads (blocks of eight, four and one), sink 0.5 for head 0 */
+  const int nh = heads - 1;
+  float *sinks = rnd((size_t)nh, 1.0f), *s = malloc((size_t)nh * nk * sizeof(float)), one[512];
+  sinks[0] = 0.5f;
   const float *kp[600], *gp[600];
   for (int r = 0; r < nk; r++) kp[r] = rows + (size_t)r * dim, gp[r] = gates + (size_t)r * dim;
   int k = 0;
@@ -46,7 +50,12 @@ static void run_ops(int n, int dim, int heads, int nk, outs *o, float *X, int *n
   di_cpu_hc_expand(X, oo, post, comb, N, n);
   di_cpu_compress_pool(kp, gp, nk, dim, work, o->a + k), k += dim;
   di_cpu_indexer_scores(q, w, heads, dim, kp, nk, 0.25f, 0.125f, o->a + k), k += nk;
-  di_cpu_attn_sink(q, kp, nk, dim, 0.1f, 0.5f, s, o->a + k), k += dim;
+  di_cpu_attn_sink(q, nh, kp, nk, dim, 0.1f, sinks, s, o->a + k);
+  for (int h = 0; h < nh; h += nh / 3) { /* a head alone: the same bits as among the others */
+    di_cpu_attn_sink(q + (size_t)h * dim, 1, kp, nk, dim, 0.1f, sinks + h, s, one);
+    CHECKF(!memcmp(one, o->a + k + (size_t)h * dim, (size_t)dim * sizeof(float)), "attn_sink: head %d of %d alone differs", h, nh);
+  }
+  k += nh * dim;
   *nout = k;
   /* the formulas, in double */
   double ss = 0;
@@ -82,7 +91,7 @@ static void run_ops(int n, int dim, int heads, int nk, outs *o, float *X, int *n
     for (int j = 0; j < nk; j++) den += exp(sc[j] - m), acc += exp(sc[j] - m) * kp[j][dim - 1];
     CHECK(close_to(o->a[n + N * n + n + dim + nk + dim - 1], acc / den, 1e-5));
   }
-  free(x), free(pre), free(post), free(comb), free(oo), free(q), free(w), free(rows), free(gates);
+  free(x), free(pre), free(post), free(comb), free(oo), free(q), free(w), free(rows), free(gates), free(sinks), free(s);
 }
 
 static void check_isa(int n, int dim, int heads, int nk) {

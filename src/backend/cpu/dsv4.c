@@ -187,12 +187,11 @@ int di_cpu_topk(const float *s, int n, int k, int32_t *sel, int32_t *work) {
   return m;
 }
 
-/* Scores: 16-lane dot products (fmaf) folded, times scale; the weights
- * exp(s - max) summed serially after the sink's; the rows weighted per
- * element by fmaf in row order; then divided by the sum. */
-void di_cpu_attn_sink(const float *q, const float *const *keys, int nk, int hd, float scale, float sink, float *s,
-                      float *o) {
-  SIMD(di_cpu_attn_sink, q, keys, nk, hd, scale, sink, s, o);
+/* Per head: scores as 16-lane dot products (fmaf) folded, times scale; the
+ * weights exp(s - max) summed serially after the sink's; the rows weighted
+ * per element by fmaf in row order; then divided by the sum. */
+static void attn_sink_one(const float *q, const float *const *keys, int nk, int hd, float scale, float sink, float *s,
+                          float *o) {
   float m = sink;
   for (int j = 0; j < nk; j++) {
     float acc[16] = {0};
@@ -208,6 +207,13 @@ void di_cpu_attn_sink(const float *q, const float *const *keys, int nk, int hd, 
     for (int i = 0; i < hd; i++) o[i] = fmaf(e, keys[j][i], o[i]);
   }
   for (int i = 0; i < hd; i++) o[i] /= den;
+}
+
+void di_cpu_attn_sink(const float *q, int nh, const float *const *keys, int nk, int hd, float scale,
+                      const float *sinks, float *s, float *o) {
+  SIMD(di_cpu_attn_sink, q, nh, keys, nk, hd, scale, sinks, s, o);
+  for (int h = 0; h < nh; h++)
+    attn_sink_one(q + (size_t)h * hd, keys, nk, hd, scale, sinks[h], s + (size_t)h * nk, o + (size_t)h * hd);
 }
 
 static float moe_score(di_moe_score f, float x) {

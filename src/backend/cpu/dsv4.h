@@ -21,8 +21,8 @@ void di_cpu_compress_pool(const float *const *kv, const float *const *gate, int 
 void di_cpu_indexer_scores(const float *q, const float *w, int heads, int dim, const float *const *keys, int n,
                            float qs, float ws, float *scores);
 int di_cpu_topk(const float *scores, int n, int k, int32_t *sel, int32_t *work);
-void di_cpu_attn_sink(const float *q, const float *const *keys, int nk, int hd, float scale, float sink, float *s,
-                      float *o);
+void di_cpu_attn_sink(const float *q, int nh, const float *const *keys, int nk, int hd, float scale,
+                      const float *sinks, float *s, float *o);
 void di_cpu_moe_route_v4(const di_hparams *hp, const float *logits, const float *sel_bias, const int32_t *hash_ids,
                          int32_t *ids, float *w);
 int di_cpu_moe_bucket(const int32_t *sel, const float *selw, int T, int K, int e, int32_t *rows, float *w);
@@ -49,8 +49,8 @@ static inline double di_cpu_lane_sum8d(const double a[8]) {
                                   float *out);                                                                      \
   void di_cpu_indexer_scores_##sfx(const float *q, const float *w, int heads, int dim, const float *const *keys,    \
                                    int n, float qs, float ws, float *scores);                                       \
-  void di_cpu_attn_sink_##sfx(const float *q, const float *const *keys, int nk, int hd, float scale, float sink,    \
-                              float *s, float *o);
+  void di_cpu_attn_sink_##sfx(const float *q, int nh, const float *const *keys, int nk, int hd, float scale,      \
+                              const float *sinks, float *s, float *o);
 DI_DSV4_SIMD_DECL(avx512)
 DI_DSV4_SIMD_DECL(avx2)
 

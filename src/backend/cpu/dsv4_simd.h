@@ -108,33 +108,64 @@ void DSV4_FN(di_cpu_indexer_scores)(const float *q, const float *w, int heads, i
   free(qt);
 }
 
-void DSV4_FN(di_cpu_attn_sink)(const float *q, const float *const *keys, int nk, int hd, float scale, float sink,
-                               float *s, float *o) {
-  for (int j0 = 0; j0 < nk; j0 += 4) {
-    const float *kp[4];
-    for (int r = 0; r < 4; r++) kp[r] = keys[j0 + r < nk ? j0 + r : j0];
-    V acc[4] = {V_ZERO(), V_ZERO(), V_ZERO(), V_ZERO()};
+/* HB (<= 8) heads at a time over the same rows, each key vector loaded once
+ * for all of them (the rows are read HB times less: one head at a time, the
+ * rows' traffic from L2 bounds the kernel); every head's own sums run as in
+ * the one-head loop, so its bits do not depend on HB. */
+static inline void attn_sink_block(const float *q, const int HB, const float *const *keys, int nk, int hd,
+                                   float scale, const float *sinks, float *s, float *o) {
+  for (int j0 = 0; j0 < nk; j0 += 2) {
+    const float *kp[2] = {keys[j0], keys[j0 + 1 < nk ? j0 + 1 : j0]};
+    V acc[8][2];
+    for (int h = 0; h < HB; h++) acc[h][0] = acc[h][1] = V_ZERO();
     for (int i = 0; i < hd; i += 16) {
-      const V qv = V_LOAD(q + i, hd - i);
-      for (int r = 0; r < 4; r++) acc[r] = V_FMA(qv, V_LOAD(kp[r] + i, hd - i), acc[r]);
+      const V k0 = V_LOAD(kp[0] + i, hd - i), k1 = V_LOAD(kp[1] + i, hd - i);
+      for (int h = 0; h < HB; h++) {
+        const V qv = V_LOAD(q + (size_t)h * hd + i, hd - i);
+        acc[h][0] = V_FMA(qv, k0, acc[h][0]);
+        acc[h][1] = V_FMA(qv, k1, acc[h][1]);
+      }
     }
-    for (int r = 0; r < 4 && j0 + r < nk; r++) s[j0 + r] = fold16(acc[r]) * scale;
+    for (int h = 0; h < HB; h++)
+      for (int r = 0; r < 2 && j0 + r < nk; r++) s[(size_t)h * nk + j0 + r] = fold16(acc[h][r]) * scale;
   }
-  float m = sink;
-  for (int j = 0; j < nk; j++) m = s[j] > m ? s[j] : m;
-  const V mv = V_SET1(m);
-  for (int j = 0; j < nk; j += 16) V_STORE(s + j, V_EXP(V_SUB(V_LOAD(s + j, nk - j), mv)), nk - j);
-  float den = di_softmax_exp(sink - m);
-  for (int j = 0; j < nk; j++) den += s[j];
-  const V dv = V_SET1(den);
-  for (int d0 = 0; d0 < hd; d0 += 32) { /* two vectors of the output at a time, kept in registers */
-    V a0 = V_ZERO(), a1 = V_ZERO();
+  V dv[8];
+  for (int h = 0; h < HB; h++) {
+    float *sh = s + (size_t)h * nk, m = sinks[h];
+    for (int j = 0; j < nk; j++) m = sh[j] > m ? sh[j] : m;
+    const V mv = V_SET1(m);
+    for (int j = 0; j < nk; j += 16) V_STORE(sh + j, V_EXP(V_SUB(V_LOAD(sh + j, nk - j), mv)), nk - j);
+    float den = di_softmax_exp(sinks[h] - m);
+    for (int j = 0; j < nk; j++) den += sh[j];
+    dv[h] = V_SET1(den);
+  }
+  for (int d0 = 0; d0 < hd; d0 += 32) { /* two vectors of each head's output at a time, kept in registers */
+    V a0[8], a1[8];
+    for (int h = 0; h < HB; h++) a0[h] = a1[h] = V_ZERO();
     for (int j = 0; j < nk; j++) {
-      const V ev = V_SET1(s[j]);
-      a0 = V_FMA(ev, V_LOAD(keys[j] + d0, hd - d0), a0);
-      if (hd - d0 > 16) a1 = V_FMA(ev, V_LOAD(keys[j] + d0 + 16, hd - d0 - 16), a1);
+      const V k0 = V_LOAD(keys[j] + d0, hd - d0);
+      const V k1 = hd - d0 > 16 ? V_LOAD(keys[j] + d0 + 16, hd - d0 - 16) : V_ZERO();
+      for (int h = 0; h < HB; h++) {
+        const V ev = V_SET1(s[(size_t)h * nk + j]);
+        a0[h] = V_FMA(ev, k0, a0[h]);
+        if (hd - d0 > 16) a1[h] = V_FMA(ev, k1, a1[h]);
+      }
     }
-    V_STORE(o + d0, V_DIV(a0, dv), hd - d0);
-    if (hd - d0 > 16) V_STORE(o + d0 + 16, V_DIV(a1, dv), hd - d0 - 16);
+    for (int h = 0; h < HB; h++) {
+      float *oh = o + (size_t)h * hd;
+      V_STORE(oh + d0, V_DIV(a0[h], dv[h]), hd - d0);
+      if (hd - d0 > 16) V_STORE(oh + d0 + 16, V_DIV(a1[h], dv[h]), hd - d0 - 16);
+    }
+  }
+}
+
+void DSV4_FN(di_cpu_attn_sink)(const float *q, int nh, const float *const *keys, int nk, int hd, float scale,
+                               const float *sinks, float *s, float *o) {
+  for (int h = 0, hb; h < nh; h += hb) {
+    hb = nh - h >= 8 ? 8 : nh - h >= 4 ? 4 : 1;
+    const size_t at = (size_t)h * hd;
+    if (hb == 8) attn_sink_block(q + at, 8, keys, nk, hd, scale, sinks + h, s + (size_t)h * nk, o + at);
+    else if (hb == 4) attn_sink_block(q + at, 4, keys, nk, hd, scale, sinks + h, s + (size_t)h * nk, o + at);
+    else attn_sink_block(q + at, 1, keys, nk, hd, scale, sinks + h, s + (size_t)h * nk, o + at);
   }
 }
