@@ -32,8 +32,12 @@ void *di_tscratch_get(di_tscratch *ts, int slot, size_t bytes) {
     }
   }
   if (s->cap[slot] < bytes) {
+    /* at least a quarter more: buffers that grow with the context (a decode
+     * token's keys) are then replaced, and their pages faulted in afresh,
+     * every few hundred steps rather than every few */
+    const size_t grown = s->cap[slot] + s->cap[slot] / 4;
     free(s->p[slot]);
-    s->cap[slot] = (bytes + 4095) / 4096 * 4096;
+    s->cap[slot] = ((bytes > grown ? bytes : grown) + 4095) / 4096 * 4096;
     if (!(s->p[slot] = aligned_alloc(64, s->cap[slot]))) s->cap[slot] = 0;
   }
   return s->p[slot];
