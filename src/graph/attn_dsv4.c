@@ -263,30 +263,44 @@ static void st_compress(stage_ctx *c, int t) {
     cmp_put(c, t, p / rate, rate, true, row);
 }
 
-/* The Lightning Indexer: of the n closed rows, the index_topk best scored
- * ones, into sel (ascending); returns how many. */
-static int indexer_select(const stage_ctx *c, int t, int n, int32_t *sel) {
+/* The Lightning Indexer's scores of token t's closed rows [e0, e1) into
+ * sc[e0, e1): the ReLU'd per-head dot products of its queries with the rows'
+ * indexer keys, weighted per head. A row's score does not depend on the
+ * range it is scored in. The keys' array and widened rows take the calling
+ * thread's `slot`. */
+static void index_scores(const stage_ctx *c, int t, int e0, int e1, int slot, float *sc) {
   const di_hparams *hp = &c->f->m->hp;
-  const int IH = hp->v4.idx_heads, id = hp->v4.idx_dim, rate = hp->v4.csa_rate, k = hp->v4.idx_topk;
-  const di_backend *be = c->f->be;
-  if (n <= k) return be->topk(NULL, n, k, sel, NULL);
+  const int IH = hp->v4.idx_heads, id = hp->v4.idx_dim, rate = hp->v4.csa_rate, n = e1 - e0;
+  if (n <= 0) return;
   const float *q = c->f->v4->iq + (size_t)t * IH * id, *wt = c->f->v4->iw + (size_t)t * IH;
   const size_t cvt = c->kv->type != DI_KV_DTYPE_F32 ? (size_t)id : 0;
-  const float **keys =
-      stage_scratch(c, SCR_INDEX, (size_t)n * (sizeof *keys + (1 + cvt) * sizeof(float) + sizeof(int32_t)));
-  if (!keys) return 0;
-  float *sc = (float *)(keys + n), *buf = sc + n;
-  int32_t *work = (int32_t *)(buf + (size_t)n * cvt);
-  for (int e = 0; e < n; e++) keys[e] = cmp_get(c, t, e, rate, true, buf + (size_t)e * cvt);
-  be->indexer_scores(q, wt, IH, id, keys, n, 1.0f / sqrtf((float)id), 1.0f / sqrtf((float)IH), sc);
-  return be->topk(sc, n, k, sel, work);
+  const float **keys = stage_scratch(c, slot, (size_t)n * (sizeof *keys + cvt * sizeof(float)));
+  if (!keys) return;
+  float *buf = (float *)(keys + n);
+  for (int e = 0; e < n; e++) keys[e] = cmp_get(c, t, e0 + e, rate, true, buf + (size_t)e * cvt);
+  c->f->be->indexer_scores(q, wt, IH, id, keys, n, 1.0f / sqrtf((float)id), 1.0f / sqrtf((float)IH), sc + e0);
+}
+
+/* The Lightning Indexer: of the n closed rows, the index_topk best scored
+ * ones, into sel (ascending); returns how many. sc: the n rows' scores when
+ * already computed (decode: by all threads), else NULL. */
+static int indexer_select(const stage_ctx *c, int t, int n, const float *sc, int32_t *sel) {
+  const int k = c->f->m->hp.v4.idx_topk;
+  const di_backend *be = c->f->be;
+  if (n <= k) return be->topk(NULL, n, k, sel, NULL);
+  float *own = sc ? NULL : stage_scratch(c, SCR_INDEX, (size_t)n * (sizeof(float) + sizeof(int32_t)));
+  int32_t *work = stage_scratch(c, SCR_STORE, (size_t)n * sizeof(int32_t));
+  if ((!sc && !own) || !work) return 0;
+  if (!sc) index_scores(c, t, 0, n, SCR_POOL, own);
+  return be->topk(sc ? sc : own, n, k, sel, work);
 }
 
 /* Token t's keys, the window's raw rows then the compressed rows it reads
- * (CSA: the indexer's choice), as rows of floats: pointers into the cache
- * (f32 pool) or rows widened into buf (cvt floats each); returns how many.
+ * (CSA: the indexer's choice, from the scores sc when computed), as rows of
+ * floats: pointers into the cache (f32 pool) or rows widened into buf (cvt
+ * floats each); returns how many.
  * Its array and buf come from the calling thread's SCR_ATTEND slot. */
-static int attend_keys(stage_ctx *c, int t, const float ***keys_out) {
+static int attend_keys(stage_ctx *c, int t, const float *sc, const float ***keys_out) {
   const di_hparams *hp = &c->f->m->hp;
   const di_layer_weights *L = c->L;
   const int hd = hp->head_dim, p = c->b->pos[t], W = hp->v4.window;
@@ -301,7 +315,7 @@ static int attend_keys(stage_ctx *c, int t, const float ***keys_out) {
   float *buf = (float *)(keys + nk_max);
   int32_t *sel = (int32_t *)(buf + nk_max * cvt);
   int ns = 0;
-  if (L->v4_attn == DI_V4_CSA) ns = indexer_select(c, t, n, sel);
+  if (L->v4_attn == DI_V4_CSA) ns = indexer_select(c, t, n, sc, sel);
   else
     for (int i = 0; i < n; i++) sel[ns++] = i;
   int nk = 0;
@@ -328,20 +342,28 @@ static void attend_heads(stage_ctx *c, int t, const float *const *keys, int nk, 
 
 static void st_attend(stage_ctx *c, int t) {
   const float **keys;
-  const int nk = attend_keys(c, t, &keys);
+  const int nk = attend_keys(c, t, NULL, &keys);
   if (keys) attend_heads(c, t, keys, nk, 0, c->f->m->hp.n_head);
 }
 
-/* Decode: a batch of fewer tokens than would keep every thread busy. The
- * caller gathers each token's keys (one token at a time: its SCR_ATTEND slot
- * holds one token's), then the threads split that token's heads (all attend
- * the same keys: one latent KV head), so no thread idles through a layer's
- * attention. The same calls on the same rows as st_attend: the same bits. */
+/* Decode: a batch of fewer tokens than would keep every thread busy. Per
+ * token, the threads split the indexer's scoring of the closed rows (CSA,
+ * when it keeps fewer than there are), the caller picks and gathers the keys
+ * (one token at a time: its SCR_ATTEND slot holds one token's), then the
+ * threads split the heads (all attend the same keys: one latent KV head), so
+ * no thread idles through a layer's attention. The same calls on the same
+ * rows as st_attend: the same bits. */
 typedef struct heads_task {
   stage_ctx *c;
-  int t, nk;
+  int t, nk, n; /* n: closed rows, scored into sc (CSA, more than the indexer keeps) */
   const float *const *keys;
+  float *sc;
 } heads_task;
+
+static void index_run(void *p, int ith, int nth) {
+  const heads_task *k = p;
+  index_scores(k->c, k->t, (int)((int64_t)k->n * ith / nth), (int)((int64_t)k->n * (ith + 1) / nth), SCR_POOL, k->sc);
+}
 
 static void heads_run(void *p, int ith, int nth) {
   const heads_task *k = p;
@@ -356,10 +378,17 @@ static void attend(stage_ctx *sc) {
     di_fwd_par_tokens(sc, st_attend);
     return;
   }
+  const di_hparams *hp = &f->m->hp;
   for (int t = 0; t < T; t++) {
     const float **keys;
     heads_task k = {.c = sc, .t = t};
-    k.nk = attend_keys(sc, t, &keys);
+    if (sc->L->v4_attn == DI_V4_CSA && (k.n = (sc->b->pos[t] + 1) / hp->v4.csa_rate) > hp->v4.idx_topk) {
+      /* the indexer's scores over every closed row (at long context the most
+       * work of the token's attention) split over the threads too */
+      if (!(k.sc = stage_scratch(sc, SCR_INDEX, (size_t)k.n * sizeof(float)))) return;
+      di_threadpool_run(f->tp, index_run, &k);
+    }
+    k.nk = attend_keys(sc, t, k.sc, &keys);
     k.keys = keys;
     if (keys) di_threadpool_run(f->tp, heads_run, &k);
   }
