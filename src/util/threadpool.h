@@ -1,6 +1,8 @@
 /* A fixed pool of worker threads that run one parallel task at a time.
- * Workers spin briefly between tasks (decode issues hundreds of small
- * parallel ops per token) and then sleep on a condition variable. */
+ * Workers spin briefly between tasks (decode issues dozens of small
+ * parallel ops per token) and then sleep on a condition variable. A task's
+ * parts are claimed by whichever thread is free (threadpool.c), so a part's
+ * work must depend on its index alone, never on the thread running it. */
 #ifndef DI_UTIL_THREADPOOL_H
 #define DI_UTIL_THREADPOOL_H
 
@@ -11,7 +13,9 @@ typedef void (*di_task_fn)(void *ctx, int ith, int nth);
 di_threadpool *di_threadpool_create(int n_threads);
 void di_threadpool_free(di_threadpool *tp);
 int di_threadpool_size(const di_threadpool *tp);
-/* Runs fn(ctx, ith, nth) for ith = 0..nth-1 (ith 0 on the caller) and waits. */
+/* Runs fn(ctx, ith, nth) for ith = 0..nth-1 (nth = the pool's size; part 0
+ * on the caller, any other part on a worker or, if none has taken it by
+ * then, on the caller too) and waits for all of them. */
 void di_threadpool_run(di_threadpool *tp, di_task_fn fn, void *ctx);
 int di_cpu_count(void);
 
