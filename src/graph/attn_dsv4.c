@@ -431,7 +431,7 @@ static void out_groups(stage_ctx *sc) {
       t.w[g] = &wg[g], t.y[g] = f->v4->oa + (size_t)g * r, t.xqs[g] = xq, t.ldy[g] = (int64_t)G * r, t.hi[g] = r;
     }
     f->xq_src = NULL;
-    di_threadpool_run(f->tp, di_fwd_mm_run, &t);
+    di_fwd_mm(f->tp, &t);
     return;
   }
   for (int g = 0; g < G; g++) {

@@ -204,6 +204,17 @@ void di_fwd_mm_run(void *p, int ith, int nth) {
   }
 }
 
+/* Runs t over the pool: large matrices in up to four parts per thread, so a
+ * thread that finishes early (or a worker that starts late) takes the next
+ * part instead of waiting at the end; small ones one part per thread. */
+void di_fwd_mm(di_threadpool *tp, mm_task *t) {
+  int64_t total = 0;
+  for (int j = 0; j < t->n; j++) total += t->hi[j] - t->lo[j];
+  const int nth = di_threadpool_size(tp);
+  const int64_t by_size = total / 512;
+  di_threadpool_run_parts(tp, di_fwd_mm_run, t, by_size > 4 * nth ? 4 * nth : by_size > nth ? (int)by_size : nth);
+}
+
 /* Rows [m0, m1) of X prepared into xq for matmuls of w's type (per-row:
  * the same bytes whichever thread prepares which rows). */
 static void prepare_rows(const di_backend *be, const di_tensor *w, const float *X, void *xq, int64_t m0,
@@ -237,7 +248,7 @@ void di_fwd_matmul_n(di_forward_ctx *f, const di_tensor **ws, float **ys, int n,
     else if (!ready) prepare_rows(f->be, t.w[0], x, f->xq, 0, M);
     f->xq_src = NULL;
     if (f->tpar && !f->tp_local) di_fwd_tp_matmul(f, &t);
-    else di_threadpool_run(f->tp, di_fwd_mm_run, &t);
+    else di_fwd_mm(f->tp, &t);
   }
 }
 

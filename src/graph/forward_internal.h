@@ -85,8 +85,10 @@ typedef struct mm_task {
   bool compact; /* this rank's own matmul (f->tp_local): a sliced matrix's rows into y as [M][rows held] */
 } mm_task;
 
-/* The threadpool task of a matmul (threads split [lo, hi) by 16 columns). */
+/* The threadpool task of a matmul (parts split [lo, hi) by 16 columns). */
 void di_fwd_mm_run(void *p, int ith, int nth);
+/* t over the pool, in as many parts as its size warrants. */
+void di_fwd_mm(di_threadpool *tp, mm_task *t);
 /* Tensor parallel: this rank's columns of t, then every rank's gathered into t->y. */
 void di_fwd_tp_matmul(di_forward_ctx *f, mm_task *t);
 /* Leader: hands the step to the followers (hidden: an MTP step's input states, NULL for the model's). */

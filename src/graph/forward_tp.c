@@ -116,7 +116,7 @@ void di_fwd_tp_matmul(di_forward_ctx *f, mm_task *t) {
   di_tp *p = f->tpar;
   const size_t need = exchange_sizes(p, t);
   for (int j = 0; j < t->n; j++) di_tp_cols(t->w[j]->ne[1], p->rank, p->size, &t->lo[j], &t->hi[j]);
-  if (p->bytes[p->rank]) di_threadpool_run(f->tp, di_fwd_mm_run, t);
+  if (p->bytes[p->rank]) di_fwd_mm(f->tp, t);
   p->leader_only = f->tp_leader_only;
   if (!f->tp_keep) exchange(p, t, need);
   p->leader_only = false;

@@ -39,6 +39,7 @@ struct di_threadpool {
   atomic_bool quit;
   di_task_fn fn;
   void *ctx;
+  atomic_int parts; /* of the current task (read by claims racing a publish: atomic) */
 };
 
 int di_cpu_count(void) {
@@ -55,7 +56,7 @@ static inline uint32_t gen_of(uint64_t s) { return (uint32_t)(s >> 32); }
 static int claim(di_threadpool *tp, uint32_t gen) {
   uint64_t s = atomic_load_explicit(&tp->state, memory_order_acquire);
   for (;;) {
-    if (gen_of(s) != gen || (int)(uint32_t)s >= tp->n) return -1;
+    if (gen_of(s) != gen || (int)(uint32_t)s >= atomic_load_explicit(&tp->parts, memory_order_relaxed)) return -1;
     if (atomic_compare_exchange_weak_explicit(&tp->state, &s, s + 1, memory_order_acquire, memory_order_acquire))
       return (int)(uint32_t)s;
   }
@@ -64,7 +65,8 @@ static int claim(di_threadpool *tp, uint32_t gen) {
 /* Runs parts of task `gen` until none is left; the parts run. */
 static int run_parts(di_threadpool *tp, uint32_t gen) {
   int ran = 0;
-  for (int part; (part = claim(tp, gen)) >= 0; ran++) tp->fn(tp->ctx, part, tp->n);
+  const int parts = atomic_load_explicit(&tp->parts, memory_order_relaxed);
+  for (int part; (part = claim(tp, gen)) >= 0; ran++) tp->fn(tp->ctx, part, parts);
   return ran;
 }
 
@@ -132,13 +134,14 @@ void di_threadpool_free(di_threadpool *tp) {
 
 int di_threadpool_size(const di_threadpool *tp) { return tp->n; }
 
-void di_threadpool_run(di_threadpool *tp, di_task_fn fn, void *ctx) {
-  if (tp->n == 1) {
-    fn(ctx, 0, 1);
+void di_threadpool_run_parts(di_threadpool *tp, di_task_fn fn, void *ctx, int parts) {
+  if (tp->n == 1 || parts <= 1) {
+    for (int i = 0; i < parts; i++) fn(ctx, i, parts);
     return;
   }
   tp->fn = fn;
   tp->ctx = ctx;
+  atomic_store_explicit(&tp->parts, parts, memory_order_relaxed);
   atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
   const uint32_t gen = gen_of(atomic_load_explicit(&tp->state, memory_order_relaxed)) + 1;
   atomic_store(&tp->state, (uint64_t)gen << 32 | 1); /* part 0 is the caller's */
@@ -147,10 +150,12 @@ void di_threadpool_run(di_threadpool *tp, di_task_fn fn, void *ctx) {
     pthread_cond_broadcast(&tp->cv);
     pthread_mutex_unlock(&tp->mu);
   }
-  fn(ctx, 0, tp->n);
+  fn(ctx, 0, parts);
   const int ran = 1 + run_parts(tp, gen);
-  for (int spins = 0; atomic_load_explicit(&tp->done, memory_order_acquire) + ran < tp->n; spins++) {
+  for (int spins = 0; atomic_load_explicit(&tp->done, memory_order_acquire) + ran < parts; spins++) {
     if (spins < SPIN_ITERS) cpu_relax();
     else sched_yield();
   }
 }
+
+void di_threadpool_run(di_threadpool *tp, di_task_fn fn, void *ctx) { di_threadpool_run_parts(tp, fn, ctx, tp->n); }

@@ -17,6 +17,9 @@ int di_threadpool_size(const di_threadpool *tp);
  * on the caller, any other part on a worker or, if none has taken it by
  * then, on the caller too) and waits for all of them. */
 void di_threadpool_run(di_threadpool *tp, di_task_fn fn, void *ctx);
+/* The same with nth = parts (any count: more parts than threads balance
+ * uneven progress, since a free thread takes the next one; 1 runs inline). */
+void di_threadpool_run_parts(di_threadpool *tp, di_task_fn fn, void *ctx, int parts);
 int di_cpu_count(void);
 
 #endif
