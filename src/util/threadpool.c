@@ -33,13 +33,16 @@ struct di_threadpool {
   pthread_t *threads;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  _Atomic uint64_t state; /* task generation << 32 | next part to claim */
+  /* task generation << 32 | its parts << 16 | next part to claim: one word,
+   * so a claim on a finished task's generation can never read the next
+   * task's part count (a worker late for task g would otherwise claim parts
+   * of g+1 before it is published, and run them twice) */
+  _Atomic uint64_t state;
   atomic_int done;        /* parts of the current task finished */
   atomic_int sleepers;    /* workers blocked on cv: a publish wakes them only if any */
   atomic_bool quit;
   di_task_fn fn;
   void *ctx;
-  atomic_int parts; /* of the current task (read by claims racing a publish: atomic) */
 };
 
 int di_cpu_count(void) {
@@ -50,23 +53,28 @@ int di_cpu_count(void) {
   return n > 0 ? (int)n : 1;
 }
 
-static inline uint32_t gen_of(uint64_t s) { return (uint32_t)(s >> 32); }
+#define MAX_PARTS 0xffff
 
-/* The next part of task `gen`, or -1 when all are claimed or the task is over. */
-static int claim(di_threadpool *tp, uint32_t gen) {
+static inline uint32_t gen_of(uint64_t s) { return (uint32_t)(s >> 32); }
+static inline int parts_of(uint64_t s) { return (int)(s >> 16 & MAX_PARTS); }
+static inline int next_of(uint64_t s) { return (int)(s & MAX_PARTS); }
+
+/* The next part of task `gen` (of *parts), or -1 when all are claimed or the task is over. */
+static int claim(di_threadpool *tp, uint32_t gen, int *parts) {
   uint64_t s = atomic_load_explicit(&tp->state, memory_order_acquire);
   for (;;) {
-    if (gen_of(s) != gen || (int)(uint32_t)s >= atomic_load_explicit(&tp->parts, memory_order_relaxed)) return -1;
-    if (atomic_compare_exchange_weak_explicit(&tp->state, &s, s + 1, memory_order_acquire, memory_order_acquire))
-      return (int)(uint32_t)s;
+    if (gen_of(s) != gen || next_of(s) >= parts_of(s)) return -1;
+    if (atomic_compare_exchange_weak_explicit(&tp->state, &s, s + 1, memory_order_acquire, memory_order_acquire)) {
+      *parts = parts_of(s);
+      return next_of(s);
+    }
   }
 }
 
 /* Runs parts of task `gen` until none is left; the parts run. */
 static int run_parts(di_threadpool *tp, uint32_t gen) {
-  int ran = 0;
-  const int parts = atomic_load_explicit(&tp->parts, memory_order_relaxed);
-  for (int part; (part = claim(tp, gen)) >= 0; ran++) tp->fn(tp->ctx, part, parts);
+  int ran = 0, parts;
+  for (int part; (part = claim(tp, gen, &parts)) >= 0; ran++) tp->fn(tp->ctx, part, parts);
   return ran;
 }
 
@@ -135,16 +143,16 @@ void di_threadpool_free(di_threadpool *tp) {
 int di_threadpool_size(const di_threadpool *tp) { return tp->n; }
 
 void di_threadpool_run_parts(di_threadpool *tp, di_task_fn fn, void *ctx, int parts) {
+  if (parts > MAX_PARTS) parts = MAX_PARTS; /* any count is a valid split */
   if (tp->n == 1 || parts <= 1) {
     for (int i = 0; i < parts; i++) fn(ctx, i, parts);
     return;
   }
   tp->fn = fn;
   tp->ctx = ctx;
-  atomic_store_explicit(&tp->parts, parts, memory_order_relaxed);
   atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
   const uint32_t gen = gen_of(atomic_load_explicit(&tp->state, memory_order_relaxed)) + 1;
-  atomic_store(&tp->state, (uint64_t)gen << 32 | 1); /* part 0 is the caller's */
+  atomic_store(&tp->state, (uint64_t)gen << 32 | (uint64_t)parts << 16 | 1); /* part 0 is the caller's */
   if (atomic_load(&tp->sleepers) > 0) {
     pthread_mutex_lock(&tp->mu);
     pthread_cond_broadcast(&tp->cv);
