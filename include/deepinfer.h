@@ -198,8 +198,9 @@ typedef struct di_engine_stats {
   double step_seconds, sched_seconds; /* time in forward+sampling, and in scheduling alone */
   const char *spec_drafter;      /* NULL when speculation is off */
   uint64_t spec_drafted, spec_accepted, spec_verify_steps, spec_fallbacks;
-  /* --spec mtp: the module's forwards and the rows (pairs) they computed */
-  uint64_t spec_mtp_forwards, spec_mtp_rows;
+  /* --spec mtp: the module's forwards and the rows (pairs) they computed; probes
+   * checked against the sampled token instead of verified (a shadow, no draft row) */
+  uint64_t spec_mtp_forwards, spec_mtp_rows, spec_shadow_probes;
   /* bounded replay (prefix hits, resumes): replays, positions they recomputed, the longest one */
   uint64_t swa_replays, swa_replay_tokens;
   int swa_replay_max;

@@ -512,7 +512,7 @@ static int write_stats(const char *path, di_engine *e, double secs, const batch 
           " \"kv_blocks_high_full\": %d, \"kv_blocks_high_window\": %d, \"kv_ckpt_blocks\": %d, \"swa_checkpoint\": %d,\n"
           " \"swa_replays\": %llu, \"swa_replay_tokens\": %llu, \"swa_replay_max\": %d,\n"
           " \"spec_drafted\": %llu, \"spec_accepted\": %llu, \"spec_verify_steps\": %llu, \"spec_fallbacks\": %llu,\n"
-          " \"spec_mtp_forwards\": %llu, \"spec_mtp_rows\": %llu}\n",
+          " \"spec_mtp_forwards\": %llu, \"spec_mtp_rows\": %llu, \"spec_shadow_probes\": %llu}\n",
           b->n_done, b->n_errors, secs, b->tokens, (unsigned long long)s.preemptions,
           (unsigned long long)s.prompt_tokens, (unsigned long long)s.generated_tokens,
           (unsigned long long)s.prefix_queries, (unsigned long long)s.prefix_query_tokens,
@@ -522,7 +522,8 @@ static int write_stats(const char *path, di_engine *e, double secs, const batch 
           (unsigned long long)s.swa_replays, (unsigned long long)s.swa_replay_tokens, s.swa_replay_max,
           (unsigned long long)s.spec_drafted, (unsigned long long)s.spec_accepted,
           (unsigned long long)s.spec_verify_steps, (unsigned long long)s.spec_fallbacks,
-          (unsigned long long)s.spec_mtp_forwards, (unsigned long long)s.spec_mtp_rows);
+          (unsigned long long)s.spec_mtp_forwards, (unsigned long long)s.spec_mtp_rows,
+          (unsigned long long)s.spec_shadow_probes);
   return fclose(f);
 }
 

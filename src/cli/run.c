@@ -135,7 +135,8 @@ static void print_stats(const run_out *o, int spec, const di_model *m, uint64_t 
   if (spec) fprintf(stderr, "; spec %s: %d drafted, %d accepted in %d verify steps", spec_name(spec), o->drafted,
                     o->accepted, o->verify_steps);
   if (spec == DI_SPEC_MTP) /* the module runs only before a draft: none while backed off */
-    fprintf(stderr, ", %llu fallbacks; MTP module: %llu forwards, %llu rows", (unsigned long long)es->spec_fallbacks,
+    fprintf(stderr, ", %llu fallbacks, %llu shadow probes; MTP module: %llu forwards, %llu rows",
+            (unsigned long long)es->spec_fallbacks, (unsigned long long)es->spec_shadow_probes,
             (unsigned long long)es->spec_mtp_forwards, (unsigned long long)es->spec_mtp_rows);
   di_dist_stats ds = di_dist_get_stats();
   const di_dist_layout lay = di_dist_get_layout();

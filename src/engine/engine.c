@@ -505,6 +505,7 @@ int di_engine_step(di_engine *e) {
           e->cand = b.split ? e->split_out + (size_t)s->logits_row * DI_SPLIT_TOPK_MAX : NULL;
           di_engine_after_forward(e, s, e->logits + (size_t)s->logits_row * V);
           e->cand = NULL;
+          di_spec_shadow_check(e, s);
         }
       }
       if (e->spec.on && e->step_prefill == 0) di_spec_cost_add(&e->spec.cost, n, di_engine_now() - t1);

@@ -265,6 +265,8 @@ int di_spec_k_cap(const di_engine *e, const di_seq *s, int k_cap);
 #define DI_MTP_RING_BYTES ((size_t)4 << 20)
 void di_spec_mtp_step(di_engine *e, const di_batch *b);
 void di_spec_mtp_seq_free(di_seq *s);
+/* After s sampled a token without drafts: a shadow probe's outcome (spec/tune.h). */
+void di_spec_shadow_check(di_engine *e, di_seq *s);
 /* Verifies s's drafts against the rows of this step (row 0: its base token). */
 void di_spec_verify(di_engine *e, di_seq *s, const float *rows);
 

@@ -77,12 +77,27 @@ int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens) {
     n = e->spec.drafter.propose(e->spec.drafter.self, s->tokens, s->len, k_cap, out);
   }
   n = constraint_cut(c, out, n);
+  /* the module's probe is a shadow: its row would cost what the module's forward does */
   di_spec_plan_in in = {.k_avail = n, .always = e->spec.always, .emit = e->spec.plan_emit + 1, .tokens = tokens,
-                        .step = e->acc.steps};
+                        .step = e->acc.steps, .unverified = e->spec.mtp && !e->spec.always};
   bool fallback = false;
   int k = di_spec_plan(&s->spec, &e->spec.cost, &in, &fallback);
   if (fallback) e->acc.spec_fallbacks++;
+  if (s->spec.shadow) {
+    s->spec.shadow_tok = out[0];
+    s->spec.shadow_at = s->len;
+  }
   return k;
+}
+
+void di_spec_shadow_check(di_engine *e, di_seq *s) {
+  if (!s->spec.shadow) return;
+  if (s->len != s->spec.shadow_at + 1) { /* not sampled in this step (preempted): no outcome */
+    s->spec.shadow = false;
+    return;
+  }
+  di_spec_shadow_seen(&s->spec, s->tokens[s->spec.shadow_at] == s->spec.shadow_tok, e->acc.steps);
+  e->acc.spec_shadow_probes++;
 }
 
 void di_spec_verify(di_engine *e, di_seq *s, const float *rows) {

@@ -187,6 +187,8 @@ char *di_srv_metrics_render(di_srv_metrics *m, const di_engine_stats *st, size_t
          offsetof(di_engine_stats, spec_mtp_forwards)},
         {"spec_mtp_rows_total", "Positions (pairs) the MTP module computed, catch-ups and chained drafts included.",
          offsetof(di_engine_stats, spec_mtp_rows)},
+        {"spec_shadow_probes_total", "Probes of a backed-off sequence checked against its sampled token (--spec mtp), not verified.",
+         offsetof(di_engine_stats, spec_shadow_probes)},
     };
     for (size_t i = 0; i < sizeof spec / sizeof *spec; i++) {
       head(&o, spec[i].name, "counter", spec[i].help);

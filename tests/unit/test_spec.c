@@ -405,6 +405,54 @@ static void test_tuner(void) {
          d.p[2]);
 }
 
+/* Unverified probes (the MTP drafter): a sequence starts backed off with a
+ * probe due; a probe drafts no row but keeps its token (a shadow) for the
+ * step's sampled token to judge; a miss backs off at once, the spacing
+ * growing 4x while nothing was ever accepted (8, 32, 128 steps) and 2x after;
+ * a match turns speculation on at the next plan, as a verified probe does. */
+static void test_tuner_shadow(void) {
+  di_spec_cost c = {0};
+  for (int i = 0; i < 40; i++) di_spec_cost_add(&c, 1 + i % 5, 0.010 + 0.001 * (1 + i % 5));
+  di_spec_seq s = {0};
+  bool fb = false;
+  di_spec_plan_in in = {.k_avail = 1, .emit = 1, .tokens = 1, .step = 5, .unverified = true};
+  CHECK(di_spec_active(&s, 5));
+  CHECK(di_spec_plan(&s, &c, &in, &fb) == 0 && !fb && s.off && s.probing && s.shadow);
+  uint64_t step = 6, gaps[3];
+  for (int i = 0; i < 3; i++) { /* never right */
+    di_spec_shadow_seen(&s, false, step);
+    CHECK(!s.shadow && !s.probing && s.off);
+    gaps[i] = s.probe_at - step;
+    step = s.probe_at;
+    CHECK(!di_spec_active(&s, step - 1) && di_spec_active(&s, step));
+    in.step = step++;
+    CHECK(di_spec_plan(&s, &c, &in, &fb) == 0 && s.shadow && !fb);
+  }
+  CHECKF(gaps[0] == 8 && gaps[1] == 32 && gaps[2] == 128, "probe spacing %llu %llu %llu",
+         (unsigned long long)gaps[0], (unsigned long long)gaps[1], (unsigned long long)gaps[2]);
+  di_spec_shadow_seen(&s, true, step); /* right at last: on from the next plan */
+  CHECK(!s.shadow && s.probing && s.hit && di_spec_active(&s, step));
+  in.step = step++;
+  CHECK(di_spec_plan(&s, &c, &in, &fb) == 1 && !s.off && !s.shadow);
+  for (int i = 0; i < 8 && !s.off; i++, step++) { /* wrong again: a fallback, then spacing doubling */
+    di_spec_observe(&s, 1, 0);
+    in.step = step;
+    di_spec_plan(&s, &c, &in, &fb);
+  }
+  CHECK(s.off && fb);
+  uint64_t gap = s.probe_at - (step - 1);
+  step = s.probe_at;
+  in.step = step++;
+  CHECK(di_spec_plan(&s, &c, &in, &fb) == 0 && s.shadow);
+  di_spec_shadow_seen(&s, false, step);
+  CHECKF(s.probe_at - step == 2 * gap, "spacing %llu after %llu", (unsigned long long)(s.probe_at - step),
+         (unsigned long long)gap);
+  /* --spec-mode always is never a shadow */
+  di_spec_seq a = {0};
+  di_spec_plan_in al = {.k_avail = 2, .always = true, .emit = 1, .tokens = 1, .unverified = true};
+  CHECK(di_spec_plan(&a, &c, &al, &fb) == 2 && !a.shadow);
+}
+
 /* Prefix-cache hit over blocks written by verified (and rolled back) steps:
  * a second request whose prompt is the first one's prompt + output hits the
  * cache and must continue exactly as on an engine that never speculated. */
@@ -594,6 +642,7 @@ static void test_bad_opts(void) {
 int main(void) {
   test_ngram();
   test_tuner();
+  test_tuner_shadow();
   test_bad_opts();
   make_prompts();
   cfg greedy = {.max_seqs = 1, .at_once = 1, .temp = 0, .rep = 1, .k_max = 4};

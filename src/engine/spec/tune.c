@@ -55,10 +55,11 @@ double di_spec_cost_time(const di_spec_cost *c, int tokens) {
   return c->c0 + c->c1 * tokens;
 }
 
-static void seq_init(di_spec_seq *s) {
+static void seq_init(di_spec_seq *s, bool unverified) {
   if (s->init) return;
   for (int j = 0; j < DI_SPEC_K_LIMIT; j++) s->p[j] = P_PRIOR;
   s->backoff = BACKOFF_MIN;
+  s->off = s->unverified = unverified; /* probe_at 0: the first plan probes */
   s->init = true;
 }
 
@@ -88,11 +89,12 @@ static int best_k(const di_spec_seq *s, const di_spec_cost *c, const di_spec_pla
  * 2^BACKOFF_MAX steps); verifications accepted while on halve it again. */
 static void back_off(di_spec_seq *s, uint64_t step) {
   s->probe_at = step + (1ull << s->backoff);
-  if (s->backoff < BACKOFF_MAX) s->backoff++;
+  s->backoff += s->unverified && !s->hit ? 2 : 1;
+  if (s->backoff > BACKOFF_MAX) s->backoff = BACKOFF_MAX;
 }
 
 int di_spec_plan(di_spec_seq *s, const di_spec_cost *c, const di_spec_plan_in *in, bool *fallback) {
-  seq_init(s);
+  seq_init(s, in->unverified);
   *fallback = false;
   if (in->k_avail <= 0) return 0;
   if (in->always) return in->k_avail;
@@ -109,6 +111,10 @@ int di_spec_plan(di_spec_seq *s, const di_spec_cost *c, const di_spec_plan_in *i
     }
     if (in->step < s->probe_at) return 0;
     s->probing = true; /* one verification to refresh the estimate */
+    if (in->unverified) {
+      s->shadow = true;
+      return 0;
+    }
     return k > 0 ? k : (in->k_avail < 2 ? in->k_avail : 2);
   }
   if (k == 0) {
@@ -119,8 +125,16 @@ int di_spec_plan(di_spec_seq *s, const di_spec_cost *c, const di_spec_plan_in *i
   return k;
 }
 
+void di_spec_shadow_seen(di_spec_seq *s, bool match, uint64_t step) {
+  s->shadow = false;
+  di_spec_observe(s, 1, match);
+  if (match) return; /* still probing: the next plan decides as after a verified probe */
+  s->probing = false;
+  back_off(s, step);
+}
+
 void di_spec_observe(di_spec_seq *s, int k, int a) {
-  seq_init(s);
+  seq_init(s, false);
   if (k <= 0) return;
   int n = 0;
   for (int j = 0; j < k && j <= a; j++, n++) s->p[j] += P_RATE * ((j < a ? 1.0f : 0.0f) - s->p[j]);
@@ -129,6 +143,7 @@ void di_spec_observe(di_spec_seq *s, int k, int a) {
     if (s->misses > 2) s->p[0] *= 1.0f / (float)(1u << (s->misses - 2));
   } else {
     s->misses = 0;
+    s->hit = true;
     if (!s->off && s->backoff > BACKOFF_MIN) s->backoff--; /* accepted while on: probe sooner next time */
   }
   for (int j = n; j < DI_SPEC_K_LIMIT; j++) s->p[j] += P_DRIFT * (s->p[n - 1] - s->p[j]);

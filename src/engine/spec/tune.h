@@ -32,7 +32,16 @@
  * probe whose verification lifts the estimate turns it back on. The spacing
  * doubles with every fallback and failed probe and halves with every
  * verification accepted while on, so a lucky probe in text the drafter cannot
- * guess does not restart the probing from its shortest spacing. */
+ * guess does not restart the probing from its shortest spacing.
+ * Unverified probes (di_spec_plan_in.unverified, the MTP drafter: a probe's
+ * module forward costs what a target row would, so the row is saved): the
+ * sequence starts backed off with a probe due, a probe verifies no row but
+ * keeps the drafter's first token (shadow), which the step's own sampled token
+ * then accepts or rejects (di_spec_shadow_seen), the information one verified
+ * draft row would have given: a match turns speculation on as a verified probe
+ * would, a miss backs off at once (no drafter run for a plan that would drop
+ * it). While such a sequence has never seen a draft accepted, each back-off
+ * quadruples the spacing instead of doubling it. */
 #ifndef DI_ENGINE_SPEC_TUNE_H
 #define DI_ENGINE_SPEC_TUNE_H
 
@@ -54,6 +63,11 @@ double di_spec_cost_time(const di_spec_cost *c, int tokens);
 typedef struct di_spec_seq {
   float p[DI_SPEC_K_LIMIT]; /* acceptance of draft position j given 0..j-1 accepted */
   bool init, off, probing;
+  bool unverified;          /* its probes are shadows (di_spec_plan_in.unverified) */
+  bool hit;                 /* some draft (or shadow) of this sequence was accepted */
+  bool shadow;              /* a probe's first token waits for the step's sampled token */
+  int32_t shadow_tok;
+  int shadow_at;            /* its position */
   int backoff;              /* next probe spacing: 2^backoff steps */
   int misses;               /* consecutive verifications whose first draft was rejected */
   uint64_t probe_at;        /* step of the next probe while off */
@@ -67,14 +81,18 @@ typedef struct di_spec_plan_in {
   int tokens;        /* tokens in the step so far, this sequence's one included */
   uint64_t step;     /* engine step counter */
   double k_cost;     /* measured seconds the drafter spends per draft token (0: free, as n-gram) */
+  bool unverified;   /* probes are shadows, not verified rows (see above) */
 } di_spec_plan_in;
 
 /* Draft tokens to verify (0..k_avail); *fallback is set when the sequence
- * turns speculation off in this call. */
+ * turns speculation off in this call. An unverified probe returns 0 with
+ * s->shadow set: the caller records the token and position. */
 int di_spec_plan(di_spec_seq *s, const di_spec_cost *c, const di_spec_plan_in *in, bool *fallback);
 /* False while the sequence is backed off and no probe is due: the engine
  * then does not even ask the drafter. */
 bool di_spec_active(const di_spec_seq *s, uint64_t step);
+/* The step sampled the token a shadow probe proposed (match) or another. */
+void di_spec_shadow_seen(di_spec_seq *s, bool match, uint64_t step);
 /* Expected accepted tokens of the first k drafts. */
 double di_spec_expected(const di_spec_seq *s, int k);
 /* Updates the estimates after a verification of k drafts of which the first a were accepted. */
