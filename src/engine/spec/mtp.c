@@ -211,6 +211,37 @@ static void fork_siblings(di_engine *e, const di_seq *s) {
   }
 }
 
+/* A sibling c forked this step (fork_siblings) drafts in its first step too,
+ * from batch slot j of its own (the first completion's is i): its pair at the
+ * fork position f (h at f beside its own first token) goes in its own copy of
+ * f's block, taken now, once the first completion's catch-up has written the
+ * pairs before f there (its first step would take that copy anyway). Not when
+ * f ends a block (shared, see fork_siblings) or the pool has no block free. */
+static bool sibling_slot(di_engine *e, int i, di_seq *c, int j) {
+  const int D = e->be.n_embd, bs = e->pool->block_size, f = c->len - 2;
+  if (c->state != DI_SEQ_RUNNING || !c->mtp_ring || c->mtp_done != f || f % bs == bs - 1 || c->n_computed != f + 1 ||
+      di_spec_k_cap(e, c, 1) <= 0 || !di_spec_active(&c->spec, e->acc.steps))
+    return false;
+  int need = di_kv_table_blocks_needed(e->pool, &c->table, f, f + 1);
+  for (int k = 0; k < e->be.n_swa_tables; k++) need += di_kv_table_blocks_needed(e->pool, &c->swa[k], f, f + 1);
+  if (need > di_kv_n_available(e->pool)) return false;
+  di_batch_seq *q = &e->b_seqs[j];
+  *q = e->b_seqs[i];
+  di_kv_table_prepare(e->pool, &c->table, f, f + 1);
+  q->blocks = c->table.blocks;
+  q->n_blocks = c->table.n_blocks;
+  for (int k = 0; k < e->be.n_swa_tables; k++) {
+    di_kv_table_prepare(e->pool, &c->swa[k], f, f + 1);
+    q->swa[k] = c->swa[k].blocks;
+    q->n_swa_blocks = c->swa[k].n_blocks;
+  }
+  e->b_owner[j] = c;
+  memcpy(e->spec.mtp_chain + (size_t)j * D, c->mtp_ring + (size_t)(f % ring_cap(e)) * D, (size_t)D * sizeof(float));
+  c->mtp_done = f + 1;
+  c->mtp_n = 0;
+  return true;
+}
+
 void di_spec_mtp_step(di_engine *e, const di_batch *b) {
   const int D = e->be.n_embd, bs = e->pool->block_size, cap = ring_cap(e);
   di_batch mb = {.tokens = e->spec.mtp_tokens, .pos = e->spec.mtp_pos, .seq = e->spec.mtp_seq,
@@ -242,10 +273,24 @@ void di_spec_mtp_step(di_engine *e, const di_batch *b) {
     if (s->req->n > 1 && s->index == 0 && s->n_gen == 1) fork_siblings(e, s);
   }
   if (!ok || (mb.n_tokens > 0 && !run_module(e, &mb, 0))) return;
-  /* The drafting pairs (at len - 2) kept apart: their K/V rows and logits */
+  /* siblings forked this step, after their first completion's catch-up */
+  int n_slots = b->n_seqs;
+  for (int i = 0; i < b->n_seqs; i++) {
+    di_seq *s = e->b_owner[i];
+    if (depth[i] == 0 || s->req->n <= 1 || s->index != 0 || s->n_gen != 1) continue;
+    for (int k = 1; k < s->req->n_seqs; k++) {
+      if (!sibling_slot(e, i, s->req->seqs[k], n_slots)) continue;
+      grew[n_slots] = false;
+      depth[n_slots] = chain_depth(e, s->req->seqs[k]);
+      if (depth[n_slots] > kmax) kmax = depth[n_slots];
+      n_slots++;
+    }
+  }
+  mb.n_seqs = n_slots;
+  /* The drafting pairs (at len - 2) kept apart (siblings' always): their K/V rows and logits */
   mb.kv_only = false;
-  for (int i = 0; i < b->n_seqs && e->be.mtp_kv_only; i++) {
-    if (depth[i] == 0) continue;
+  for (int i = 0; i < n_slots; i++) {
+    if (depth[i] == 0 || (i < b->n_seqs && !e->be.mtp_kv_only)) continue;
     di_seq *s = e->b_owner[i];
     int n = mb.n_tokens++;
     memcpy(e->spec.mtp_hidden + (size_t)n * D, e->spec.mtp_chain + (size_t)i * D, (size_t)D * sizeof(float));
@@ -259,7 +304,7 @@ void di_spec_mtp_step(di_engine *e, const di_batch *b) {
    * Its K/V row is scratch (the next step's real pair at q replaces it), in a
    * block taken only if one is free and given back right after. */
   for (int j = 1; j < kmax; j++) {
-    for (int i = 0; i < b->n_seqs; i++) {
+    for (int i = 0; i < n_slots; i++) {
       di_seq *s = e->b_owner[i];
       if (depth[i] <= j || s->mtp_n != j) continue;
       int q = s->len - 2 + j;
@@ -274,7 +319,7 @@ void di_spec_mtp_step(di_engine *e, const di_batch *b) {
     }
     if (mb.n_tokens == 0 || !run_module(e, &mb, j)) break;
   }
-  for (int i = 0; i < b->n_seqs; i++) {
+  for (int i = 0; i < n_slots; i++) {
     if (!grew[i]) continue;
     di_seq *s = e->b_owner[i];
     const int keep = (s->n_computed + bs - 1) / bs;
