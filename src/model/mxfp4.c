@@ -1,13 +1,16 @@
 /* MXFP4 matrices (GGUF type 39; llama.cpp's DeepSeek-V4 files hold every
- * routed expert in it) have no kernel here, so they are rewritten at load,
- * losslessly. A block is one E8M0 byte e and 16 bytes of E2M1 codes (byte j:
- * value j in the low nibble, value j + 16 in the high one); value = kv[code] *
- * 2^(e - 128) with kv the small integers below (ggml's kvalues_mxfp4). So a
- * block is a Q8_0 block with q = kv and d = 2^(e - 128), exact wherever f16
- * holds that power of two (e in [104, 143]: every real weight). Files whose
- * other matrices are float (F32/F16/BF16 conversions, the reference) get F32
- * instead, so they compute without activation quantization, as the Hugging
- * Face checkpoint of the same weights does. */
+ * routed expert in it). A block is one E8M0 byte e and 16 bytes of E2M1 codes
+ * (byte j: value j in the low nibble, value j + 16 in the high one); value =
+ * kv[code] * 2^(e - 128) with kv the small integers below (ggml's
+ * kvalues_mxfp4). Quantized files keep them as stored where the backend has
+ * kernels (the CPU's on x86: MXFP4 x Q8_0 activations, matmul_pack_*.c), so
+ * decode reads 17 bytes per 32 weights. Elsewhere they are rewritten at load,
+ * losslessly: a block is a Q8_0 block with q = kv and d = 2^(e - 128), exact
+ * wherever f16 holds that power of two (e in [104, 143]: every real weight),
+ * which gives the native kernel's bits too (the same integer sums times the
+ * same d_w * d_a). Files whose other matrices are float (F32/F16/BF16
+ * conversions, the reference) get F32, so they compute without activation
+ * quantization, as the Hugging Face checkpoint of the same weights does. */
 #include "model/mxfp4.h"
 
 #include <math.h>
@@ -41,13 +44,13 @@ static bool q8_exact(const di_tensor *t) {
 typedef struct conv {
   di_model *m;
   di_status *st;
-  bool to_q8;
+  bool to_q8, keep;
   di_code rc;
 } conv;
 
 static void convert(di_tensor *t, void *u) {
   conv *c = u;
-  if (c->rc || !t->data || t->type != DI_MXFP4) return;
+  if (c->rc || !t->data || t->type != DI_MXFP4 || (c->to_q8 && c->keep)) return;
   const bool q8 = c->to_q8 && q8_exact(t);
   const di_dtype type = q8 ? DI_Q8_0 : DI_F32;
   const size_t row_bytes = di_dtype_row_bytes(type, t->ne[0]), n = row_bytes * (size_t)t->ne[1];
@@ -79,12 +82,13 @@ static void convert(di_tensor *t, void *u) {
   t->row_bytes = row_bytes;
 }
 
-di_code di_model_convert_mxfp4(di_model *m, di_status *st) {
+di_code di_model_convert_mxfp4(di_model *m, bool keep_quantized, di_status *st) {
   if (!m->gguf) return DI_OK;
   bool any = false;
   for (size_t i = 0; i < di_gguf_n_tensors(m->gguf); i++) any |= di_gguf_tensor_at(m->gguf, i)->type == DI_MXFP4;
   if (!any) return DI_OK;
-  conv c = {.m = m, .st = st, .to_q8 = file_quantized(m->gguf)};
+  conv c = {.m = m, .st = st, .to_q8 = file_quantized(m->gguf), .keep = keep_quantized};
+  if (c.to_q8 && c.keep) return DI_OK;
   convert(&m->tok_embd, &c);
   convert(&m->output, &c);
   convert(&m->hc_head_fn, &c);

@@ -1,4 +1,4 @@
-/* The packed weight layout (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K on x86, Q6_K; matmul.h): packing round-trips
+/* The packed weight layout (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and MXFP4 on x86, Q6_K; matmul.h): packing round-trips
  * row by row, and every output is bit-identical whatever M (1..17), the column
  * range [n0, n1) (including ranges that cut a group of 8 and the zero-padded
  * tail group when N is not a multiple of 8), the ISA level, and the unpacked
@@ -19,6 +19,7 @@ static float rndf(void) {
 
 #define MMAX 50
 static bool g_ran[DI_ISA_AVX512 + 1]; /* ISA levels whose kernels were checked */
+static int g_q8_same; /* MXFP4 shapes checked against their Q8_0 rewrite */
 
 /* test_matmul_packed_avx512emu.c includes this file with PACKED_TEST_KERNEL, a
  * kernel selector (di_cpu_mmp_fn (di_dtype)) that is then called directly, in
@@ -33,6 +34,59 @@ static void matmul_packed(di_dtype t, const void *P, int64_t N, const void *x, i
 #else
   di_cpu_matmul_packed(t, P, N, x, M, K, y, N, n0, n1);
 #endif
+}
+
+/* MXFP4 against what its values mean: each row dequantized (checked against
+ * kv * 2^(e - 128)) and dotted in double with the dequantized activations is
+ * the kernels' result up to the float chain's rounding; and the same blocks
+ * rewritten as Q8_0 (q = kv, d = 2^(e - 128), exact in f16 for e in
+ * [104, 143]) give the kernels' bits: the same integer sums times the same
+ * d_w * d_a, which is why the loader may take either form. */
+static void check_mxfp4_ref(const uint8_t *W, int64_t N, int64_t K, const void *xq, const float *ref) {
+  const size_t rb = di_dtype_row_bytes(DI_MXFP4, K), qrb = di_dtype_row_bytes(DI_Q8_0, K);
+  float *w = malloc((size_t)K * 4);
+  uint8_t *q8 = malloc(qrb * (size_t)N);
+  int bad_dq = 0, bad_dot = 0;
+  bool q8_ok = true;
+  for (int64_t n = 0; n < N; n++) {
+    const uint8_t *row = W + (size_t)n * rb;
+    di_cpu_dequant_row(DI_MXFP4, row, w, K);
+    for (int64_t k = 0; k < K; k++) {
+      const uint8_t *b = row + 17 * (k / 32);
+      const int j = (int)(k % 32), code = j < 16 ? b[1 + j] & 15 : b[1 + j - 16] >> 4;
+      bad_dq += w[k] != ldexpf((float)di_mxfp4_kv[code], (int)b[0] - 128);
+    }
+    for (int64_t m = 0; m < MMAX; m++) {
+      const di_act_q8 *a = (const di_act_q8 *)((const uint8_t *)xq + (size_t)m * di_cpu_act_bytes(DI_MXFP4, 1, K));
+      double dot = 0, mag = 0;
+      for (int64_t k = 0; k < K; k++) {
+        double p = (double)w[k] * a[k / 32].d * a[k / 32].qs[k % 32];
+        dot += p, mag += fabs(p);
+      }
+      bad_dot += fabs(ref[m * N + n] - dot) > 1e-6 * mag + 1e-30;
+    }
+    for (int64_t b = 0; b < K / 32; b++) {
+      const uint8_t *src = row + 17 * b;
+      di_block_q8_0 *o = (di_block_q8_0 *)(q8 + (size_t)n * qrb) + b;
+      q8_ok &= src[0] >= 104 && src[0] <= 143;
+      o->d = di_cpu_f32_to_fp16(di_e8m0_half(src[0]));
+      for (int j = 0; j < 16; j++) o->qs[j] = di_mxfp4_kv[src[1 + j] & 15], o->qs[j + 16] = di_mxfp4_kv[src[1 + j] >> 4];
+    }
+  }
+  CHECKF(bad_dq == 0, "MXFP4 K=%ld: %d dequantized values differ from kv * 2^(e - 128)", (long)K, bad_dq);
+  CHECKF(bad_dot == 0, "MXFP4 N=%ld K=%ld: %d outputs off the dequantized dot product", (long)N, (long)K, bad_dot);
+  if (q8_ok) { /* the random rows hold subnormal scales, which f16 cannot; the extreme ones do not */
+    void *x8 = malloc(di_cpu_act_bytes(DI_Q8_0, MMAX, K));
+    float *y = malloc((size_t)(MMAX * N) * 4);
+    memcpy(x8, xq, di_cpu_act_bytes(DI_Q8_0, MMAX, K)); /* the same activation format */
+    CHECK(di_cpu_pack(DI_Q8_0, q8, N, K));
+    di_cpu_matmul_packed(DI_Q8_0, q8, N, x8, MMAX, K, y, N, 0, N);
+    CHECKF(memcmp(y, ref, (size_t)(MMAX * N) * 4) == 0, "MXFP4 N=%ld K=%ld: not the bits of its Q8_0 rewrite",
+           (long)N, (long)K);
+    g_q8_same++;
+    free(x8), free(y);
+  }
+  free(w), free(q8);
 }
 
 /* extreme: every quant at its largest and every activation +127, where
@@ -56,6 +110,15 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best,
           memcpy(p + b * bb, &d, 2);
           memcpy(p + b * bb + 2, &dm, 2);
         }
+      }
+      continue;
+    }
+    if (t == DI_MXFP4) { /* random codes; exponents around real weights', a few subnormal scales */
+      for (int64_t b = 0; b < K / 32; b++) {
+        uint8_t *p = W + (size_t)n * rb + (size_t)b * 17;
+        int r = (int)((rndf() + 1) * 16);
+        p[0] = extreme ? 124 : r == 0 ? 0 : r == 1 ? 1 : (uint8_t)(110 + r % 20);
+        for (int j = 1; j < 17; j++) p[j] = extreme ? 0x77 : (uint8_t)(rndf() * 127.0f + 128.0f);
       }
       continue;
     }
@@ -112,6 +175,7 @@ static void check_shape(di_dtype t, int64_t N, int64_t K, di_cpu_isa_level best,
   CHECK(di_cpu_isa_set(best));
   CHECKF(bad == 0, "%s N=%ld K=%ld: %d batch shapes differ from the reference", di_dtype_name(t), (long)N, (long)K,
          bad);
+  if (t == DI_MXFP4) check_mxfp4_ref(W, N, K, xq, ref);
   free(W), free(P), free(row), free(X), free(src), free(xq), free(ref), free(y);
 }
 
@@ -148,7 +212,7 @@ int main(void) {
   di_cpu_isa_level best = di_cpu_isa();
   const di_dtype types[] = {DI_Q4_0, DI_Q4_1, DI_Q5_0, DI_Q5_1, DI_Q8_0, DI_Q4_K, DI_Q6_K,
 #ifdef DI_CPU_X86
-                            DI_Q5_K /* packed on x86 only */
+                            DI_Q5_K, DI_MXFP4 /* packed on x86 only */
 #endif
   };
   const int64_t Ns[] = {8, 13, 24, 37, 70, 200}; /* 200: several group pairs per thread range (AMX M = 16 pipeline) */
@@ -162,12 +226,15 @@ int main(void) {
       for (size_t ki = 0; ki < 3; ki++) check_shape(types[ti], Ns[ni], ks[ki], best, false);
     check_shape(types[ti], 37, ks[2], best, true);
   }
-#ifndef DI_CPU_X86
+#ifdef DI_CPU_X86
+  CHECKF(g_q8_same > 0, "no MXFP4 shape was compared with its Q8_0 rewrite");
+#else
   CHECK(!di_cpu_packable(DI_Q5_K));
+  CHECK(!di_cpu_packable(DI_MXFP4));
 #endif
   CHECK(!di_cpu_packable(DI_F16));
   print_paths(best);
-  printf("%s: packed Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K bit-identical to the scalar reference for M 1..%d, split columns, %s\n",
+  printf("%s: packed Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/MXFP4 bit-identical to the scalar reference for M 1..%d, split columns, %s\n",
          PACKED_TEST_NAME, MMAX, di_cpu_isa_name(best));
   return di_test_finish(PACKED_TEST_NAME);
 }

@@ -30,7 +30,7 @@ bool di_cpu_exact_mode(void) {
 static di_cpu_act_kind act_kind(di_dtype t) {
   if (di_cpu_exact_mode()) return DI_ACT_F32;
   switch (t) {
-  case DI_Q4_0: case DI_Q4_1: case DI_Q5_0: case DI_Q5_1: case DI_Q8_0: return DI_ACT_Q8;
+  case DI_Q4_0: case DI_Q4_1: case DI_Q5_0: case DI_Q5_1: case DI_Q8_0: case DI_MXFP4: return DI_ACT_Q8;
   case DI_Q4_K: case DI_Q5_K: case DI_Q6_K: return DI_ACT_Q8K;
   default: return DI_ACT_F32;
   }
@@ -39,7 +39,7 @@ static di_cpu_act_kind act_kind(di_dtype t) {
 bool di_cpu_dtype_supported(di_dtype t) {
   switch (t) {
   case DI_F32: case DI_F16: case DI_BF16: case DI_Q4_0: case DI_Q4_1: case DI_Q5_0:
-  case DI_Q5_1: case DI_Q8_0: case DI_Q4_K: case DI_Q5_K: case DI_Q6_K: return true;
+  case DI_Q5_1: case DI_Q8_0: case DI_MXFP4: case DI_Q4_K: case DI_Q5_K: case DI_Q6_K: return true;
   default: return false;
   }
 }
@@ -125,6 +125,12 @@ static void unpack32(di_dtype t, const void *p, wblock32 *b) {
     unpack_nibbles(w->qs, le32(w->qh), 0, b->q);
     b->d = di_cpu_fp16_to_f32(w->d);
     b->m = di_cpu_fp16_to_f32(w->m);
+    break;
+  }
+  case DI_MXFP4: { /* codes through the table; d a power of two, so d * d_a is exact */
+    const di_block_mxfp4 *w = p;
+    for (int j = 0; j < 16; j++) b->q[j] = di_mxfp4_kv[w->qs[j] & 15], b->q[j + 16] = di_mxfp4_kv[w->qs[j] >> 4];
+    b->d = di_e8m0_half(w->e);
     break;
   }
   default: { /* Q8_0 */

@@ -24,7 +24,8 @@
 
 #include "model/gguf.h"
 
-/* True for the weight types below: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K. */
+/* True for the weight types below: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 MXFP4 Q4_K Q5_K Q6_K
+ * (MXFP4 has SIMD kernels only in the packed layout on x86, di_cpu_packable). */
 bool di_cpu_dtype_supported(di_dtype t);
 
 /* Bytes of prepared activations for M rows of K (K a multiple of the weight's
@@ -32,7 +33,7 @@ bool di_cpu_dtype_supported(di_dtype t);
 size_t di_cpu_act_bytes(di_dtype wtype, int64_t M, int64_t K);
 /* Weight types with equal values here take the same prepared activations, so one
  * di_cpu_act_prepare can feed several matmuls (Q/K/V, gate/up): 0 f32, 1 Q8 blocks
- * of 32 (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0), 2 Q8 blocks of 256 (Q4_K Q5_K Q6_K). */
+ * of 32 (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 MXFP4), 2 Q8 blocks of 256 (Q4_K Q5_K Q6_K). */
 int di_cpu_act_format(di_dtype wtype);
 void di_cpu_act_prepare(di_dtype wtype, const float *X, int64_t M, int64_t K, void *xq);
 
@@ -43,7 +44,7 @@ void di_cpu_act_prepare(di_dtype wtype, const float *X, int64_t M, int64_t K, vo
 void di_cpu_matmul(di_dtype wtype, const void *W, size_t w_row_bytes, const void *xq,
                    int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
 
-/* Packed weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, and Q5_K on x86;
+/* Packed weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, and Q5_K and MXFP4 on x86;
  * di_cpu_packable; the model loader packs them in place): rows interleaved in groups of 8 so that one 32-byte load holds 4
  * consecutive quants of 8 rows, and the SIMD kernel's lanes are output columns.
  * Each output is then one scalar chain over the blocks in K order,

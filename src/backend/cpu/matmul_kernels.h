@@ -66,15 +66,20 @@ void di_cpu_mmp_scalar(di_dtype t, const void *W, size_t wrow, int64_t N, const 
 /* Packed layout (matmul_pack.c): rows in groups of DI_PK_G; group g's block b
  * (DI_PK_G * block bytes) starts at W + g * DI_PK_G * wrow + b * DI_PK_G * bb.
  * Inside, the block's head as 2-byte fields of the 8 rows (field f of row c at
- * 16f + 2c): d, then m / dmin for Q4_1, Q5_1 and Q4_K. Then the rest of the block as
+ * 16f + 2c): d, then m / dmin for Q4_1, Q5_1 and Q4_K (MXFP4: one byte per row, e). Then the rest of the block as
  * 32-byte words: word w holds bytes 4w..4w+3 of each row's remaining bytes, row
  * c at 4c (Q4_K: the 12 scale bytes, then qs; Q5_K: the scale bytes, qh, qs; Q6_K, whose d is at the block's
  * end: ql, qh, scales, reordered by di_pk_word_pos). The N % 8 rows after the last full group keep the GGUF
  * layout. */
 #define DI_PK_G 8
 static inline size_t di_pk_head_bytes(di_dtype t) {
-  return t == DI_Q4_1 || t == DI_Q5_1 || t == DI_Q4_K || t == DI_Q5_K ? 4 : 2;
+  return t == DI_MXFP4 ? 1 : t == DI_Q4_1 || t == DI_Q5_1 || t == DI_Q4_K || t == DI_Q5_K ? 4 : 2;
 }
+/* MXFP4's head is one E8M0 byte per row (row c's at byte c), then the 4 words
+ * of codes. Its kernels map codes through di_mxfp4_kv; where the int8 dot
+ * wants unsigned weights (VNNI) through the table + DI_PK_MXFP4_BIAS, taking
+ * DI_PK_MXFP4_BIAS * sum(a) off, as Q4_0's offset. */
+#define DI_PK_MXFP4_BIAS 12
 /* Q5_0 / Q5_1: a word of high bits (permuted, di_pk_q5_bits) before the nibble words. */
 static inline bool di_pk_q5(di_dtype t) { return t == DI_Q5_0 || t == DI_Q5_1; }
 /* The offset of the stored quants (value = d * (q - offset)): Q4_0 8, Q5_0 16;
@@ -128,6 +133,7 @@ static inline size_t di_pk_block_bytes(di_dtype t) {
   case DI_Q4_K: return sizeof(di_block_q4_K);
   case DI_Q5_K: return sizeof(di_block_q5_K);
   case DI_Q6_K: return sizeof(di_block_q6_K);
+  case DI_MXFP4: return sizeof(di_block_mxfp4);
   default: return sizeof(di_block_q8_0);
   }
 }

@@ -26,12 +26,12 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_kernels.h"
 
-/* Q5_K has packed kernels on x86 only (AVX2, AVX-512 VNNI); elsewhere its rows
+/* Q5_K and MXFP4 have packed kernels on x86 only (AVX2, AVX-512 VNNI); elsewhere Q5_K's rows
  * stay as they are for the unpacked kernels rather than fall to the scalar
  * packed reference. */
 bool di_cpu_packable(di_dtype t) {
 #ifdef DI_CPU_X86
-  if (t == DI_Q5_K) return true;
+  if (t == DI_Q5_K || t == DI_MXFP4) return true;
 #endif
   return t == DI_Q4_0 || t == DI_Q4_1 || t == DI_Q5_0 || t == DI_Q5_1 || t == DI_Q8_0 || t == DI_Q4_K || t == DI_Q6_K;
 }
@@ -43,6 +43,7 @@ static int64_t row_blocks(di_dtype t, int64_t K) { return K / di_dtype_block(t);
 /* GGUF block of row c (0..7) <-> its bytes in a packed group-block gb. */
 static void scatter_block(di_dtype t, const uint8_t *src, int c, uint8_t *gb) {
   size_t hb = di_pk_head_bytes(t), qb = di_dtype_block_bytes(t) - hb, ha = di_pk_head_at(t), wa = di_pk_words_at(t);
+  if (hb == 1) gb[c] = src[ha]; /* MXFP4's e */
   for (size_t h = 0; h < hb / 2; h++) memcpy(gb + 16 * h + 2 * c, src + ha + 2 * h, 2);
   for (size_t w = 0; w < qb / 4; w++) memcpy(gb + 8 * hb + 32 * di_pk_word_pos(t, w) + 4 * c, src + wa + 4 * w, 4);
   if (di_pk_q5(t)) {
@@ -55,6 +56,7 @@ static void scatter_block(di_dtype t, const uint8_t *src, int c, uint8_t *gb) {
 
 static void gather_block(di_dtype t, const uint8_t *gb, int c, uint8_t *dst) {
   size_t hb = di_pk_head_bytes(t), qb = di_dtype_block_bytes(t) - hb, ha = di_pk_head_at(t), wa = di_pk_words_at(t);
+  if (hb == 1) dst[ha] = gb[c];
   for (size_t h = 0; h < hb / 2; h++) memcpy(dst + ha + 2 * h, gb + 16 * h + 2 * c, 2);
   for (size_t w = 0; w < qb / 4; w++) memcpy(dst + wa + 4 * w, gb + 8 * hb + 32 * di_pk_word_pos(t, w) + 4 * c, 4);
   if (di_pk_q5(t)) {

@@ -1,4 +1,4 @@
-/* AVX2 kernels for packed Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights (layout: matmul_pack.c;
+/* AVX2 kernels for packed Q4_0 / Q4_1 / Q5_0 / Q8_0 / MXFP4 / Q4_K / Q5_K / Q6_K weights (layout: matmul_pack.c;
  * group loop, tiles and panels: matmul_pack_tiles.h).
  *
  * A tile is MT activation rows x one group of 8 weight rows; lane c of every
@@ -11,6 +11,8 @@
  *   Q5_0: the same with each byte's fifth bit or-ed in (q5_word), 16 * sum(a).
  *   Q8_0: 8 words; |q| x sign(a, q) per word, madd to int32 each time (two
  *     int16 pairs could overflow).
+ *   MXFP4: 4 words of codes, each nibble through di_mxfp4_kv (pshufb), then as
+ *     Q8_0 but summed in int16 (|q| <= 12) with one madd per block.
  * Then in float, lane by lane and in K order, exactly as the scalar reference
  * (q32_finish in matmul_pack_x86.h, shared with the AVX-512 kernels):
  *   acc = fma(cvt(isum), d_w * d_a, acc); acc = fma(m_w, s_a, acc) (Q4_1); Y = acc.
@@ -69,7 +71,22 @@ AI void q5_word(int MT, const uint8_t *q, int w, const di_act_q8 *const *a, __m2
   }
 }
 
-/* One 32-element block of 8 columns (Q4_0/Q4_1/Q5_0/Q8_0) into the MT float chains. */
+/* MXFP4's code word w: both nibble halves through the table (int8 -12..12),
+ * then |q| x sign(a, q) as Q8_0's words; a maddubs pair is <= 2*12*127, so the
+ * int16 lanes take all 8 (<= 24384) before one madd. */
+AI void mxfp4_word(int MT, const uint8_t *q, int w, const di_act_q8 *const *a, __m256i kv, __m256i m4, __m256i *p) {
+  __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * w));
+  __m256i lo = _mm256_shuffle_epi8(kv, _mm256_and_si256(v, m4));
+  __m256i hi = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+  __m256i alo = _mm256_abs_epi8(lo), ahi = _mm256_abs_epi8(hi);
+  UNROLL for (int i = 0; i < MT; i++) {
+    __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(alo, _mm256_sign_epi8(bcast4(a[i]->qs + 4 * w), lo)),
+                                 _mm256_maddubs_epi16(ahi, _mm256_sign_epi8(bcast4(a[i]->qs + 16 + 4 * w), hi)));
+    p[i] = _mm256_add_epi16(p[i], s);
+  }
+}
+
+/* One 32-element block of 8 columns (Q4_0/Q4_1/Q5_0/Q8_0/MXFP4) into the MT float chains. */
 AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const *a, pk_acc *acc) {
   const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   const uint8_t *q = gp + DI_PK_G * di_pk_head_bytes(t);
@@ -84,6 +101,16 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
   } else if (di_pk_q5(t)) {
     UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_setzero_si256();
     UNROLL for (int w = 0; w < 4; w++) q5_word(MT, q, w, a, m4, ones, isum);
+  } else if (t == DI_MXFP4) {
+    const __m256i kv = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)di_mxfp4_kv));
+    __m256i p[MT_MAX];
+    UNROLL for (int i = 0; i < MT; i++) p[i] = _mm256_setzero_si256();
+    if (MT == 1) {
+      UNROLL for (int w = 0; w < 4; w++) mxfp4_word(MT, q, w, a, kv, m4, p);
+    } else {
+      NO_UNROLL for (int w = 0; w < 4; w++) mxfp4_word(MT, q, w, a, kv, m4, p);
+    }
+    UNROLL for (int i = 0; i < MT; i++) isum[i] = _mm256_madd_epi16(p[i], ones);
   } else {
     __m256i p[MT_MAX];
     UNROLL for (int i = 0; i < MT; i++) p[i] = _mm256_setzero_si256();
@@ -209,5 +236,6 @@ AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
   q6k_finish(MT, gp, a, isum, acc);
 }
 
+#define PK_MXFP4 1
 #define PK_ENTRY di_cpu_mmp_avx2
 #include "backend/cpu/matmul_pack_tiles.h"

@@ -68,7 +68,7 @@ AI void q5_pair_word(const uint8_t *q0, const uint8_t *q1, __m512i qh, int w, __
  * integer sums isum(i). */
 AI void q32_finish16(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, const float *d, const float *s,
                      size_t stride, const __m512i *isum, __m512 *acc) {
-  __m512 dw = join_ph(gp0, gp1);
+  __m512 dw = t == DI_MXFP4 ? join_ps(e8m0_half8(gp0), e8m0_half8(gp1)) : join_ph(gp0, gp1);
   _Pragma("GCC unroll 16") for (int i = 0; i < MT; i++) {
     __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(d[i * stride]));
     acc[i] = _mm512_fmadd_ps(cvt16(isum[i]), dd, acc[i]);

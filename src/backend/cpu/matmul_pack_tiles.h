@@ -17,6 +17,7 @@
  *                          mins' chain; it stays +0 for Q6_K)
  *   pk_acc_zero(pk_acc *)
  *   q32_block(t, MT, gp, const di_act_q8 *const *a, pk_acc *acc)   Q4_0/Q4_1/Q5_0/Q5_1/Q8_0
+ *                          (and MXFP4, defining PK_MXFP4; x86 only)
  *   q4k_block(MT, gp, const di_act_q8k *const *a, pk_acc *acc)
  *   q6k_block(MT, gp, const di_act_q8k *const *a, pk_acc *acc)
  *                          one group-block gp of 8 columns into MT rows' chains
@@ -182,6 +183,9 @@ PK_KERNEL(q4_1, DI_Q4_1, PK_MT_Q32)
 PK_KERNEL(q5_0, DI_Q5_0, PK_MT_Q32)
 PK_KERNEL(q5_1, DI_Q5_1, PK_MT_Q32)
 PK_KERNEL(q8_0, DI_Q8_0, PK_MT_Q32)
+#ifdef PK_MXFP4
+PK_KERNEL(mxfp4, DI_MXFP4, PK_MT_Q32)
+#endif
 #endif
 #ifndef PK_PART_REST
 PK_KKERNEL(q4_K, DI_Q4_K, PK_MT_Q4K)
@@ -199,6 +203,9 @@ static const pk_kernel *pk_kernel_of(di_dtype t) {
   case DI_Q5_0: return &pk_q5_0;
   case DI_Q5_1: return &pk_q5_1;
   case DI_Q8_0: return &pk_q8_0;
+#ifdef PK_MXFP4
+  case DI_MXFP4: return &pk_mxfp4;
+#endif
   case DI_Q4_K: return &PK_KTAB(q4_K);
   case DI_Q6_K: return &PK_KTAB(q6_K);
 #ifdef PK_Q5K
@@ -270,6 +277,9 @@ PK_WRAP(q4_1, DI_Q4_1)
 PK_WRAP(q5_0, DI_Q5_0)
 PK_WRAP(q5_1, DI_Q5_1)
 PK_WRAP(q8_0, DI_Q8_0)
+#ifdef PK_MXFP4
+PK_WRAP(mxfp4, DI_MXFP4)
+#endif
 PK_WRAP(q4_K, DI_Q4_K)
 PK_WRAP(q6_K, DI_Q6_K)
 #ifdef PK_Q5K
@@ -284,6 +294,9 @@ di_cpu_mmp_fn PK_ENTRY(di_dtype t) {
   case DI_Q5_0: return mmp_q5_0;
   case DI_Q5_1: return mmp_q5_1;
   case DI_Q8_0: return mmp_q8_0;
+#ifdef PK_MXFP4
+  case DI_MXFP4: return mmp_mxfp4;
+#endif
   case DI_Q4_K: return mmp_q4_K;
   case DI_Q6_K: return mmp_q6_K;
 #ifdef PK_Q5K

@@ -1,4 +1,4 @@
-/* AVX-512 VNNI kernels for packed Q4_0 / Q4_1 / Q5_0 / Q8_0 / Q4_K / Q5_K / Q6_K weights
+/* AVX-512 VNNI kernels for packed Q4_0 / Q4_1 / Q5_0 / Q8_0 / MXFP4 / Q4_K / Q5_K / Q6_K weights
  * (layout: matmul_pack.c; group loop, tiles and panels: matmul_pack_tiles.h;
  * the float finish of every block: matmul_pack_x86.h, shared with AVX2).
  *
@@ -15,6 +15,7 @@
  *   Q5_0: nibbles with the fifth bit or-ed in (0..31, rotated out of the
  *     permuted high-bit word, di_pk_q5_bits); -16 as 16 * sum(a).
  *   Q8_0: q + 128 (xor 0x80) makes the weights unsigned; 128 * sum(a) comes off.
+ *   MXFP4: nibbles through the table di_mxfp4_kv + 12 (vpshufb, 0..24); 12 * sum(a).
  *   Q4_K: per sub-block a vpdpbusd sum (16 products per lane <= 30480, so it
  *     fits the low int16), then vpdpwssd against the scale (high int16 zero).
  *   Q5_K: Q4_K's with the fifth bits (q5k_block).
@@ -83,7 +84,16 @@ AI __m512i q5_rot2(int w, int h) {
   return _mm512_set1_epi64((int64_t)((uint64_t)(uint32_t)di_pk_q5_rot(w + 1, h) << 32 | (uint32_t)di_pk_q5_rot(w, h)));
 }
 
-/* One 32-element block of 8 columns (Q4_0/Q4_1/Q5_0/Q8_0) into the MT float chains. */
+/* MXFP4: codes (0..15 in each byte) to di_mxfp4_kv + DI_PK_MXFP4_BIAS (0..24), unsigned for vpdpbusd. */
+AI __m512i mxfp4_codes(__m512i c) {
+  int8_t u[16];
+  for (int k = 0; k < 16; k++) u[k] = (int8_t)(di_mxfp4_kv[k] + DI_PK_MXFP4_BIAS);
+  return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)u)), c);
+}
+/* What the unsigned weights carry beyond q: Q8_0 its xor 0x80, Q4_0 / Q5_0 their offset, MXFP4 its bias. */
+AI int q32_bias(di_dtype t) { return t == DI_Q8_0 ? 128 : t == DI_MXFP4 ? DI_PK_MXFP4_BIAS : di_pk_offset(t); }
+
+/* One 32-element block of 8 columns (Q4_0/Q4_1/Q5_0/Q8_0/MXFP4) into the MT float chains. */
 AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const *a, pk_acc *acc) {
   const uint8_t *q = gp + DI_PK_G * di_pk_head_bytes(t);
   __m512i isum[PK_MT_CAP];
@@ -112,6 +122,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
     UNROLL for (int w = 0; w < 4; w += 2) {
       __m512i v = pair_perm(load64(q + 32 * w));
       __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      if (t == DI_MXFP4) lo = mxfp4_codes(lo), hi = mxfp4_codes(hi);
       UNROLL for (int i = 0; i < MT; i++) {
         isum[i] = _mm512_dpbusd_epi32(isum[i], lo, bcast8(a[i]->qs + 4 * w));
         isum[i] = _mm512_dpbusd_epi32(isum[i], hi, bcast8(a[i]->qs + 16 + 4 * w));
@@ -120,7 +131,7 @@ AI void q32_block(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const 
   }
   __m256i s[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) s[i] = fold(isum[i]);
-  q32_finish(t, MT, gp, a, s, t == DI_Q8_0 ? 128 : di_pk_offset(t), acc); /* Q8_0: its xor 0x80 */
+  q32_finish(t, MT, gp, a, s, q32_bias(t), acc);
 }
 
 /* One Q4_K super-block of 8 columns: per sub-block s (words of chunk s/2,
@@ -211,7 +222,7 @@ AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
   q6k_finish(MT, gp, a, s, acc);
 }
 
-/* ---- Q4_0 / Q4_1 / Q8_0, two groups (16 columns) at a time ----
+/* ---- Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / MXFP4, two groups (16 columns) at a time ----
  * For these types the fold and the float finish of every 32-element block
  * cost as much as the dot products. Here a zmm holds a word of group g in its
  * low half and the same word of group g+1 in its high half, so each int32 lane
@@ -221,6 +232,7 @@ AI void q6k_block(int MT, const uint8_t *gp, const di_act_q8k *const *a, pk_acc 
  * operations of q32_finish, so the bits are the same. matmul_pack_tiles.h calls
  * pk_group2 for pairs of full groups and pk_group for the rest. */
 #define PK_GROUP2 1
+#define PK_MXFP4 1
 AI bool pk_group2_ok(di_dtype t) { return !di_pk_kquant(t); }
 
 AI __m512i bcast4(const int8_t *p) {
@@ -236,7 +248,7 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
   const uint8_t *q0 = gp0 + head, *q1 = gp1 + head;
   /* The bias term starts each sum (integer adds: the order is free), so it
    * costs one broadcast instead of a broadcast and a subtraction. */
-  const int bias = t == DI_Q8_0 ? 128 : di_pk_offset(t); /* Q8_0: its xor 0x80 */
+  const int bias = q32_bias(t);
   __m512i isum[PK_MT_CAP];
   UNROLL for (int i = 0; i < MT; i++) isum[i] = bias ? _mm512_set1_epi32(-bias * a[i]->sum) : _mm512_setzero_si512();
   if (t == DI_Q8_0) {
@@ -260,6 +272,7 @@ AI void q32_block2(di_dtype t, int MT, const uint8_t *gp0, const uint8_t *gp1, c
     UNROLL for (int w = 0; w < 4; w++) {
       __m512i v = join_words(q0 + 32 * w, q1 + 32 * w);
       __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      if (t == DI_MXFP4) lo = mxfp4_codes(lo), hi = mxfp4_codes(hi);
       UNROLL for (int i = 0; i < MT; i++) {
         isum[i] = _mm512_dpbusd_epi32(isum[i], lo, bcast4(a[i]->qs + 4 * w));
         isum[i] = _mm512_dpbusd_epi32(isum[i], hi, bcast4(a[i]->qs + 16 + 4 * w));

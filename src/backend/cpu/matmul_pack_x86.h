@@ -26,12 +26,24 @@ AI void pk_store(di_dtype t, const pk_acc *acc, float *y) {
   _mm256_storeu_ps(y, di_pk_kquant(t) ? _mm256_add_ps(acc->s, acc->m) : acc->s);
 }
 
-/* Q4_0/Q4_1/Q8_0, after the integer part: isum[i] holds sum(q_w * a) + bias *
+/* MXFP4's 8 E8M0 bytes as 2^(e - 128), bit for bit di_e8m0_half. */
+AI __m256 e8m0_half8(const uint8_t *p) {
+  const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)), one = _mm256_set1_epi32(1);
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, one), 23);
+  const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e); /* e < 2 */
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+}
+/* The 8 rows' block scales d_w of a 32-element group-block. */
+AI __m256 pk_dw(di_dtype t, const uint8_t *gp) {
+  return t == DI_MXFP4 ? e8m0_half8(gp) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
+}
+
+/* Q4_0/Q4_1/Q8_0/MXFP4, after the integer part: isum[i] holds sum(q_w * a) + bias *
  * sum(a) per column (the bias of the form the kernel fed the quants in), then
  * acc = fma(cvt(isum), d_w * d_a, acc); acc = fma(m_w, s_a, acc) (Q4_1), lane by lane. */
 AI void q32_finish(di_dtype t, int MT, const uint8_t *gp, const di_act_q8 *const *a, __m256i *isum, int bias,
                    pk_acc *acc) {
-  __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)gp));
+  __m256 dw = pk_dw(t, gp);
   UNROLL for (int i = 0; i < MT; i++) {
     __m256i is = bias ? _mm256_sub_epi32(isum[i], _mm256_set1_epi32(bias * a[i]->sum)) : isum[i];
     __m256 dd = _mm256_mul_ps(dw, _mm256_broadcast_ss(&a[i]->d));

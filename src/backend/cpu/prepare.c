@@ -10,9 +10,10 @@
 
 #include "backend/cpu/matmul.h"
 #include "model/hf.h"
+#include "model/mxfp4.h"
 #include "model/tensors.h"
 
-/* The matmul weights of Q4_0/Q4_1/Q8_0/Q4_K/Q6_K go into the CPU backend's packed layout,
+/* The matmul weights of Q4_0/Q4_1/Q8_0/MXFP4/Q4_K/Q6_K go into the CPU backend's packed layout,
  * in place (same bytes, matmul.h): every kernel and ISA level reads that layout,
  * so a model's numerics do not depend on how it was loaded. token_embd is packed
  * only when it is also the output matrix (tied); the embedding lookup then
@@ -132,6 +133,8 @@ static di_code pack_weights(di_model *m, bool mmapped, di_status *st) {
 
 di_code di_cpu_prepare_weights(di_model *m, bool mmapped, di_status *st) {
   di_code rc;
+  /* MXFP4 kernels exist in the packed layout (x86); elsewhere its blocks become Q8_0 */
+  if (!di_cpu_packable(DI_MXFP4) && (rc = di_model_convert_mxfp4(m, false, st))) return rc;
   for (int il = 0; il < m->hp.n_layer; il++)
     if (m->layers[il].attn == DI_ATTN_MLA && (rc = absorb_prepare(m, &m->layers[il], mmapped, st))) return rc;
   if (m->mtp && m->mtp->layer.attn == DI_ATTN_MLA && (rc = absorb_prepare(m, &m->mtp->layer, mmapped, st)))

@@ -78,6 +78,15 @@ static void dq_q8_0(const void *p, float *y) {
   for (int j = 0; j < 32; j++) y[j] = d * (float)b->qs[j];
 }
 
+static void dq_mxfp4(const void *p, float *y) {
+  const di_block_mxfp4 *b = p;
+  float d = di_e8m0_half(b->e);
+  for (int j = 0; j < 16; j++) {
+    y[j] = d * (float)di_mxfp4_kv[b->qs[j] & 15];
+    y[j + 16] = d * (float)di_mxfp4_kv[b->qs[j] >> 4];
+  }
+}
+
 /* Q4_K and Q5_K differ only in the fifth bit (qh == NULL for Q4_K). */
 static void dq_k_4_5(di_fp16 dh, di_fp16 dminh, const uint8_t *scales, const uint8_t *qh,
                      const uint8_t *qs, float *y) {
@@ -142,6 +151,7 @@ void di_cpu_dequant_row(di_dtype t, const void *src, float *dst, int64_t n) {
   case DI_Q5_0: fn = dq_q5_0; break;
   case DI_Q5_1: fn = dq_q5_1; break;
   case DI_Q8_0: fn = dq_q8_0; break;
+  case DI_MXFP4: fn = dq_mxfp4; break;
   case DI_Q4_K: fn = dq_q4_K; break;
   case DI_Q5_K: fn = dq_q5_K; break;
   case DI_Q6_K: fn = dq_q6_K; break;

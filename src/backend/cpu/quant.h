@@ -31,6 +31,22 @@ typedef struct { di_fp16 d, m; uint8_t qh[4]; uint8_t qs[DI_QK32 / 2]; } di_bloc
 /* d * q */
 typedef struct { di_fp16 d; int8_t qs[DI_QK32]; } di_block_q8_0;
 
+/* OCP MX FP4 (ggml's block_mxfp4): one E8M0 exponent e and 32 E2M1 codes,
+ * element j in the low nibble of qs[j], j + 16 in the high one; value =
+ * di_mxfp4_kv[code] * 2^(e - 128). The table holds twice the E2M1 values (0,
+ * 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives), small integers, so a block
+ * is an int8 block with a power-of-two scale: its int8 dot is exact. */
+typedef struct { uint8_t e; uint8_t qs[DI_QK32 / 2]; } di_block_mxfp4;
+static const int8_t di_mxfp4_kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+/* 2^(e - 128) as float bits, exact for every e (e < 2: subnormal). */
+static inline uint32_t di_e8m0_half_bits(uint32_t e) { return e < 2 ? 0x00200000u << e : (e - 1) << 23; }
+static inline float di_e8m0_half(uint8_t e) {
+  uint32_t b = di_e8m0_half_bits(e);
+  float f;
+  memcpy(&f, &b, 4);
+  return f;
+}
+
 /* 8 sub-blocks of 32; sub-block j is (d*sc_j) * q - (dmin*m_j) with 6-bit sc/m
  * packed in scales[12]; sub-blocks 2p and 2p+1 share qs[32p..32p+31] (low, high nibble). */
 typedef struct {
@@ -58,6 +74,7 @@ static_assert(sizeof(di_block_q4_1) == 20, "Q4_1 block is 20 bytes");
 static_assert(sizeof(di_block_q5_0) == 22, "Q5_0 block is 22 bytes");
 static_assert(sizeof(di_block_q5_1) == 24, "Q5_1 block is 24 bytes");
 static_assert(sizeof(di_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+static_assert(sizeof(di_block_mxfp4) == 17, "MXFP4 block is 17 bytes");
 static_assert(sizeof(di_block_q4_K) == 144, "Q4_K block is 144 bytes");
 static_assert(sizeof(di_block_q5_K) == 176, "Q5_K block is 176 bytes");
 static_assert(sizeof(di_block_q6_K) == 210, "Q6_K block is 210 bytes");
