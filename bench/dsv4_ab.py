@@ -11,7 +11,9 @@ model included), decode = (G - 1) / the CPU seconds a G-token run adds (nan when
 makes that difference negative: raise G).
 
   bench/dsv4_ab.py --a OLD/deepinfer --b build/deepinfer \\
-      -m ~/.cache/deepinfer/gen/deepseek-v4-tiny-g2/flashratio --prompt 4096 --gen 256 --reps 3 -t 1"""
+      -m ~/.cache/deepinfer/gen/deepseek-v4-tiny-g2/flashratio --prompt 4096 --gen 256 --reps 3 -t 1
+
+Also for GGUF models with a real vocabulary (--vocab 32768 for flash-mini's random prompt ids)."""
 import argparse
 import json
 import random
@@ -41,6 +43,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("-t", "--threads", type=int, default=1)
     ap.add_argument("--vocab", type=int, default=128)
+    ap.add_argument("--each", action="store_true", help="also print every run's figures (round by round)")
     args = ap.parse_args()
     rng = random.Random(7)
     ids = [rng.randrange(args.vocab) for _ in range(args.prompt)]
@@ -56,6 +59,10 @@ def main():
                            "decode_cpu": (args.gen - 1) / (st["cpu_s"] - one["cpu_s"])
                            if st["cpu_s"] > one["cpu_s"] else float("nan")})
             outs.setdefault(k, out)
+            if args.each:
+                r = res[k][-1]
+                print(f"  round {len(res[k])} {k}: decode {r['decode']:.2f} tok/s wall, {r['decode_cpu']:.2f} tok/s CPU "
+                      f"(CPU s: 1 token {one['cpu_s']:.2f}, {args.gen} tokens {st['cpu_s']:.2f})", flush=True)
     if outs["a"] != outs["b"]:
         raise SystemExit("generated ids differ between the binaries")
     med = {k: {m: statistics.median(r[m] for r in res[k]) for m in res[k][0]} for k in res}

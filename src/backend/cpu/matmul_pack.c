@@ -28,7 +28,7 @@
 
 /* Q5_K and MXFP4 have packed kernels on x86 only (AVX2, AVX-512 VNNI); elsewhere Q5_K's rows
  * stay as they are for the unpacked kernels rather than fall to the scalar
- * packed reference. */
+ * packed reference, and MXFP4's become Q8_0 (prepare.c). */
 bool di_cpu_packable(di_dtype t) {
 #ifdef DI_CPU_X86
   if (t == DI_Q5_K || t == DI_MXFP4) return true;
