@@ -149,6 +149,8 @@ static void fill_weights(di_dtype t, uint8_t *w, int64_t N, int64_t K, uint64_t 
       uint8_t *blk = row + b * bb;
       if (t == DI_Q6_K) {
         memcpy(blk + 208, &half, 2);
+      } else if (t == DI_MXFP4) {
+        blk[0] = 121; /* 2^-7 */
       } else {
         memcpy(blk, &half, 2);
         memcpy(blk + 2, &half, 2);
@@ -177,7 +179,7 @@ typedef struct { const char *name; di_dtype t; } tname;
 static const tname types[] = {{"f32", DI_F32},   {"f16", DI_F16},   {"bf16", DI_BF16},
                               {"q8_0", DI_Q8_0}, {"q4_0", DI_Q4_0}, {"q4_1", DI_Q4_1},
                               {"q5_0", DI_Q5_0}, {"q5_1", DI_Q5_1}, {"q4_k", DI_Q4_K},
-                              {"q5_k", DI_Q5_K}, {"q6_k", DI_Q6_K}};
+                              {"q5_k", DI_Q5_K}, {"q6_k", DI_Q6_K}, {"mxfp4", DI_MXFP4}};
 
 int main(int argc, char **argv) {
   int threads = 1, quick = 0, in_cache = 0;
