@@ -234,7 +234,12 @@ int main(void) {
 #endif
   CHECK(!di_cpu_packable(DI_F16));
   print_paths(best);
-  printf("%s: packed Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/MXFP4 bit-identical to the scalar reference for M 1..%d, split columns, %s\n",
-         PACKED_TEST_NAME, MMAX, di_cpu_isa_name(best));
+#ifdef DI_CPU_X86
+  const char *names = "Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K/MXFP4";
+#else
+  const char *names = "Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K";
+#endif
+  printf("%s: packed %s bit-identical to the scalar reference for M 1..%d, split columns, %s\n", PACKED_TEST_NAME,
+         names, MMAX, di_cpu_isa_name(best));
   return di_test_finish(PACKED_TEST_NAME);
 }
