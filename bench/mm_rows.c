@@ -18,39 +18,12 @@
 
 #include "backend/cpu/matmul.h"
 #include "model/gguf.h"
+#include "bench_weights.h"
 
 static double thread_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static float rndf(uint64_t *s) {
-  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-  return (float)(*s >> 40) / 16777216.0f * 2.0f - 1.0f;
-}
-
-/* Random bytes with sane fp16 scales for the K-quants (no quantizer for them). */
-static void fill(di_dtype t, uint8_t *w, int64_t N, int64_t K, uint64_t *seed) {
-  size_t rb = di_dtype_row_bytes(t, K), bb = di_dtype_block_bytes(t);
-  float *x = malloc((size_t)K * 4);
-  for (int64_t n = 0; n < N; n++) {
-    uint8_t *row = w + (size_t)n * rb;
-    for (int64_t k = 0; k < K; k++) x[k] = rndf(seed);
-    if (di_cpu_quantize_row(t, x, row, K)) continue;
-    for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)(rndf(seed) * 127 + 128);
-    const uint16_t half = 0x2000;
-    for (size_t b = 0; b < rb / bb; b++) {
-      uint8_t *blk = row + b * bb;
-      if (t == DI_Q6_K) {
-        memcpy(blk + 208, &half, 2);
-      } else {
-        memcpy(blk, &half, 2);
-        memcpy(blk + 2, &half, 2);
-      }
-    }
-  }
-  free(x);
 }
 
 static const struct { const char *name; di_dtype t; } types[] = {
@@ -82,7 +55,7 @@ int main(int argc, char **argv) {
   const size_t copies = stream ? ((size_t)256 << 20) / mat + 1 : 1;
   uint8_t *W = aligned_alloc(64, (mat * copies + 63) / 64 * 64);
   uint64_t seed = 0x9e3779b97f4a7c15ull;
-  fill(t, W, N, K, &seed);
+  fill_weights(t, W, N, K, &seed);
   if (!di_cpu_pack(t, W, N, K)) return 1;
   for (size_t c = 1; c < copies; c++) memcpy(W + c * mat, W, mat);
   const int64_t MX = 64;
