@@ -44,13 +44,13 @@ static bool q8_exact(const di_tensor *t) {
 typedef struct conv {
   di_model *m;
   di_status *st;
-  bool to_q8, keep;
+  bool to_q8;
   di_code rc;
 } conv;
 
 static void convert(di_tensor *t, void *u) {
   conv *c = u;
-  if (c->rc || !t->data || t->type != DI_MXFP4 || (c->to_q8 && c->keep)) return;
+  if (c->rc || !t->data || t->type != DI_MXFP4) return;
   const bool q8 = c->to_q8 && q8_exact(t);
   const di_dtype type = q8 ? DI_Q8_0 : DI_F32;
   const size_t row_bytes = di_dtype_row_bytes(type, t->ne[0]), n = row_bytes * (size_t)t->ne[1];
@@ -87,8 +87,8 @@ di_code di_model_convert_mxfp4(di_model *m, bool keep_quantized, di_status *st) 
   bool any = false;
   for (size_t i = 0; i < di_gguf_n_tensors(m->gguf); i++) any |= di_gguf_tensor_at(m->gguf, i)->type == DI_MXFP4;
   if (!any) return DI_OK;
-  conv c = {.m = m, .st = st, .to_q8 = file_quantized(m->gguf), .keep = keep_quantized};
-  if (c.to_q8 && c.keep) return DI_OK;
+  conv c = {.m = m, .st = st, .to_q8 = file_quantized(m->gguf)};
+  if (c.to_q8 && keep_quantized) return DI_OK; /* the backend multiplies MXFP4 as stored */
   convert(&m->tok_embd, &c);
   convert(&m->output, &c);
   convert(&m->hc_head_fn, &c);
