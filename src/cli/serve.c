@@ -240,8 +240,18 @@ int di_cmd_serve(int argc, char **argv) {
   int sig = 0;
   sigwait(&sigs, &sig);
   di_dist_interrupt(); /* --tp: the other ranks are stopping too, no step can finish */
-  fprintf(stderr, "deepinfer serve: signal %d, draining (up to %d s; a second signal exits at once)\n", sig, drain_s);
-  if (!di_server_drain(s, drain_s, &sigs)) {
+  if (di_dist_active())
+    fprintf(stderr, "deepinfer serve: signal %d, tensor parallel job stopping (the requests in flight get an error)\n",
+            sig);
+  else
+    fprintf(stderr, "deepinfer serve: signal %d, draining (up to %d s; a second signal exits at once)\n", sig,
+            drain_s);
+  /* Under --tp the job is stopping with the first signal: every step fails at
+   * once and the requests in flight get their error within milliseconds,
+   * unless a second signal cut the drain first, and mpirun may send its
+   * SIGTERM more than once (for the rank that died and for each rank that
+   * exits after it). Rank 0 exits on its own a second after the failure. */
+  if (!di_server_drain(s, drain_s, di_dist_active() ? NULL : &sigs)) {
     fprintf(stderr, "deepinfer serve: second signal, exiting now\n");
     _exit(130);
   }

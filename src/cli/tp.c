@@ -6,6 +6,7 @@
  * collectives' layout (dist/comm.h). */
 #include "cli/tp.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,20 @@ static di_code follower_load(follower *fl, const di_tp_msg *h, const char *path,
   return rc ? rc : di_forward_tp_follow_init(fl->f, st);
 }
 
+/* SIGTERM or SIGINT (mpirun forwards them, and sends SIGTERM to every rank
+ * when one dies): the operation in progress fails and the rank exits through
+ * dist/comm.c's failure path, which leaves rank 0 the time to answer its
+ * requests, instead of dying at once. */
+static void on_stop(int sig) {
+  (void)sig;
+  di_dist_interrupt();
+}
+
 static int follow(void) {
+  struct sigaction sa = {.sa_handler = on_stop};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
   follower fl = {0};
   void *buf = NULL;
   size_t cap = 0;

@@ -64,12 +64,19 @@ static void *exit_later(void *p) {
 }
 
 /* The job cannot go on: rank 0 fails every later operation with the message
- * and exits a second later; another rank exits now (rank 0 reports). */
+ * and exits a second later; another rank exits half a second later (rank 0
+ * reports). */
 static di_code fail(di_status *st) {
   if (!g.failed) {
     g.failed = true;
     fprintf(stderr, "deepinfer: rank %d: %s\n", g.rank, g.err);
-    if (g.rank != 0) _exit(1);
+    if (g.rank != 0) {
+      /* mpirun (Open MPI 4) sends SIGTERM, then SIGKILL as soon as any rank
+       * exits: a rank that left at once would cut rank 0 off before its
+       * requests in flight got their error. */
+      usleep(500 * 1000);
+      _exit(1);
+    }
     pthread_t th;
     if (pthread_create(&th, NULL, exit_later, NULL) == 0) pthread_detach(th);
     else _exit(1);

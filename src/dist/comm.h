@@ -46,7 +46,9 @@ di_code di_dist_alltoallv(const void *send, const size_t *sbytes, void *recv, co
 bool di_dist_failed(void);
 /* The process got a stop signal: operations in progress and later fail now
  * (mpirun sends SIGTERM to the other ranks when one exits, then SIGKILL a
- * second later: the requests in flight get their error within that second). */
+ * second later or as soon as another rank exits; the followers, which catch
+ * the signal, exit half a second after it, so the requests in flight get
+ * their error within that half second). */
 void di_dist_interrupt(void);
 
 /* Time inside collectives and bytes moved, since start (for bench). */

@@ -292,10 +292,11 @@ def test_lost_rank_is_a_clear_error(tmp_path, sig, n, victim_rank, layout):
     assert rc != 0
     assert elapsed < 10, elapsed
     assert "deepinfer: rank 0:" in err, err
+    assert "exiting now" not in err, err
     # the request in flight ended with an error, not with a finish_reason
     finished = [e for e in events if e.startswith(b"{") and b'"finish_reason":"' in e]
     assert not finished, finished[-1]
-    assert any(b'"error"' in e for e in events), events[-3:]
+    assert any(b'"error"' in e for e in events), (rc, events[-3:], err[-2000:])
 
 
 def test_sampled_n3_matches_one_rank(tmp_path):
