@@ -212,6 +212,11 @@ typedef struct di_engine_stats {
    * blocks held now; holds given up under memory pressure (longer replays) */
   int swa_held_blocks;
   uint64_t swa_hold_drops;
+  /* time the stepping thread spent in requests' constraints (grammar masks,
+   * accepting tokens, cutting drafts), within step_seconds and sched_seconds:
+   * a constraint's cost measured directly, steadier than comparing two runs
+   * on a loaded machine */
+  double constraint_seconds;
 } di_engine_stats;
 void di_engine_stats_get(di_engine *e, di_engine_stats *s);
 

@@ -197,18 +197,21 @@ int di_cmd_bench_serve(int argc, char **argv) {
   qsort(ttft, (size_t)n_req, sizeof *ttft, cmp_double);
   qsort(tpot, (size_t)n_tpot, sizeof *tpot, cmp_double);
   double hit = s.prefix_query_tokens ? (double)s.prefix_hit_tokens / (double)s.prefix_query_tokens : 0;
-  double sched_frac = s.step_seconds > 0 ? s.sched_seconds / (s.step_seconds + s.sched_seconds) : 0;
+  double busy = s.step_seconds + s.sched_seconds;
+  double sched_frac = busy > 0 ? s.sched_seconds / busy : 0;
   if (json) {
     printf("{\"model\": \"%s\", \"concurrency\": %lld, \"requests\": %lld, \"prompt_len\": %lld, \"gen_len\": %lld, "
            "\"threads\": %d, \"seconds\": %.3f, \"output_tokens\": %lld, \"output_tok_s\": %.2f, "
            "\"ttft_p50\": %.4f, \"ttft_p90\": %.4f, \"ttft_p99\": %.4f, \"tpot_p50\": %.5f, \"tpot_p90\": %.5f, "
            "\"tpot_p99\": %.5f, \"prefix_hit_rate\": %.4f, \"preemptions\": %llu, \"steps\": %llu, "
            "\"sched_fraction\": %.5f, \"kv_blocks_total\": %d, \"kv_blocks_high_water\": %d, \"cpu_seconds\": %.3f, "
-           "\"output_tok_per_cpu_s\": %.3f, \"constrained\": %s}\n",
+           "\"output_tok_per_cpu_s\": %.3f, \"constrained\": %s, \"constraint_seconds\": %.4f, "
+           "\"constraint_fraction\": %.5f}\n",
            o.model_path, conc, n_req, plen, glen, o.threads, wall, toks, toks / wall, pct(ttft, n_req, 50),
            pct(ttft, n_req, 90), pct(ttft, n_req, 99), pct(tpot, n_tpot, 50), pct(tpot, n_tpot, 90),
            pct(tpot, n_tpot, 99), hit, (unsigned long long)s.preemptions, (unsigned long long)s.steps, sched_frac,
-           s.kv_blocks_total, s.kv_blocks_high_water, cpu, toks / cpu, grammar ? "true" : "false");
+           s.kv_blocks_total, s.kv_blocks_high_water, cpu, toks / cpu, grammar ? "true" : "false",
+           s.constraint_seconds, busy > 0 ? s.constraint_seconds / busy : 0);
   } else {
     printf("model        %s\n", o.model_path);
     printf("load         %lld requests, %lld in flight, prompt %lld (shared %lld), gen %lld\n", n_req, conc, plen,
@@ -224,6 +227,7 @@ int di_cmd_bench_serve(int argc, char **argv) {
     printf("preemptions  %llu\n", (unsigned long long)s.preemptions);
     printf("KV blocks    %d total, %d high water (block %d)\n", s.kv_blocks_total, s.kv_blocks_high_water, s.kv_block_size);
     printf("scheduler    %.3f%% of step time\n", 100 * sched_frac);
+    if (grammar) printf("constraint   %.3f%% of step time (masks, accepts)\n", busy > 0 ? 100 * s.constraint_seconds / busy : 0);
   }
   free(ttft);
   free(tpot);

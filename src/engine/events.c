@@ -132,14 +132,22 @@ void di_engine_sample_emit(di_engine *e, di_seq *s, const float *logits) {
                      .rng = &s->rng, .top_logprobs = r->p.top_logprobs, .logprob = r->p.logprobs > 0};
   di_sample_out so;
   const di_constraint *c = &r->constraint;
+  double tc = 0;
   if (c->accept) {
+    tc = di_engine_now();
     c->fill_mask(c->self, e->cmask);
     in.mask = e->cmask;
+    tc = di_engine_now() - tc;
   }
   in.cand = e->cand;
   di_sampler_sample(&e->sampler, logits, &in, &so);
-  /* the mask allows end of generation only where the constraint accepts; stop once nothing can follow */
-  bool c_done = c->accept && (!c->accept(c->self, so.token) || c->finished(c->self));
+  bool c_done = false;
+  if (c->accept) {
+    double t = di_engine_now();
+    /* the mask allows end of generation only where the constraint accepts; stop once nothing can follow */
+    c_done = !c->accept(c->self, so.token) || c->finished(c->self);
+    e->acc.constraint_seconds += tc + di_engine_now() - t;
+  }
   s->n_gen++;
   e->acc.generated_tokens++;
   if (is_stop_token(e, r, so.token)) {

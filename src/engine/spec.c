@@ -25,11 +25,13 @@ int di_spec_k_cap(const di_engine *e, const di_seq *s, int k_cap) {
 
 /* A draft is cut before the first token the request's constraint forbids
  * (the target could never choose it); the walk over it is rolled back. */
-static int constraint_cut(const di_constraint *c, const int32_t *draft, int n) {
+static int constraint_cut(di_engine *e, const di_constraint *c, const int32_t *draft, int n) {
   if (n <= 0 || !c->accept) return n;
+  double t = di_engine_now();
   int ok = 0;
   while (ok < n && c->accept(c->self, draft[ok])) ok++;
   if (ok > 0) c->rollback(c->self, (size_t)ok);
+  e->acc.constraint_seconds += di_engine_now() - t;
   return ok;
 }
 
@@ -39,6 +41,7 @@ static int constraint_cut(const di_constraint *c, const int32_t *draft, int n) {
  * run costs one forward instead of one per token. The walk is rolled back. */
 static int forced_run(di_engine *e, const di_constraint *c, int32_t *out, int k_cap) {
   if (!c->accept) return 0;
+  double t = di_engine_now();
   int n = 0;
   while (n < k_cap) {
     c->fill_mask(c->self, e->cmask); /* the sampler's scratch, free until this step's sampling */
@@ -48,6 +51,7 @@ static int forced_run(di_engine *e, const di_constraint *c, int32_t *out, int k_
     if (c->finished(c->self)) break;
   }
   if (n > 0) c->rollback(c->self, (size_t)n);
+  e->acc.constraint_seconds += di_engine_now() - t;
   return n;
 }
 
@@ -65,7 +69,7 @@ int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens) {
     }
   }
   if (e->spec.model) /* planned and drafted before the batch was built (di_spec_model_step) */
-    return constraint_cut(c, out, di_spec_model_take(e, s, k_cap, out));
+    return constraint_cut(e, c, out, di_spec_model_take(e, s, k_cap, out));
   if (!di_spec_active(&s->spec, e->acc.steps)) return 0;
   int n = 0;
   if (e->spec.mtp) { /* the module's proposal, made after the last step (spec/mtp.c) */
@@ -76,7 +80,7 @@ int di_spec_propose(di_engine *e, di_seq *s, int k_cap, int tokens) {
   } else {
     n = e->spec.drafter.propose(e->spec.drafter.self, s->tokens, s->len, k_cap, out);
   }
-  n = constraint_cut(c, out, n);
+  n = constraint_cut(e, c, out, n);
   /* the module's probe is a shadow: its row would cost what the module's forward does */
   di_spec_plan_in in = {.k_avail = n, .always = e->spec.always, .emit = e->spec.plan_emit + 1, .tokens = tokens,
                         .step = e->acc.steps, .unverified = e->spec.mtp && !e->spec.always};

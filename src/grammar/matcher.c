@@ -23,6 +23,7 @@ struct di_gmatcher {
   hist *h;
   size_t n_h, cap_h; /* h[0]: start; h[k]: after k tokens */
   gset *walk;        /* per depth, for token walks */
+  gset adv[2];       /* advance's byte-by-byte sets, kept so a token allocates nothing */
   bool *wpop;
   uint32_t *stamp_state;
   uint32_t stamp;
@@ -88,6 +89,8 @@ void di_gmatcher_free(di_gmatcher *m) {
   free(m->wpop);
   free(m->stamp_state);
   XXH3_freeState(m->xxh);
+  gset_free(&m->adv[0]);
+  gset_free(&m->adv[1]);
   gp_free(&m->pool);
   free(m->sets);
   free(m->h);
@@ -107,6 +110,7 @@ di_gmatcher *di_gmatcher_fork(const di_gmatcher *src) {
   memcpy(m->sets, src->sets, src->n_sets * sizeof *m->sets);
   memcpy(m->h, src->h, src->n_h * sizeof *m->h);
   m->stamp = 0;
+  m->adv[0] = m->adv[1] = (gset){0};
   alloc_scratch(m);
   return m;
 }
@@ -121,24 +125,19 @@ size_t di_gmatcher_n_accepted(const di_gmatcher *m) { return m->n_h - 1; }
 static bool advance(di_gmatcher *m, const uint8_t *b, size_t n) {
   const hist *h = cur(m);
   gset a = {.v = m->sets ? m->sets + h->off : NULL, .n = h->n, .cap = h->n};
-  gset x = {0}, y = {0};
   bool pop = h->accepting && n == 0, ok = true;
   const gset *in = &a;
   for (size_t i = 0; i < n; i++) {
-    gp_step(&m->pool, &m->g->a, in, b[i], &x, &pop);
-    if (x.n == 0 && !(pop && i + 1 == n)) {
+    gset *out = &m->adv[i & 1]; /* never in: in is a (i = 0) or the other one */
+    gp_step(&m->pool, &m->g->a, in, b[i], out, &pop);
+    if (out->n == 0 && !(pop && i + 1 == n)) {
       ok = false;
       break;
     }
-    gset t = x;
-    x = y;
-    y = t;
-    in = &y;
+    in = out;
   }
   if (ok) push_hist(m, in, pop);
   else gp_truncate(&m->pool, cur(m)->pool_n);
-  gset_free(&x);
-  gset_free(&y);
   return ok;
 }
 

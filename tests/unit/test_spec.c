@@ -583,6 +583,9 @@ static uint64_t constrained_run(bool spec, out *res, fake_constraint *fc) {
   di_engine_stats s;
   di_engine_stats_get(e, &s);
   di_engine_destroy(e);
+  /* the time in the constraint's calls is counted, and is part of the engine's */
+  CHECKF(s.constraint_seconds > 0 && s.constraint_seconds <= s.step_seconds + s.sched_seconds,
+         "constraint %.6f s of step %.6f + scheduling %.6f s", s.constraint_seconds, s.step_seconds, s.sched_seconds);
   for (int i = 0; i < 4; i++) {
     CHECKF(fc[i].depth == res[i].n, "constraint state %d after %d emitted tokens", fc[i].depth, res[i].n);
     for (int t = 0; t < res[i].n; t++) CHECK(res[i].tokens[t] % 7 != 0);
@@ -593,6 +596,7 @@ static uint64_t constrained_run(bool spec, out *res, fake_constraint *fc) {
 static void test_constraint_hook(void) {
   cfg off = {.max_seqs = 4, .at_once = 4, .temp = 0, .rep = 1, .ignore_eos = true};
   run(&off, ref); /* unconstrained: the oracle proposes these, forbidden tokens included */
+  CHECK(last_stats.constraint_seconds == 0);
   memcpy(oracle_ref, ref, sizeof ref);
   static out plain[4], spec[4];
   fake_constraint fa[4], fb[4];
