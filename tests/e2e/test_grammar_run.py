@@ -101,6 +101,9 @@ def test_serving_bench_constrained(tmp_path):
     assert out["off"]["constrained"] is False and out["long"]["constrained"] is True
     assert out["off"]["output_tokens"] == out["long"]["output_tokens"] == 48
     assert 2 <= out["short"]["output_tokens"] < 48  # "true" and whitespace around it, then the grammar is done
+    # the time inside the constraint: none without one, a part of the step time with one
+    assert out["off"]["constraint_seconds"] == 0 and out["off"]["constraint_fraction"] == 0
+    assert out["long"]["constraint_seconds"] > 0 and 0 < out["long"]["constraint_fraction"] < 1
     p = subprocess.run(base + ["--json-schema", str(long_), "--regex", "a+"], capture_output=True, timeout=60)
     assert p.returncode == 2 and b"at most one of" in p.stderr
     bad = tmp_path / "bad.json"
