@@ -205,8 +205,8 @@ int di_cmd_bench_serve(int argc, char **argv) {
            "\"ttft_p50\": %.4f, \"ttft_p90\": %.4f, \"ttft_p99\": %.4f, \"tpot_p50\": %.5f, \"tpot_p90\": %.5f, "
            "\"tpot_p99\": %.5f, \"prefix_hit_rate\": %.4f, \"preemptions\": %llu, \"steps\": %llu, "
            "\"sched_fraction\": %.5f, \"kv_blocks_total\": %d, \"kv_blocks_high_water\": %d, \"cpu_seconds\": %.3f, "
-           "\"output_tok_per_cpu_s\": %.3f, \"constrained\": %s, \"constraint_seconds\": %.4f, "
-           "\"constraint_fraction\": %.5f}\n",
+           "\"output_tok_per_cpu_s\": %.3f, \"constrained\": %s, \"constraint_seconds\": %.6f, "
+           "\"constraint_fraction\": %.6f}\n",
            o.model_path, conc, n_req, plen, glen, o.threads, wall, toks, toks / wall, pct(ttft, n_req, 50),
            pct(ttft, n_req, 90), pct(ttft, n_req, 99), pct(tpot, n_tpot, 50), pct(tpot, n_tpot, 90),
            pct(tpot, n_tpot, 99), hit, (unsigned long long)s.preemptions, (unsigned long long)s.steps, sched_frac,
