@@ -88,14 +88,14 @@ int main(void) {
     return 77;
   }
   const di_kv_dtype types[] = {DI_KV_DTYPE_F16, DI_KV_DTYPE_F32, DI_KV_DTYPE_BF16};
-  const int ns[] = {1, 7, 8, 33, 64}, hds[] = {64, 80, 128, 256};
+  const int ns[] = {1, 7, 8, 33, 64}, hds[] = {64, 80, 128, 256, 576};
   for (int ti = 0; ti < 3; ti++)
     for (int ni = 0; ni < 5; ni++)
-      for (int hi = 0; hi < 4; hi++)
+      for (int hi = 0; hi < 5; hi++)
         for (int nq = 1; nq <= NQ; nq += nq < 9 ? 1 : 8)
           for (int rg = 0; rg < 2; rg++) check_case(types[ti], ns[ni], hds[hi], nq, rg, nq % 3 == 0 ? 30.0f : 0.0f, avx512);
   for (int n = 1; n <= 16; n += 5)
-    for (int hi = 0; hi < 4; hi++) check_merge(n, hds[hi]);
+    for (int hi = 0; hi < 5; hi++) check_merge(n, hds[hi]);
   printf("test_attn_tiles: merge bit-identical to the scalar merge; AVX2 group%s tiles bit-identical to the AVX2 tile\n", avx512 ? " and AVX-512" : "");
   return di_test_finish("test_attn_tiles");
 }

@@ -42,7 +42,10 @@ void di_cpu_attn_tile_avx2(const float *q, const uint8_t *const *krow, const uin
  * KV head under GQA, of one or several tokens): query i at q[i] over
  * positions [lo, qhi[i]] (qhi NULL: [lo, hi] for all; else hi = the largest
  * qhi[i]), result in out[i], each the bits of its own single-query tile. */
-#define DI_ATTN_GROUP_MAX_HD 256
+/* Up to MLA's latent rows (DeepSeek-V2/V3: kv_lora_rank 512 + rope 64), whose
+ * 16+ query heads per token share every row: one f32 conversion of the tile
+ * for all of them instead of one per head. */
+#define DI_ATTN_GROUP_MAX_HD 576
 /* Queries per group call: a prefill unit of up to this many queries converts
  * its tile's f16 K/V rows to f32 once (64 had left the conversion at ~10% of
  * the tile time on MHA prompts; 110M tile microbenchmark 64 -> 256: +8%). */
