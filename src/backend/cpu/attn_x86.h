@@ -6,6 +6,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 
 #include "backend/cpu/attn.h"
 #include "backend/cpu/softmax_exp.h"
@@ -36,12 +37,15 @@ AI __m256 hsum8(const __m256 v[8]) {
  * each loop (tile_rows_f32), not a test per 8 values. */
 AI void tile_rows_f32(const uint8_t *const *krow, const uint8_t *const *vrow, int n, int hd, const di_kv_dtype t,
                       float *kbuf, float *vbuf, const float **kp, const float **vp) {
+  bool v_is_k = true; /* MLA (v_in_k): V is read from the K rows, converted once */
+  for (int j = 0; j < n; j++) v_is_k &= krow[j] == vrow[j];
   for (int j = 0; j < n; j++) {
-    float *kd = kbuf + (size_t)j * hd, *vd = vbuf + (size_t)j * hd;
-    for (int d = 0; d < hd; d += 8) {
-      _mm256_storeu_ps(kd + d, load_kv(krow[j] + (size_t)d * 2, t));
-      _mm256_storeu_ps(vd + d, load_kv(vrow[j] + (size_t)d * 2, t));
-    }
+    float *kd = kbuf + (size_t)j * hd, *vd = v_is_k ? kd : vbuf + (size_t)j * hd;
+    if (j + 2 < n)
+      for (int d = 0; d < hd; d += 32) _mm_prefetch((const char *)krow[j + 2] + (size_t)d * 2, _MM_HINT_T0);
+    for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(kd + d, load_kv(krow[j] + (size_t)d * 2, t));
+    if (!v_is_k)
+      for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(vd + d, load_kv(vrow[j] + (size_t)d * 2, t));
     kp[j] = kd, vp[j] = vd;
   }
 }
