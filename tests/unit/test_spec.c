@@ -403,6 +403,28 @@ static void test_tuner(void) {
   for (int i = 0; i < 30; i++) di_spec_observe(&d, 2, 2);
   CHECKF(di_spec_plan(&d, &c, &dm, &fb) >= 3, "k %d after steady acceptance (p2 %.2f)", di_spec_plan(&d, &c, &dm, &fb),
          d.p[2]);
+  /* A request's first verifications count as a running mean with the prior
+   * (0.5 -> 0.75 -> 0.83 -> 0.88 for three full acceptances; the rate then
+   * stays at its floor), and positions past an all-accepted draft follow at
+   * the same rate (0.69 at position 3, where P_DRIFT would have left 0.59). */
+  di_spec_seq f = {0};
+  for (int i = 0; i < 3; i++) di_spec_observe(&f, 3, 3);
+  CHECKF(f.p[0] > 0.87f && f.p[0] < 0.88f && f.p[3] > 0.65f, "p0 %.3f p3 %.3f after 3 full acceptances", f.p[0], f.p[3]);
+  CHECKF(di_spec_plan(&f, &c, &dm, &fb) >= 3, "k %d after 3 full acceptances", di_spec_plan(&f, &c, &dm, &fb));
+  for (int i = 0; i < 10; i++) di_spec_observe(&f, 3, 0);
+  CHECK(di_spec_expected(&f, 1) < 0.05); /* ... and a collapse still shows at once */
+  /* A lone request's steps differ by a draft token or two: a load that grows
+   * 2% per step meanwhile is no slope to fit alone; the ridge towards the
+   * prior keeps the fixed part (10 ms, 1 ms per token, times the load) from
+   * being extrapolated to nothing (without it: c0 = c1 = 2.7 ms, where no draft
+   * costing more than the fixed part could ever pay; with it 8.3 / 1.8 ms). */
+  di_spec_cost drift = {0};
+  double load = 1;
+  for (int i = 0; i < 16; i++, load *= 1.02) {
+    int n = i < 10 ? 5 + i % 2 : 6 + i % 2;
+    di_spec_cost_add(&drift, n, load * (0.010 + 0.001 * n));
+  }
+  CHECKF(drift.c0 > 3 * drift.c1 && drift.c0 > 0.006, "fit under a growing load: c0 %g c1 %g", drift.c0, drift.c1);
 }
 
 /* Unverified probes (the MTP drafter): a sequence starts backed off with a

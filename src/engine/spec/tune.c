@@ -13,9 +13,25 @@
  * once COST_MIN_STEPS steps are in: a few points give no slope to trust). */
 #define COST_CLIP 1.5
 #define COST_MIN_STEPS 8
+/* The slope is a ridge fit pulled towards the prior's (as if steps whose
+ * token counts spread by this much, squared and summed, had shown it): a
+ * lone request's steps differ by a few draft tokens, and a load that grows
+ * while its drafts lengthen would otherwise pass for their cost, pushing the
+ * fixed part (the intercept, extrapolated to one token) towards nothing and
+ * turning off a drafter accepted every time (seen: 7.7 ms fixed + 5.5 ms per
+ * token for a 25-30 ms step). A batch's spread (tens of tokens) outweighs it. */
+#define COST_PRIOR_SXX 8.0
 #define P_PRIOR 0.5f
+/* A position's n-th verified outcome moves its estimate by 1/(n + 1) of the
+ * gap (the mean of the prior and the outcomes so far) until that is
+ * P_RATE, the moving average's rate: a request's first verifications teach
+ * the estimate what they show instead of 1/4 of it each (at 25% a drafter
+ * right every time needs 6 verifications to lift p[0] from 0.5 past 0.9, and
+ * the tuner holds k short meanwhile: a third of a 128-token reply). */
 #define P_RATE 0.25f
-/* Slower than P_RATE, so verified outcomes outweigh the drift (di_spec_seq). */
+/* Positions past the verified ones: slower than P_RATE, so verified
+ * outcomes outweigh the drift, unless every draft was accepted (nothing
+ * was rejected to outweigh: the deeper positions follow at P_RATE). */
 #define P_DRIFT 0.1f
 /* A draft row is verified only if it yields a token at least this often
  * (tune.h): above it the measured costs decide, below it the gain is too
@@ -33,9 +49,12 @@ void di_spec_cost_add(di_spec_cost *c, int tokens, double seconds) {
   c->y = c->y * COST_DECAY + seconds;
   c->xx = c->xx * COST_DECAY + x * x;
   c->xy = c->xy * COST_DECAY + x * seconds;
-  double mx = c->x / c->w, my = c->y / c->w, var = c->xx / c->w - mx * mx;
-  if (var > 0.25 && c->w >= COST_MIN_STEPS) { /* token counts spread enough to separate slope from intercept */
-    double c1 = (c->xy / c->w - mx * my) / var;
+  double mx = c->x / c->w, my = c->y / c->w;
+  /* the prior's slope through the mean step: a fixed part of 1 / COST_PRIOR_RATIO tokens */
+  double s0 = my / (1 / COST_PRIOR_RATIO + mx);
+  if (c->w >= COST_MIN_STEPS) {
+    double sxx = c->xx - c->x * mx, sxy = c->xy - c->x * my;
+    double c1 = (sxy + COST_PRIOR_SXX * s0) / (sxx + COST_PRIOR_SXX);
     if (c1 < my * 1e-3) c1 = my * 1e-3; /* noise can tilt it: a token never costs nothing */
     double c0 = my - c1 * mx;
     if (c0 < c1) { /* ... nor more than the fixed part, all weights read once: the best fit with c0 = c1 */
@@ -44,8 +63,8 @@ void di_spec_cost_add(di_spec_cost *c, int tokens, double seconds) {
     }
     c->c0 = c0, c->c1 = c1;
   } else {
-    c->c1 = my / (1 / COST_PRIOR_RATIO + mx);
-    c->c0 = c->c1 / COST_PRIOR_RATIO;
+    c->c1 = s0;
+    c->c0 = s0 / COST_PRIOR_RATIO;
   }
   c->fitted = true;
 }
@@ -137,7 +156,11 @@ void di_spec_observe(di_spec_seq *s, int k, int a) {
   seq_init(s, false);
   if (k <= 0) return;
   int n = 0;
-  for (int j = 0; j < k && j <= a; j++, n++) s->p[j] += P_RATE * ((j < a ? 1.0f : 0.0f) - s->p[j]);
+  for (int j = 0; j < k && j <= a; j++, n++) {
+    if (s->seen[j] < 1 / P_RATE) s->seen[j]++;
+    float rate = 1.0f / (float)(s->seen[j] + 1);
+    s->p[j] += (rate > P_RATE ? rate : P_RATE) * ((j < a ? 1.0f : 0.0f) - s->p[j]);
+  }
   if (a == 0) { /* the third miss in a row halves p[0], the fourth quarters it, ... */
     if (s->misses < 16) s->misses++;
     if (s->misses > 2) s->p[0] *= 1.0f / (float)(1u << (s->misses - 2));
@@ -146,5 +169,6 @@ void di_spec_observe(di_spec_seq *s, int k, int a) {
     s->hit = true;
     if (!s->off && s->backoff > BACKOFF_MIN) s->backoff--; /* accepted while on: probe sooner next time */
   }
-  for (int j = n; j < DI_SPEC_K_LIMIT; j++) s->p[j] += P_DRIFT * (s->p[n - 1] - s->p[j]);
+  float drift = a == k ? P_RATE : P_DRIFT;
+  for (int j = n; j < DI_SPEC_K_LIMIT; j++) s->p[j] += drift * (s->p[n - 1] - s->p[j]);
 }

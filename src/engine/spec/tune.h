@@ -8,7 +8,9 @@
  * verifications; positions past the last one verified drift towards its
  * estimate, so a drafter that keeps being right is tried deeper instead of
  * being held by an old rejection there); k draft tokens are then expected to add
- * E(k) = p0 + p0 p1 + ... accepted tokens. The planner picks the k that
+ * E(k) = p0 + p0 p1 + ... accepted tokens (the first few outcomes at a
+ * position count as a running mean with the prior, so a request's first
+ * verifications are learned at once rather than a quarter at a time). The planner picks the k that
  * maximizes the batch's expected emitted tokens per predicted second,
  * (emitted + E(k)) / T(tokens + k), given what is already in the step: alone
  * and memory-bound (c0 >> c1) a few likely tokens pay; in a large batch the
@@ -62,6 +64,7 @@ double di_spec_cost_time(const di_spec_cost *c, int tokens);
 
 typedef struct di_spec_seq {
   float p[DI_SPEC_K_LIMIT]; /* acceptance of draft position j given 0..j-1 accepted */
+  uint8_t seen[DI_SPEC_K_LIMIT]; /* verified outcomes at position j (up to 1 / P_RATE: the rate's floor) */
   bool init, off, probing;
   bool unverified;          /* its probes are shadows (di_spec_plan_in.unverified) */
   bool hit;                 /* some draft (or shadow) of this sequence was accepted */
