@@ -219,7 +219,7 @@ def main():
             rows.append((pathlib.Path(model).name, kind, g["n"], r(g["off_t"], g["off_s"]), r(g["on_t"], g["on_s"]), ours,
                          g["accepted"] / max(g["drafted"], 1), r(g["l_off_t"], g["l_off_s"]) if llama else None,
                          r(g["l_on_t"], g["l_on_s"]) if llama else None, lc))
-    print("| model | workload | prompts | ours off tok/s | ours ngram tok/s | ours speedup | accepted | "
+    print(f"| model | workload | prompts | ours off tok/s | ours {'draft' if a.draft_model else 'ngram'} tok/s | ours speedup | accepted | "
           "llama.cpp off tok/s | llama.cpp PLD tok/s | llama.cpp speedup |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for m, kind, n, o0, o1, sp, acc, l0, l1, lsp in rows:
