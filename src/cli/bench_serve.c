@@ -52,6 +52,7 @@ typedef struct bench_req {
   int cached;
   bool done;
   int *n_done;
+  uint64_t id;
   di_gmatcher *gm;
 } bench_req;
 
@@ -90,6 +91,7 @@ typedef struct phase_res {
   long long toks;
   unsigned long long steps, preemptions;
   double hit, sched_frac, constraint_s, constraint_frac;
+  int kv_total, kv_high, kv_block; /* the KV pool after the run */
 } phase_res;
 
 typedef struct phase_cfg {
@@ -105,12 +107,6 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static int kv_stat(di_engine *e, int which) {
-  di_engine_stats s;
-  di_engine_stats_get(e, &s);
-  return which == 0 ? s.kv_blocks_total : which == 1 ? s.kv_blocks_high_water : s.kv_block_size;
-}
-
 static double pct(const double *v, int n, double p) {
   if (n == 0) return 0;
   int i = (int)ceil(p / 100.0 * n) - 1;
@@ -124,7 +120,9 @@ static void free_reqs(bench_req *reqs, int n) {
 
 /* n_req requests, conc in flight, until all finish; the prompts continue the
  * generator *rng, so a later run's prompts are new ones (no prefix hits
- * beyond --shared-prefix). Returns false with err set when a submit fails. */
+ * beyond --shared-prefix). Returns false with err set when a submit fails,
+ * after the requests already in flight were cancelled and have ended (their
+ * events point into this run's buffers). */
 static bool run_phase(const phase_cfg *c, uint64_t *rng, phase_res *r, char *err, size_t errn) {
   const long long n_req = c->n_req, conc = c->conc, plen = c->plen;
   int32_t *ids = malloc((size_t)plen * sizeof *ids);
@@ -157,12 +155,18 @@ static bool run_phase(const phase_cfg *c, uint64_t *rng, phase_res *r, char *err
       reqs[next].t_submit = now_s();
       next++;
       if ((c->grammar && !reqs[next - 1].gm) ||
-          di_srv_submit_matcher(c->e, &p, reqs[next - 1].gm, NULL, err, errn) != DI_OK) {
+          di_srv_submit_matcher(c->e, &p, reqs[next - 1].gm, &reqs[next - 1].id, err, errn) != DI_OK) {
         ok = false;
         break;
       }
     }
     if (ok) di_engine_step(c->e);
+  }
+  if (!ok && reqs) {
+    const int live = next - 1; /* the last one was not submitted */
+    for (int k = 0; k < live; k++)
+      if (!reqs[k].done) di_engine_cancel(c->e, reqs[k].id);
+    while (n_done < live) di_engine_step(c->e);
   }
   if (ok) {
     r->wall = now_s() - t0, r->cpu = cpu_s() - c0;
@@ -186,6 +190,7 @@ static bool run_phase(const phase_cfg *c, uint64_t *rng, phase_res *r, char *err
     r->sched_frac = busy > 0 ? (s.sched_seconds - s0.sched_seconds) / busy : 0;
     r->constraint_s = s.constraint_seconds - s0.constraint_seconds;
     r->constraint_frac = busy > 0 ? r->constraint_s / busy : 0;
+    r->kv_total = s.kv_blocks_total, r->kv_high = s.kv_blocks_high_water, r->kv_block = s.kv_block_size;
   }
   free(ttft);
   free(tpot);
@@ -236,15 +241,15 @@ static int compare(phase_cfg *c, long long vs, long long rounds, bool json, uint
   if (json) {
     printf("{\"model\": \"%s\", \"concurrency\": %lld, \"vs_concurrency\": %lld, \"rounds\": %lld, \"tpot_p50\": [",
            c->model, conc, vs, rounds);
-    for (long long k = 0; k < rounds; k++) printf("%s%.5f", k ? ", " : "", t2[k]);
+    for (long long k = 0; k < rounds; k++) printf("%s%.7f", k ? ", " : "", t2[k]);
     printf("], \"vs_tpot_p50\": [");
-    for (long long k = 0; k < rounds; k++) printf("%s%.5f", k ? ", " : "", t1[k]);
+    for (long long k = 0; k < rounds; k++) printf("%s%.7f", k ? ", " : "", t1[k]);
     printf("], \"ratio\": [");
     for (long long k = 0; k < rounds; k++) printf("%s%.4f", k ? ", " : "", ratio[k]);
   }
   const double m1 = median(t1, (int)rounds), m2 = median(t2, (int)rounds), mr = median(ratio, (int)rounds);
   if (json)
-    printf("], \"tpot_median\": %.5f, \"vs_tpot_median\": %.5f, \"ratio_of_medians\": %.4f, \"median_ratio\": %.4f}\n",
+    printf("], \"tpot_median\": %.7f, \"vs_tpot_median\": %.7f, \"ratio_of_medians\": %.4f, \"median_ratio\": %.4f}\n",
            m2, m1, rate_ratio(conc, m2, vs, m1), mr);
   else
     printf("median       %.2f / %.2f ms  %.2fx (median of the rounds' ratios %.2fx)\n", 1e3 * m1, 1e3 * m2,
@@ -337,7 +342,7 @@ int di_cmd_bench_serve(int argc, char **argv) {
            "\"constraint_fraction\": %.6f}\n",
            o.model_path, conc, n_req, plen, glen, o.threads, r.wall, r.toks, r.toks / r.wall, r.ttft[0], r.ttft[1],
            r.ttft[2], r.tpot[0], r.tpot[1], r.tpot[2], r.hit, r.preemptions, r.steps, r.sched_frac,
-           kv_stat(e, 0), kv_stat(e, 1), r.cpu, r.toks / r.cpu, grammar ? "true" : "false", r.constraint_s,
+           r.kv_total, r.kv_high, r.cpu, r.toks / r.cpu, grammar ? "true" : "false", r.constraint_s,
            r.constraint_frac);
   } else {
     printf("model        %s\n", o.model_path);
@@ -350,7 +355,7 @@ int di_cmd_bench_serve(int argc, char **argv) {
     printf("prefix cache %.1f%% of prompt tokens hit\n", 100 * r.hit);
     printf("CPU          %.2f s, %.2f output tokens per CPU-second\n", r.cpu, r.toks / r.cpu);
     printf("preemptions  %llu\n", r.preemptions);
-    printf("KV blocks    %d total, %d high water (block %d)\n", kv_stat(e, 0), kv_stat(e, 1), kv_stat(e, 2));
+    printf("KV blocks    %d total, %d high water (block %d)\n", r.kv_total, r.kv_high, r.kv_block);
     printf("scheduler    %.3f%% of step time\n", 100 * r.sched_frac);
     if (grammar) printf("constraint   %.3f%% of step time (masks, accepts)\n", 100 * r.constraint_frac);
   }
