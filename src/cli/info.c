@@ -110,8 +110,11 @@ int di_cmd_info(int argc, char **argv) {
   int counts[DI_DTYPE_COUNT] = {0};
   count_dtype(counts, &m->tok_embd);
   if (m->output.data != m->tok_embd.data) count_dtype(counts, &m->output);
-  /* parameters a token reads: all but the routed experts it does not choose */
+  /* parameters a token reads: all but the routed experts it does not choose
+   * and, when the classifier has its own matrix, the embedding rows of
+   * other tokens (a tied embedding is read whole by the classifier) */
   uint64_t inactive = 0;
+  if (m->output.data != m->tok_embd.data) inactive += (uint64_t)(hp->n_vocab - 1) * (uint64_t)hp->n_embd;
   for (int il = 0; il < hp->n_layer; il++) {
     di_layer_weights *L = &m->layers[il];
     di_layer_each_matrix(hp, L, count_each, counts);

@@ -66,3 +66,29 @@ def test_prefix_cache_deepseek_v3(tmp_path, v3):
     # concurrency 8 with chunked prefill, cache on: the same outputs
     on8, _ = run_batch(tmp_path, v3, lines, "--concurrency", 8, "--max-batch-tokens", 16, tag="on8")
     assert ids_by_id(on8) == ids_by_id(off)
+
+
+def test_info_counts_active_parameters(v3):
+    """`info`'s active count is what one token reads: everything but the routed
+    experts it does not choose and the other tokens' embedding rows (the
+    classifier is its own matrix here), from the checkpoint's own header."""
+    import json
+    import math
+    import re
+    import struct
+    cfg = json.loads((v3 / "config.json").read_text())
+    with open(v3 / "model.safetensors", "rb") as f:
+        head = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    numel = {k: int(math.prod(v["shape"])) for k, v in head.items() if k != "__metadata__"}
+    total = sum(numel.values())
+    moe_layers = cfg["num_hidden_layers"] - cfg["first_k_dense_replace"]
+    unchosen = cfg["n_routed_experts"] - cfg["num_experts_per_tok"]
+    inactive = (moe_layers * unchosen * 3 * cfg["moe_intermediate_size"] * cfg["hidden_size"]
+                + (cfg["vocab_size"] - 1) * cfg["hidden_size"])
+    p = subprocess.run([os.environ.get("DEEPINFER_BIN", str(ROOT / "build" / "deepinfer")), "info", "-m", str(v3)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"parameters:\s+([\d.]+) M \(([\d.]+) M active per token\)", p.stdout)
+    assert m, p.stdout
+    assert abs(float(m.group(1)) - total / 1e6) < 0.06, (m.group(1), total)
+    assert abs(float(m.group(2)) - (total - inactive) / 1e6) < 0.06, (m.group(2), total - inactive)
