@@ -19,7 +19,7 @@ static void key_of(const di_tokenizer *tok, di_grammar_kind kind, const char *sr
                    const di_grammar_opts *o, uint64_t key[2]) {
   XXH3_state_t *s = XXH3_createState();
   XXH3_128bits_reset(s);
-  uint64_t hdr[3] = {(uint64_t)(uintptr_t)tok, (uint64_t)kind, (uint64_t)o->ws};
+  uint64_t hdr[3] = {tok ? di_tokenizer_serial(tok) : 0, (uint64_t)kind, (uint64_t)o->ws};
   XXH3_128bits_update(s, hdr, sizeof hdr);
   if (src) XXH3_128bits_update(s, src, len);
   if (o->before || o->after) {

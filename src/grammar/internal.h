@@ -14,7 +14,7 @@
  * tokenizer. Special tokens and tokens without bytes are left out (never
  * allowed by a grammar; end of generation is handled apart). */
 typedef struct gvocab {
-  const di_tokenizer *tok;
+  uint64_t tok_serial; /* the tokenizer it was built from (di_tokenizer_serial) */
   int32_t n_vocab;
   uint32_t n_nodes;
   uint8_t *byte;    /* per node: the byte that enters it */

@@ -107,7 +107,7 @@ static void char_counts(gvocab *v) {
 
 static gvocab *build(const di_tokenizer *tok, di_status *st) {
   gvocab *v = calloc(1, sizeof *v);
-  v->tok = tok;
+  v->tok_serial = di_tokenizer_serial(tok);
   v->n_vocab = di_tokenizer_n_vocab(tok);
   int32_t n = v->n_vocab;
   v->tb = calloc((size_t)n, sizeof *v->tb);
@@ -193,9 +193,10 @@ static gvocab *build(const di_tokenizer *tok, di_status *st) {
 }
 
 const gvocab *gvocab_get(const di_tokenizer *tok, di_status *st) {
+  const uint64_t serial = di_tokenizer_serial(tok);
   pthread_mutex_lock(&g_mu);
   for (size_t i = 0; i < g_n; i++)
-    if (g_v[i]->tok == tok) {
+    if (g_v[i]->tok_serial == serial) {
       pthread_mutex_unlock(&g_mu);
       return g_v[i];
     }

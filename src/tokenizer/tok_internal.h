@@ -175,6 +175,7 @@ enum {
 typedef struct di_bpe_cache di_bpe_cache;
 
 struct di_tokenizer {
+  uint64_t serial; /* process-unique, never reused (di_tokenizer_serial) */
   int32_t n_vocab;
   char *pool;
   size_t pool_len, pool_cap;

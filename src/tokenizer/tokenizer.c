@@ -16,6 +16,8 @@ static di_code oom(di_status *st) { return di_errorf(st, DI_ERR_NOMEM, "tokenize
 di_tokenizer *di_tok_alloc(void) {
   di_tokenizer *t = calloc(1, sizeof *t);
   if (!t) return NULL;
+  static _Atomic uint64_t next_serial = 1;
+  t->serial = next_serial++;
   t->unk_id = -1;
   t->bos_id = -1;
   for (int i = 0; i < 256; i++) t->byte_sym[i] = -1;
@@ -247,6 +249,7 @@ void di_tokenizer_free(di_tokenizer *t) {
 /* ---- accessors ---- */
 
 int32_t di_tokenizer_n_vocab(const di_tokenizer *t) { return t->n_vocab; }
+uint64_t di_tokenizer_serial(const di_tokenizer *t) { return t->serial; }
 int32_t di_tokenizer_bos(const di_tokenizer *t) { return t->bos_id; }
 size_t di_tokenizer_eos(const di_tokenizer *t, const int32_t **ids) {
   *ids = t->eos;

@@ -78,6 +78,10 @@ void di_detok_stream_free(di_detok_stream *s);
 
 /* Accessors. Ids are in [0, n_vocab). */
 int32_t di_tokenizer_n_vocab(const di_tokenizer *t);
+/* A number no other tokenizer of this process has had or will have: caches
+ * of data derived from a tokenizer key on it, since a freed tokenizer's
+ * address can come back for a different one. */
+uint64_t di_tokenizer_serial(const di_tokenizer *t);
 int32_t di_tokenizer_bos(const di_tokenizer *t); /* -1 if none */
 /* End-of-generation ids: eos_token plus generation_config eos ids, GGUF
  * eot/eom ids and the usual end-of-turn tokens (<|eot_id|>, <end_of_turn>,

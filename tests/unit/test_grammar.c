@@ -358,6 +358,48 @@ int main(void) {
   check_masks("{\"type\":\"string\",\"pattern\":\"^[a-z\u00e9]*$\"}", DI_GRAMMAR_JSON_SCHEMA, "\"ab\u00e9cd\"", 5);
   check_masks("{\"patternProperties\":{\"^x-\":{\"type\":\"integer\"}},\"properties\":{\"xa\":{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"maxLength\":4}}}",
               DI_GRAMMAR_JSON_SCHEMA, "{\"xa\": \"abcd\", \"x-y\": 12, \"z\": [true]}", 3);
+  {
+    /* caches of tokenizer-derived data (the grammar vocabulary, compiled
+     * grammars) belong to the tokenizer, not to its address: one freed and
+     * another allocated, likely at the same address, must get masks over
+     * its own tokens */
+    const char *re = "a+";
+    di_status st = {0};
+    di_grammar *g = compile(DI_GRAMMAR_REGEX, re, DI_JSON_WS_PYTHON, &st);
+    CHECKF(g, "%s", st.msg);
+    di_grammar_release(g);
+    const uintptr_t was = (uintptr_t)tok;
+    const uint64_t serial = di_tokenizer_serial(tok);
+    di_tokenizer_free(tok);
+    tok = di_test_tokenizer("qwen3");
+    CHECK(tok && di_tokenizer_serial(tok) != serial);
+    if (!tok) return di_test_finish("test_grammar");
+    fprintf(stderr, "test_grammar: second tokenizer %s the first's address\n", (uintptr_t)tok == was ? "reuses" : "does not reuse");
+    g = compile(DI_GRAMMAR_REGEX, re, DI_JSON_WS_PYTHON, &st);
+    CHECKF(g, "%s", st.msg);
+    if (g) {
+      const int32_t n = di_tokenizer_n_vocab(tok);
+      CHECK(di_grammar_n_vocab(g) == n);
+      di_gmatcher *m = NULL;
+      di_gmatcher_new(g, &m, &st);
+      uint32_t *mask = calloc(di_grammar_mask_words(g), sizeof *mask);
+      di_gmatcher_fill_mask(m, mask);
+      int wrong = 0, allowed = 0;
+      for (int32_t t = 0; t < n; t++) {
+        size_t len = 0;
+        const char *b = di_tokenizer_token_bytes(tok, t, &len);
+        bool all_a = b && len > 0 && !di_tokenizer_is_special(tok, t);
+        for (size_t i = 0; all_a && i < len; i++) all_a = b[i] == 'a';
+        const bool bit = (mask[t / 32] >> (t % 32)) & 1;
+        wrong += bit != all_a;
+        allowed += bit;
+      }
+      CHECKF(!wrong && allowed > 0, "%d tokens decided wrongly (%d allowed)", wrong, allowed);
+      free(mask);
+      di_gmatcher_free(m);
+      di_grammar_release(g);
+    }
+  }
   di_tokenizer_free(tok);
   return di_test_finish("test_grammar");
 }
