@@ -29,6 +29,8 @@
  *                          overall and per type family (default MT_MAX)
  *   PK_GROUP2 with pk_group2_ok(t) and pk_group2(t, MT, pf, j, gw, g, x, Y): two
  *                          full groups g, g+1 (at gw) at once (AVX-512)
+ *   PK_ROWS16              Q6_K's rows in whole 16-row tiles go to di_cpu_q6k_rows16
+ *                          (AVX-512 VNNI), the rest to the row tiles
  *   PK_MM                  the name of a function (pk_mm's signature) that each
  *                          per-type entry calls instead of pk_mm (AVX-512: AMX)
  *   PK_PART_KQUANT or PK_PART_REST: build one of two parts of the driver in this
@@ -246,6 +248,10 @@ static void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
     if (tail) k->fn[1](&j, tail, full, full + 1, x, Y, false);
     return;
   }
+  int64_t m0 = 0; /* rows [0, m0) done */
+#ifdef PK_ROWS16
+  if (t == DI_Q6_K) m0 = di_cpu_q6k_rows16(&j, w, g0, gf, tail, full, x, M, Y);
+#endif
   int64_t panel = (int64_t)(PANEL_BYTES / j.gstride);
 #ifdef PK_GROUP2
   if (pk_group2_ok(t)) panel -= panel % 2; /* whole pairs per panel */
@@ -253,12 +259,12 @@ static void pk_mm(di_dtype t, const void *W, size_t wrow, int64_t N, const void 
   if (panel < 1) panel = 1;
   for (int64_t p0 = g0; p0 < g1; p0 += panel) {
     const int64_t p1 = g1 - p0 < panel ? g1 : p0 + panel, pf1 = p1 < gf ? p1 : gf;
-    for (int64_t m = 0; m < M; m += k->mt) {
+    for (int64_t m = m0; m < M; m += k->mt) {
       const pk_tile_fn fn = k->fn[M - m < k->mt ? M - m : k->mt];
       const uint8_t *xm = x + m * xrow;
       float *ym = Y + m * ldy;
       /* the first row tile streams the panel from memory */
-      if (p0 < pf1) fn(&j, w + (size_t)p0 * j.gstride, p0, pf1, xm, ym, m == 0);
+      if (p0 < pf1) fn(&j, w + (size_t)p0 * j.gstride, p0, pf1, xm, ym, m == m0);
       if (tail && p1 > full) fn(&j, tail, full, full + 1, xm, ym, false);
     }
   }

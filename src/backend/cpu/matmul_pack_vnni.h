@@ -313,6 +313,11 @@ AI void pk_group2(di_dtype t, int MT, bool pf, const di_pk_job *j, const uint8_t
   }
 }
 
+/* Q6_K in whole 16-row tiles: matmul_q6k16_avx512.c (not in the emulated build). */
+#ifndef DI_AVX512_EMULATE
+#define PK_ROWS16 1
+#endif
+
 /* Where the CPU has AMX-INT8 (and Linux grants it), each per-type entry goes
  * to the AMX path (matmul_pack_amx.c), which hands the rows and columns it does
  * not take back to pk_mm. */
