@@ -28,10 +28,10 @@
 #define R16 16
 
 /* One 256-element block of the 16 rows, transposed: xt[k][r] = row r's int8
- * quants 4k..4k+3, bs[g][r] = 32 * (row r's sum of group g), d[r] its scale. */
+ * quants 4k..4k+3, nbs[g][r] = -32 * (row r's sum of group g), d[r] its scale. */
 typedef struct {
   _Alignas(64) int32_t xt[DI_QKK / 4][R16];
-  _Alignas(64) int32_t bs[DI_QKK / 16][R16];
+  _Alignas(64) int32_t nbs[DI_QKK / 16][R16];
   _Alignas(64) float d[R16];
 } rows16_blk;
 
@@ -40,7 +40,7 @@ static void rows16_prep(const uint8_t *x, size_t xrow, int64_t nb, rows16_blk *p
     for (int r = 0; r < R16; r++) {
       const di_act_q8k *a = (const di_act_q8k *)(x + (size_t)r * xrow) + b;
       p[b].d[r] = a->d;
-      for (int g = 0; g < DI_QKK / 16; g++) p[b].bs[g][r] = 32 * a->bsums[g];
+      for (int g = 0; g < DI_QKK / 16; g++) p[b].nbs[g][r] = -32 * a->bsums[g];
       for (int k = 0; k < DI_QKK / 4; k++) memcpy(&p[b].xt[k][r], a->qs + 4 * k, 4);
     }
 }
@@ -57,25 +57,32 @@ AI void q6k16_block(const uint8_t *gp, const rows16_blk *p, __m512 *acc) {
   /* wb[k]: elements 8k..8k+7 of the 8 columns, column c's first four at byte
    * 4c, the next four at 32 + 4c (two packed words as stored) */
   _Alignas(64) uint8_t wb[DI_QKK / 8][64];
-  for (int h = 0; h < 2; h++)
-    for (int r = 0; r < 4; r++)
-      for (int j = 0; j < 4; j++)
+  _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)
         _mm512_store_si512((void *)wb[16 * h + 4 * r + j],
                            q6k_quants(_mm512_loadu_si512((const void *)(q + 32 * di_pk_q6k_ql(h, r & 1, 2 * j))),
                                       _mm512_loadu_si512((const void *)(q + 32 * di_pk_q6k_qh(h, 2 * j))), r));
+  /* sct[k][4c + i]: column c's scale of group 4k + i, as int32 (for broadcasts) */
+  int32_t sct[4][32];
+  _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+    const __m256i w = _mm256_loadu_si256((const __m256i *)(q + 32 * di_pk_q6k_sc(k)));
+    _mm512_storeu_si512((void *)sct[k], _mm512_cvtepi8_epi32(_mm256_castsi256_si128(w)));
+    _mm512_storeu_si512((void *)(sct[k] + 16), _mm512_cvtepi8_epi32(_mm256_extracti128_si256(w, 1)));
+  }
   __m512i isum[DI_PK_G];
   for (int c = 0; c < DI_PK_G; c++) isum[c] = _mm512_setzero_si512();
   for (int g = 0; g < DI_QKK / 16; g++) {
     const __m512i x0 = _mm512_load_si512((const void *)p->xt[4 * g]), x1 = _mm512_load_si512((const void *)p->xt[4 * g + 1]),
                   x2 = _mm512_load_si512((const void *)p->xt[4 * g + 2]), x3 = _mm512_load_si512((const void *)p->xt[4 * g + 3]),
-                  bs = _mm512_load_si512((const void *)p->bs[g]);
-    const uint8_t *w0 = wb[2 * g], *w1 = wb[2 * g + 1], *sc = q + 32 * di_pk_q6k_sc(g / 4) + g % 4;
+                  nbs = _mm512_load_si512((const void *)p->nbs[g]);
+    const uint8_t *w0 = wb[2 * g], *w1 = wb[2 * g + 1];
+    const int32_t *sc = sct[g / 4] + g % 4;
     _Pragma("GCC unroll 8") for (int c = 0; c < DI_PK_G; c++) {
-      __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bcast32(w0 + 4 * c), x0);
+      __m512i s = _mm512_dpbusd_epi32(nbs, bcast32(w0 + 4 * c), x0);
       s = _mm512_dpbusd_epi32(s, bcast32(w0 + 32 + 4 * c), x1);
       s = _mm512_dpbusd_epi32(s, bcast32(w1 + 4 * c), x2);
       s = _mm512_dpbusd_epi32(s, bcast32(w1 + 32 + 4 * c), x3);
-      s = _mm512_mullo_epi32(_mm512_sub_epi32(s, bs), _mm512_set1_epi32((int8_t)sc[4 * c]));
+      s = _mm512_mullo_epi32(s, _mm512_set1_epi32(sc[4 * c]));
       isum[c] = _mm512_add_epi32(isum[c], s);
     }
   }
