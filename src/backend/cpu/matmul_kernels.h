@@ -119,10 +119,11 @@ typedef struct {
   int64_t nb, ldy, n0, n1;
 } di_pk_job;
 
-/* AVX-512 VNNI: packed Q6_K for rows [0, M - M % 16) of a matmul, 16 rows at a
- * time (matmul_q6k16_avx512.c): full groups [g0, gf) at w (group g0's), then the
- * packed tail group `full` (when tail is not NULL). Returns the rows done (0
- * when M < 16 or out of memory); the same bits as the row-tile kernels. */
+/* AVX-512 VNNI: packed Q6_K for the leading rows of a matmul, 16 rows at a time
+ * (matmul_q6k16_avx512.c; a last tile of 10-15 rows too): full groups [g0, gf)
+ * at w (group g0's), then the packed tail group `full` (when tail is not NULL).
+ * Returns the rows done (0 when M < 10 or out of memory); the same bits as the
+ * row-tile kernels. */
 int64_t di_cpu_q6k_rows16(const di_pk_job *j, const uint8_t *w, int64_t g0, int64_t gf, const uint8_t *tail,
                           int64_t full, const uint8_t *x, int64_t M, float *Y);
 
