@@ -1,15 +1,16 @@
-/* One packed matmul shape timed at several activation row counts M, one thread:
+/* One packed (or F32/F16/BF16) matmul shape timed at several activation row counts M, one thread:
  * how much more an M-row matmul costs than a one-row one (batched decode: the
  * rows of 16 streams share every weight byte). Thread CPU time, best of the
  * repetitions, so other processes on a shared host count as little as they can.
  *
  *   bench_mm_rows TYPE N K [--stream] [--reps R] [--rows 1,2,4,8,16]
  *
- * TYPE q4_k, q6_k, q8_0, ...; N output columns, K the inner size. Default: one
+ * TYPE q4_k, q6_k, q8_0, ..., or f32, f16, bf16 (unpacked rows); N output columns, K the inner size. Default: one
  * weight copy (in L2/L3 after the first pass: the kernel's compute); --stream
  * cycles through copies of >= 256 MB so the weights come from DRAM, as in a
  * decode step. Prints us per matmul and the ratio to M = 1. */
 #define _GNU_SOURCE
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,8 @@ static double thread_now(void) {
 
 static const struct { const char *name; di_dtype t; } types[] = {
     {"q8_0", DI_Q8_0}, {"q4_0", DI_Q4_0}, {"q4_1", DI_Q4_1}, {"q5_0", DI_Q5_0},
-    {"q5_1", DI_Q5_1}, {"q4_k", DI_Q4_K}, {"q5_k", DI_Q5_K}, {"q6_k", DI_Q6_K}};
+    {"q5_1", DI_Q5_1}, {"q4_k", DI_Q4_K}, {"q5_k", DI_Q5_K}, {"q6_k", DI_Q6_K},
+    {"f32", DI_F32},   {"f16", DI_F16},   {"bf16", DI_BF16}};
 
 int main(int argc, char **argv) {
   if (argc < 4) {
@@ -47,8 +49,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--rows") && i + 1 < argc) rows = argv[++i];
   }
-  if (!found || N < 1 || K < 256 || K % 256 || !di_cpu_packable(t) || reps < 1) {
-    fprintf(stderr, "bench_mm_rows: need a packable TYPE, N >= 1 and K a multiple of 256\n");
+  const bool packed = di_cpu_packable(t);
+  const int64_t qk = di_dtype_block(t);
+  if (!found || N < 1 || K < qk || K % qk || (packed && K % 256) || reps < 1) {
+    fprintf(stderr, "bench_mm_rows: need a known TYPE, N >= 1 and K a multiple of its block (256 if packed)\n");
     return 2;
   }
   const size_t mat = di_dtype_row_bytes(t, K) * (size_t)N;
@@ -56,7 +60,7 @@ int main(int argc, char **argv) {
   uint8_t *W = aligned_alloc(64, (mat * copies + 63) / 64 * 64);
   uint64_t seed = 0x9e3779b97f4a7c15ull;
   fill_weights(t, W, N, K, &seed);
-  if (!di_cpu_pack(t, W, N, K)) return 1;
+  if (packed && !di_cpu_pack(t, W, N, K)) return 1;
   for (size_t c = 1; c < copies; c++) memcpy(W + c * mat, W, mat);
   const int64_t MX = 64;
   float *X = malloc((size_t)(MX * K) * 4), *Y = malloc((size_t)(MX * N) * 4);
@@ -73,7 +77,10 @@ int main(int argc, char **argv) {
     double best = 1e30;
     for (int r = 0; r < reps + 1; r++) { /* the first pass warms the cache (not counted) */
       double t0 = thread_now();
-      for (size_t c = 0; c < copies; c++) di_cpu_matmul_packed(t, W + c * mat, N, xq, M, K, Y, N, 0, N);
+      for (size_t c = 0; c < copies; c++) {
+        if (packed) di_cpu_matmul_packed(t, W + c * mat, N, xq, M, K, Y, N, 0, N);
+        else di_cpu_matmul(t, W + c * mat, di_dtype_row_bytes(t, K), xq, M, K, Y, N, 0, N);
+      }
       double dt = (thread_now() - t0) / (double)copies;
       if (r > 0 && dt < best) best = dt;
     }

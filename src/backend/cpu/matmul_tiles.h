@@ -73,21 +73,32 @@ AI void gemv_prefetch(const uint8_t *p, size_t step, size_t l1_ahead) {
  * one unrolled giant per type (which took GCC minutes under the sanitizers). */
 typedef void (*tile_cols_fn)(const uint8_t *w, size_t wrow, const uint8_t *x, size_t xrow, int64_t nb,
                              int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1);
+/* Tall tiles: a family with registers for them may take TALL_LO..TALL_HI rows
+ * (twice its 6-row GEMM tile) in one tile over fewer columns, so a small batch
+ * (speculative verification: k + 1 rows) streams the weights from memory once
+ * rather than once per row tile plus L2 passes for the others. */
+#define TALL_LO 7
+#define TALL_HI 12
 typedef struct {
-  tile_cols_fn gemv;    /* one activation row, the family's GEMV column tile */
-  tile_cols_fn rows[9]; /* rows[r]: r activation rows (1 <= r <= mtm), the GEMM column tile */
-  int64_t qk;           /* elements per weight block */
+  tile_cols_fn gemv;           /* one activation row, the family's GEMV column tile */
+  tile_cols_fn rows[9];        /* rows[r]: r activation rows (1 <= r <= mtm), the GEMM column tile */
+  int64_t qk;                  /* elements per weight block */
   int mtm, nt_gemm;
+  const tile_cols_fn *tall;    /* NULL, or tall[r]: r rows (TALL_LO <= r <= TALL_HI) in one tile */
 } tile_set;
 
-/* GEMV walks all columns at once; GEMM walks PANEL_BYTES column panels and
- * every row tile of M over each. */
+/* GEMV and tall tiles walk all columns at once; GEMM walks PANEL_BYTES column
+ * panels and every row tile of M over each. */
 static inline void tiles_mm(const tile_set *s, const void *W, size_t wrow, const void *X, size_t xrow,
                             int64_t M, int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   const uint8_t *w = W, *x = X;
   const int64_t nb = K / s->qk;
   if (M == 1) {
     s->gemv(w, wrow, x, xrow, nb, K, Y, ldy, n0, n1);
+    return;
+  }
+  if (s->tall && M >= TALL_LO && M <= TALL_HI) {
+    s->tall[M - TALL_LO](w, wrow, x, xrow, nb, K, Y, ldy, n0, n1);
     return;
   }
   int64_t panel = (int64_t)(PANEL_BYTES / (wrow ? wrow : 1)) / s->nt_gemm * s->nt_gemm;
@@ -108,17 +119,31 @@ static inline void tiles_mm(const tile_set *s, const void *W, size_t wrow, const
   DEFINE_COLS(PFX)                                                                               \
   enum { PFX##_NT_GEMV = (NT_GEMV), PFX##_NT_GEMM = (NT_GEMM), PFX##_MTM = (MTM) };
 
-/* The function for R rows of type T (R past the family's MTM is never called:
- * its body folds away). */
-#define TILE_FN(NAME, PFX, T, R, ROWS, NT)                                                        \
+/* The function for R rows of type T (R past MAX rows is never called: its
+ * body folds away). */
+#define TILE_FN_MAX(NAME, PFX, T, R, ROWS, NT, MAX)                                               \
   static __attribute__((noinline)) void NAME##_##R(const uint8_t *w, size_t wrow, const uint8_t *x, \
                                                    size_t xrow, int64_t nb, int64_t K, float *Y,  \
                                                    int64_t ldy, int64_t n0, int64_t n1) {         \
-    if ((ROWS) > PFX##_MTM) return;                                                              \
-    PFX##_cols(T, (ROWS) > PFX##_MTM ? 1 : (ROWS), NT, w, wrow, x, xrow, nb, K, Y, ldy, n0, n1);  \
+    if ((ROWS) > (MAX)) return;                                                                  \
+    PFX##_cols(T, (ROWS) > (MAX) ? 1 : (ROWS), NT, w, wrow, x, xrow, nb, K, Y, ldy, n0, n1);      \
   }
+#define TILE_FN(NAME, PFX, T, R, ROWS, NT) TILE_FN_MAX(NAME, PFX, T, R, ROWS, NT, PFX##_MTM)
+/* Family PFX's tall tiles for type T, as NAME##_tall: TALL_LO..TALL_HI rows,
+ * PFX##_NT_TALL columns (the family's tile takes up to TALL_HI rows). */
+#define DEFINE_TALL_SET(NAME, PFX, T)                                                            \
+  TILE_FN_MAX(NAME, PFX, T, t7, 7, PFX##_NT_TALL, TALL_HI)                                       \
+  TILE_FN_MAX(NAME, PFX, T, t8, 8, PFX##_NT_TALL, TALL_HI)                                       \
+  TILE_FN_MAX(NAME, PFX, T, t9, 9, PFX##_NT_TALL, TALL_HI)                                       \
+  TILE_FN_MAX(NAME, PFX, T, t10, 10, PFX##_NT_TALL, TALL_HI)                                     \
+  TILE_FN_MAX(NAME, PFX, T, t11, 11, PFX##_NT_TALL, TALL_HI)                                     \
+  TILE_FN_MAX(NAME, PFX, T, t12, 12, PFX##_NT_TALL, TALL_HI)                                     \
+  static const tile_cols_fn NAME##_tall[TALL_HI - TALL_LO + 1] = {                               \
+      NAME##_t7, NAME##_t8, NAME##_t9, NAME##_t10, NAME##_t11, NAME##_t12};                      \
+  DEFINE_TILE_SET_TALL(NAME, PFX, T, NAME##_tall)
 /* Family PFX's table for type T, as NAME##_set. */
-#define DEFINE_TILE_SET(NAME, PFX, T)                                                            \
+#define DEFINE_TILE_SET(NAME, PFX, T) DEFINE_TILE_SET_TALL(NAME, PFX, T, NULL)
+#define DEFINE_TILE_SET_TALL(NAME, PFX, T, TALL)                                                 \
   TILE_FN(NAME, PFX, T, g, 1, PFX##_NT_GEMV)                                                     \
   TILE_FN(NAME, PFX, T, 1, 1, PFX##_NT_GEMM)                                                     \
   TILE_FN(NAME, PFX, T, 2, 2, PFX##_NT_GEMM)                                                     \
@@ -133,7 +158,8 @@ static inline void tiles_mm(const tile_set *s, const void *W, size_t wrow, const
                                        NAME##_6, NAME##_7, NAME##_8},                            \
                                       PFX##_QK,                                                  \
                                       PFX##_MTM,                                                 \
-                                      PFX##_NT_GEMM};
+                                      PFX##_NT_GEMM,                                             \
+                                      TALL};
 
 /* An exported-signature (di_cpu_mm_fn) kernel: family PFX bound to type T. */
 #define DEFINE_WRAP(NAME, PFX, T)                                                                \
