@@ -62,7 +62,13 @@ int main(int argc, char **argv) {
   fill_weights(t, W, N, K, &seed);
   if (packed && !di_cpu_pack(t, W, N, K)) return 1;
   for (size_t c = 1; c < copies; c++) memcpy(W + c * mat, W, mat);
-  const int64_t MX = 64;
+  int64_t MX = 1; /* the most rows asked for */
+  for (const char *p = rows; *p;) {
+    int64_t M = strtoll(p, (char **)&p, 10);
+    if (M > MX && M <= 4096) MX = M;
+    if (*p && *p != ',') break;
+    if (*p == ',') p++;
+  }
   float *X = malloc((size_t)(MX * K) * 4), *Y = malloc((size_t)(MX * N) * 4);
   for (int64_t i = 0; i < MX * K; i++) X[i] = rndf(&seed);
   void *xq = aligned_alloc(64, (di_cpu_act_bytes(t, MX, K) + 63) / 64 * 64);
@@ -73,7 +79,7 @@ int main(int argc, char **argv) {
   for (const char *p = rows; *p;) {
     int64_t M = strtoll(p, (char **)&p, 10);
     if (*p == ',') p++;
-    if (M < 1 || M > MX) continue;
+    if (M < 1 || M > MX) continue; /* (over 4096) */
     double best = 1e30;
     for (int r = 0; r < reps + 1; r++) { /* the first pass warms the cache (not counted) */
       double t0 = thread_now();

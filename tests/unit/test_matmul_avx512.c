@@ -1,6 +1,6 @@
 /* The AVX-512 F32/F16/BF16 kernels (matmul_avx512.c) give exactly the AVX2
- * kernels' bits: every output for M 1..13, 17, 20 (7-12 rows in one tall tile,
- * from 13 rows F16/BF16 run on weight panels converted to f32), column ranges cut at odd points (odd
+ * kernels' bits: every output for M 1..13, 17, 20, 96, 101 (7-12 rows F32 in one
+ * tall tile, from 96 rows F16/BF16 run on weight panels converted to f32), column ranges cut at odd points (odd
  * tiles, the single-column leftovers), K with and without a K % 8 tail.
  * Natively where the CPU has AVX-512F; test_matmul_avx512emu.c includes this
  * file with FL512_TEST_KERNEL set to the SIMDe build, so AVX2-only hosts check
@@ -28,7 +28,7 @@ static float rndf(void) {
   return (float)((double)g_rng / 4294967296.0 * 2.0 - 1.0);
 }
 
-#define MMAX 20
+#define MMAX 104
 
 static void check_shape(di_dtype t, int64_t N, int64_t K) {
   size_t es = t == DI_F32 ? 4 : 2, rb = es * (size_t)K;
@@ -47,7 +47,7 @@ static void check_shape(di_dtype t, int64_t N, int64_t K) {
   CHECK(avx2 && avx512);
   if (!avx2 || !avx512) return;
   int bad = 0;
-  static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 17, 20};
+  static const int64_t Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 17, 20, 96, 101};
   for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
     const int64_t M = Ms[mi];
     int64_t first = (M * 5) % (MMAX - M + 1);
@@ -83,7 +83,7 @@ int main(void) {
     for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
       for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) check_shape(types[ti], Ns[ni], Ks[ki]);
   CHECK(FL512_TEST_KERNEL(DI_Q8_0) == NULL);
-  printf("%s: F32/F16/BF16 bit-identical to AVX2 for M 1..13, 17, %d, split columns\n", FL512_TEST_NAME, MMAX);
+  printf("%s: F32/F16/BF16 bit-identical to AVX2 for M 1..13, 17, 20, 96, 101, split columns\n", FL512_TEST_NAME);
   return di_test_finish(FL512_TEST_NAME);
 }
 #else

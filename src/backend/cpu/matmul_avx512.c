@@ -31,11 +31,14 @@ di_cpu_mm_fn FL512_ENTRY(di_dtype t);
 /* rows per tile: 6 x 4 pairs = 24 accumulators, so each weight conversion
  * (2 uops per 16 values) feeds 6 FMAs instead of 4 */
 #define FL_MT 6
-/* 7-12 rows (a verification of k + 1 tokens, small batches) take one tall tile
- * of up to 12 rows x 2 pairs, again at most 24 accumulators: the weights then
- * stream from memory in one pass, where two 6-row tiles over L2 panels cost
- * the second tile's pass on top (SmolLM2 shapes, F32, one core: 7 rows 1.3-1.5x
- * the time of 6). Each output's chain is the same in either shape. */
+/* F32 weights: 7-12 rows (a verification of k + 1 tokens, small batches)
+ * take one tall tile of up to 12 rows x 2 pairs, again at most 24
+ * accumulators, so the weights stream from memory in one pass, where two
+ * 6-row tiles over L2 panels cost the second tile's pass on top (SmolLM2
+ * shapes, one core: 7-10 rows cost what 1 does at K = 576, 1.3-1.5x before).
+ * F16/BF16 read half the bytes and are compute-bound there, where the tall
+ * tile's extra activation loads per FMA made 9-10 rows 5-10% slower: they keep
+ * the 6-row tiles. Each output's chain is the same in either shape. */
 #define FL_NT_TALL 4
 #ifdef DI_AVX512_EMULATE
 #define UNROLL_ROWS UNROLL
@@ -97,8 +100,11 @@ enum { fl_NT_TALL = FL_NT_TALL };
  * block b: its 4 column pairs, 16 floats each), so the row tiles' inner loop
  * is loads and FMAs: fl_load2's insert and conversion, repeated for every 6
  * rows, had kept port 5 ~1.7x as busy as the FMAs alone. The same exact
- * conversions and the same FMAs in the same order: the same bits. */
-#define FL_CV_ROWS (TALL_HI + 1) /* fewer rows take the tall tile */
+ * conversions and the same FMAs in the same order: the same bits. The
+ * conversion's stores and reloads pay from about 96 rows (EPYC-512, one core,
+ * F16 1536x576 / 576x1536 / 5632x2048: converting took 2.5x the time at 12 rows,
+ * 1.1x at 64, 0.9-1.0x at 96, 0.9x at 128; docs/BENCHMARKS.md). */
+#define FL_CV_ROWS 96
 
 AI void fl_convert(di_dtype t, const uint8_t *w, size_t wrow, int64_t nb, int64_t ntiles, float *cw) {
   for (int64_t c = 0; c < ntiles; c++)
@@ -169,8 +175,8 @@ AI void fl_mm_cv(di_dtype t, const tile_set *ts, const fl_cv_fn *cv, const void 
 }
 
 DEFINE_TALL_SET(f32, fl, DI_F32)
-DEFINE_TALL_SET(f16, fl, DI_F16)
-DEFINE_TALL_SET(bf16, fl, DI_BF16)
+DEFINE_TILE_SET(f16, fl, DI_F16)
+DEFINE_TILE_SET(bf16, fl, DI_BF16)
 DEFINE_CV_SET(f16, DI_F16)
 DEFINE_CV_SET(bf16, DI_BF16)
 static void mm_f32(const void *W, size_t wrow, const void *x, size_t xrow, int64_t M, int64_t K, float *Y,
