@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <stddef.h>
 
-#define DI_TSCRATCH_SLOTS 4
+#define DI_TSCRATCH_SLOTS 5
 
 typedef struct di_tscratch {
   pthread_once_t once;

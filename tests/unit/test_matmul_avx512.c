@@ -78,7 +78,7 @@ int main(void) {
 #endif
   const di_dtype types[] = {DI_F32, DI_F16, DI_BF16};
   const int64_t Ns[] = {1, 3, 8, 13, 37};
-  const int64_t Ks[] = {8, 64, 100, 520};
+  const int64_t Ks[] = {8, 64, 100, 520, 1540};
   for (size_t ti = 0; ti < 3; ti++)
     for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++)
       for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) check_shape(types[ti], Ns[ni], Ks[ki]);

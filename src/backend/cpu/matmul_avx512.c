@@ -39,7 +39,7 @@ di_cpu_mm_fn FL512_ENTRY(di_dtype t);
  * F16/BF16 read half the bytes and are compute-bound there, where the tall
  * tile's extra activation loads per FMA made 9-10 rows 5-10% slower: they keep
  * the 6-row tiles. Each output's chain is the same in either shape. */
-#define FL_NT_TALL 4
+#define FL_NT_TALL 4 /* columns: 2 pairs */
 #ifdef DI_AVX512_EMULATE
 #define UNROLL_ROWS UNROLL
 #else
@@ -63,37 +63,86 @@ AI __m512 fl_load2(di_dtype t, const uint8_t *p0, const uint8_t *p1) {
   return join_ps(fl_load(t, p0), fl_load(t, p1));
 }
 
-/* MT rows x NT columns; pair p holds columns 2p and 2p+1 (an odd NT's last
- * pair loads its column twice and keeps the low half). */
-AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const uint8_t *x, size_t xrow,
-                int64_t nb, int64_t K, float *Y, int64_t ldy) {
+/* MT rows x NT columns over the blocks [b0, b1) of K; pair p holds columns 2p
+ * and 2p+1 (an odd NT's last pair loads its column twice and keeps the low
+ * half). The chains start at zero when b0 is 0, else from save (MT x NP zmm,
+ * where the previous part left them), and end in Y when b1 is nb, else go back
+ * to save: stored and reloaded unchanged, so any cut of K gives one pass's bits. */
+AI void fl_tile_part(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const uint8_t *x, size_t xrow,
+                     int64_t b0, int64_t b1, int64_t nb, int64_t K, float *Y, int64_t ldy, float *save) {
   const int64_t es = t == DI_F32 ? 4 : 2;
   const int NP = (NT + 1) / 2;
+  const bool part = b1 - b0 < nb;
   __m512 acc[TALL_HI][NP_MAX];
-  UNROLL_ROWS for (int i = 0; i < MT; i++) UNROLL for (int p = 0; p < NP; p++) acc[i][p] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; b++) {
+  UNROLL_ROWS for (int i = 0; i < MT; i++) UNROLL for (int p = 0; p < NP; p++)
+    acc[i][p] = b0 ? _mm512_load_ps(save + (i * NP + p) * 16) : _mm512_setzero_ps();
+  for (int64_t b = b0; b < b1; b++) {
     __m512 wv[NP_MAX];
     UNROLL for (int p = 0; p < NP; p++) {
       const int j1 = 2 * p + 1 < NT ? 2 * p + 1 : 2 * p;
       wv[p] = fl_load2(t, w + 2 * p * wrow + b * 8 * es, w + j1 * wrow + b * 8 * es);
     }
-    /* every row tile, not only GEMV: a small batch (M = 2-11, before fl_mm_cv
-     * takes over) streams each panel from memory in its first row tile, and
-     * later row tiles find the panel in L2, where the sweep costs two
-     * prefetches per 128 bytes (1.1B shapes, F16, weights streamed, one core:
-     * M = 2 19-21 -> 25-30 GOP/s, M = 8 61-66 -> 68-75) */
-    gemv_prefetch(w + b * NT * 8 * es, NT * 8 * es, GEMV_PF_L1);
+    /* every row tile, not only GEMV: a small batch (below fl_mm_cv's rows, or
+     * F32) streams each panel from memory in its first row tile, and later row
+     * tiles find the panel in L2, where the sweep costs two prefetches per 128
+     * bytes (1.1B shapes, F16, weights streamed, one core: M = 2 19-21 -> 25-30
+     * GOP/s, M = 8 61-66 -> 68-75). A part (fl_tall) reads a slice of each
+     * row: the next tile's rows at this block into L1, and four tiles on into L2. */
+    if (!part) gemv_prefetch(w + b * NT * 8 * es, NT * 8 * es, GEMV_PF_L1);
+    else if (!((b - b0) & 1))
+      UNROLL for (int j = 0; j < NT; j++) {
+        __builtin_prefetch(w + (NT + j) * wrow + b * 8 * es, 0, 3);
+        __builtin_prefetch(w + (4 * NT + j) * wrow + b * 8 * es, 0, 2);
+      }
     UNROLL_ROWS for (int i = 0; i < MT; i++) {
       __m256 x8 = _mm256_loadu_ps((const float *)(x + i * xrow) + b * 8);
       __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x8)));
       UNROLL for (int p = 0; p < NP; p++) acc[i][p] = _mm512_fmadd_ps(wv[p], xv, acc[i][p]);
     }
   }
+  if (b1 < nb) {
+    UNROLL_ROWS for (int i = 0; i < MT; i++) UNROLL for (int p = 0; p < NP; p++)
+      _mm512_store_ps(save + (i * NP + p) * 16, acc[i][p]);
+    return;
+  }
   UNROLL_ROWS for (int i = 0; i < MT; i++) UNROLL for (int j = 0; j < NT; j++)
     Y[i * ldy + j] = fl_finish(t, half_of(acc[i][j / 2], j & 1), w + j * wrow, (const float *)(x + i * xrow), nb, K);
 }
+AI void fl_tile(di_dtype t, int MT, int NT, const uint8_t *w, size_t wrow, const uint8_t *x, size_t xrow,
+                int64_t nb, int64_t K, float *Y, int64_t ldy) {
+  fl_tile_part(t, MT, NT, w, wrow, x, xrow, 0, nb, nb, K, Y, ldy, NULL);
+}
 DEFINE_DRIVER_MT(fl, 4, 8, FL_MT)
-enum { fl_NT_TALL = FL_NT_TALL };
+
+/* The tall tile's activations (MT rows x K) are read once per 4 columns; once
+ * they outgrow L1 (F32 12 x 1536: 72 KB) each pass refetched them from L2 at
+ * three times the weights' bytes. K is then cut into parts of at most
+ * FL_TALL_X bytes of activations, each part swept over a panel of
+ * FL_TALL_PANEL columns, whose chains wait in a per-thread scratch (L2). */
+#define FL_TALL_X (24 * 1024)
+#define FL_TALL_PANEL 256
+AI void fl_tall(di_dtype t, int MT, const uint8_t *w, size_t wrow, const uint8_t *x, size_t xrow, int64_t nb,
+                int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
+  const int64_t parts = ((int64_t)MT * nb * 32 + FL_TALL_X - 1) / FL_TALL_X;
+  float *save = parts > 1 ? di_cpu_scratch(DI_SCRATCH_CHAINS, (size_t)(FL_TALL_PANEL + 3) * MT * 2 * 64) : NULL;
+  if (!save) {
+    fl_cols(t, MT, FL_NT_TALL, w, wrow, x, xrow, nb, K, Y, ldy, n0, n1);
+    return;
+  }
+  const int64_t kc = (nb + parts - 1) / parts;
+  for (int64_t p0 = n0; p0 < n1; p0 += FL_TALL_PANEL) {
+    const int64_t p1 = n1 - p0 < FL_TALL_PANEL ? n1 : p0 + FL_TALL_PANEL;
+    for (int64_t b0 = 0; b0 < nb; b0 += kc) {
+      const int64_t b1 = nb - b0 < kc ? nb : b0 + kc;
+      int64_t n = p0;
+      float *sv = save;
+      for (; n + FL_NT_TALL <= p1; n += FL_NT_TALL, sv += MT * 2 * 16)
+        fl_tile_part(t, MT, FL_NT_TALL, w + n * wrow, wrow, x, xrow, b0, b1, nb, K, Y + n, ldy, sv);
+      for (; n < p1; n++, sv += MT * 2 * 16)
+        fl_tile_part(t, MT, 1, w + n * wrow, wrow, x, xrow, b0, b1, nb, K, Y + n, ldy, sv);
+    }
+  }
+}
 
 /* Prefill GEMMs (M >= FL_CV_ROWS) on F16/BF16 weights convert each panel's
  * whole 8-column tiles to f32 once, in the zmm layout fl_load2 builds (tile c,

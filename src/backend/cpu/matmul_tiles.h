@@ -119,25 +119,27 @@ static inline void tiles_mm(const tile_set *s, const void *W, size_t wrow, const
   DEFINE_COLS(PFX)                                                                               \
   enum { PFX##_NT_GEMV = (NT_GEMV), PFX##_NT_GEMM = (NT_GEMM), PFX##_MTM = (MTM) };
 
-/* The function for R rows of type T (R past MAX rows is never called: its
- * body folds away). */
-#define TILE_FN_MAX(NAME, PFX, T, R, ROWS, NT, MAX)                                               \
+/* The function for R rows of type T (R past the family's MTM is never called:
+ * its body folds away). */
+#define TILE_FN(NAME, PFX, T, R, ROWS, NT)                                                        \
   static __attribute__((noinline)) void NAME##_##R(const uint8_t *w, size_t wrow, const uint8_t *x, \
                                                    size_t xrow, int64_t nb, int64_t K, float *Y,  \
                                                    int64_t ldy, int64_t n0, int64_t n1) {         \
-    if ((ROWS) > (MAX)) return;                                                                  \
-    PFX##_cols(T, (ROWS) > (MAX) ? 1 : (ROWS), NT, w, wrow, x, xrow, nb, K, Y, ldy, n0, n1);      \
+    if ((ROWS) > PFX##_MTM) return;                                                              \
+    PFX##_cols(T, (ROWS) > PFX##_MTM ? 1 : (ROWS), NT, w, wrow, x, xrow, nb, K, Y, ldy, n0, n1);  \
   }
-#define TILE_FN(NAME, PFX, T, R, ROWS, NT) TILE_FN_MAX(NAME, PFX, T, R, ROWS, NT, PFX##_MTM)
-/* Family PFX's tall tiles for type T, as NAME##_tall: TALL_LO..TALL_HI rows,
- * PFX##_NT_TALL columns (the family's tile takes up to TALL_HI rows). */
+/* The function for R tall rows: the family's PFX##_tall(t, R, w, wrow, x, xrow,
+ * nb, K, Y, ldy, n0, n1) over the columns [n0, n1). */
+#define TALL_FN(NAME, PFX, T, R)                                                                  \
+  static __attribute__((noinline)) void NAME##_t##R(const uint8_t *w, size_t wrow, const uint8_t *x, \
+                                                    size_t xrow, int64_t nb, int64_t K, float *Y, \
+                                                    int64_t ldy, int64_t n0, int64_t n1) {        \
+    PFX##_tall(T, R, w, wrow, x, xrow, nb, K, Y, ldy, n0, n1);                                    \
+  }
+/* Family PFX's tall tiles for type T (TALL_LO..TALL_HI rows) with its table, as NAME##_set. */
 #define DEFINE_TALL_SET(NAME, PFX, T)                                                            \
-  TILE_FN_MAX(NAME, PFX, T, t7, 7, PFX##_NT_TALL, TALL_HI)                                       \
-  TILE_FN_MAX(NAME, PFX, T, t8, 8, PFX##_NT_TALL, TALL_HI)                                       \
-  TILE_FN_MAX(NAME, PFX, T, t9, 9, PFX##_NT_TALL, TALL_HI)                                       \
-  TILE_FN_MAX(NAME, PFX, T, t10, 10, PFX##_NT_TALL, TALL_HI)                                     \
-  TILE_FN_MAX(NAME, PFX, T, t11, 11, PFX##_NT_TALL, TALL_HI)                                     \
-  TILE_FN_MAX(NAME, PFX, T, t12, 12, PFX##_NT_TALL, TALL_HI)                                     \
+  TALL_FN(NAME, PFX, T, 7) TALL_FN(NAME, PFX, T, 8) TALL_FN(NAME, PFX, T, 9)                     \
+  TALL_FN(NAME, PFX, T, 10) TALL_FN(NAME, PFX, T, 11) TALL_FN(NAME, PFX, T, 12)                  \
   static const tile_cols_fn NAME##_tall[TALL_HI - TALL_LO + 1] = {                               \
       NAME##_t7, NAME##_t8, NAME##_t9, NAME##_t10, NAME##_t11, NAME##_t12};                      \
   DEFINE_TILE_SET_TALL(NAME, PFX, T, NAME##_tall)
