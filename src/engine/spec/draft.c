@@ -295,6 +295,64 @@ static void batch_reset(di_spec_model *d, di_batch *b) {
   b->n_swa_tables = d->be.n_swa_tables;
 }
 
+/* Catch-up of candidates [0, nc): every token the draft has not seen, through
+ * the last known one (whose logits give the first draft token), in chunks
+ * under the batch cap. False if a draft forward failed. */
+static bool catch_up(const di_engine *e, di_spec_model *d, int nc) {
+  di_batch b;
+  for (bool more = true; more;) {
+    more = false;
+    batch_reset(d, &b);
+    int room = d->max_tokens;
+    for (int c = 0; c < nc; c++) {
+      di_seq *s = d->cand[c];
+      di_draft_seq *q = s->dseq;
+      if (q->need_from >= s->len) continue;
+      if (room == 0) {
+        more = true;
+        break;
+      }
+      int to = s->len - q->need_from <= room ? s->len : q->need_from + room;
+      room -= to - q->need_from;
+      batch_add(d, &b, c, q->need_from, to, NULL);
+      q->need_from = to;
+      more |= to < s->len;
+    }
+    if (b.n_tokens == 0) break;
+    if (!run_forward(d, &b)) return false;
+    collect(e, d, &b, 0);
+  }
+  return true;
+}
+
+void di_spec_model_prefill(di_engine *e, int n, di_seq *const *seqs) {
+  di_spec_model *d = e->spec.model;
+  int nc = 0;
+  for (int i = 0; i < n; i++) {
+    di_seq *s = seqs[i];
+    /* its last known token computed this step (a token will be sampled), the
+     * draft more than a decode step's catch-up behind, speculation due */
+    if (s->n_draft > 0 || s->n_computed + s->take != s->len || (s->dseq ? s->dseq->dc : 0) >= s->len - 2) continue;
+    if (di_spec_k_cap(e, s, 1) <= 0 || !di_spec_active(&s->spec, e->acc.steps)) continue;
+    di_draft_seq *q = dseq_get(e, s);
+    if (!q) continue;
+    dseq_reconcile(d, q, s);
+    if (dseq_blocks_needed(d, q, s->len) > di_kv_n_available(d->pool)) continue; /* caught up when it drafts */
+    di_kv_table_prepare(d->pool, &q->table, q->dc, s->len);
+    for (int t = 0; t < d->be.n_swa_tables; t++) di_kv_table_prepare(d->pool, &q->swa[t], q->dc, s->len);
+    q->k = 0;
+    q->need_from = q->dc;
+    d->cand[nc++] = s;
+  }
+  if (!nc) return;
+  bool ok = catch_up(e, d, nc);
+  for (int c = 0; c < nc; c++) {
+    di_draft_seq *q = d->cand[c]->dseq;
+    if (ok) q->dc = d->cand[c]->len;
+    else dseq_release(d, q);
+  }
+}
+
 void di_spec_model_step(di_engine *e) {
   di_spec_model *d = e->spec.model;
   int n_ready = 0;
@@ -341,30 +399,7 @@ void di_spec_model_step(di_engine *e) {
   }
   if (!nc) return;
   di_batch b;
-  /* Catch-up: every token the draft has not seen, through the last known one
-   * (whose logits give the first draft token), in chunks under the batch cap. */
-  for (bool more = true; more;) {
-    more = false;
-    batch_reset(d, &b);
-    int room = d->max_tokens;
-    for (int c = 0; c < nc; c++) {
-      di_seq *s = d->cand[c];
-      di_draft_seq *q = s->dseq;
-      if (q->k == 0 || q->need_from >= s->len) continue;
-      if (room == 0) {
-        more = true;
-        break;
-      }
-      int to = s->len - q->need_from <= room ? s->len : q->need_from + room;
-      room -= to - q->need_from;
-      batch_add(d, &b, c, q->need_from, to, NULL);
-      q->need_from = to;
-      more |= to < s->len;
-    }
-    if (b.n_tokens == 0) break;
-    if (!run_forward(d, &b)) goto fail;
-    collect(e, d, &b, 0);
-  }
+  if (!catch_up(e, d, nc)) goto fail;
   /* Rounds 1..k-1: each sequence's last draft token in, the next one out. */
   for (int j = 1; j < kmax; j++) {
     batch_reset(d, &b);

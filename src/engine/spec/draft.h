@@ -36,6 +36,12 @@ void di_spec_model_free(di_spec_model *d);
  * length and runs the draft model over all of them at once (catching up on
  * tokens it has not seen, then k - 1 single-token rounds). */
 void di_spec_model_step(di_engine *e);
+/* After the step's batch is built, before its forward: the draft's forward
+ * over the known tokens of each of seqs[0, n) whose prompt (or recompute after
+ * a preemption) ends in this step and that will speculate, so a reply's
+ * first drafting step catches up on two tokens, not the whole prompt (the
+ * draft's prefill is part of the time to the first token, as the target's). */
+void di_spec_model_prefill(di_engine *e, int n, di_seq *const *seqs);
 /* This step's proposal for s (up to k tokens into out). */
 int di_spec_model_take(di_engine *e, di_seq *s, int k, int32_t *out);
 void di_spec_model_seq_free(di_engine *e, di_seq *s);
