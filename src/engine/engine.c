@@ -473,7 +473,10 @@ int di_engine_step(di_engine *e) {
   e->acc.sched_seconds += t1 - t0;
   if (n > 0) {
     di_status st = {0};
-    if (e->spec.model) di_spec_model_prefill(e, b.n_seqs, e->b_owner);
+    if (e->spec.model) {
+      di_spec_model_prefill(e, b.n_seqs, e->b_owner);
+      t1 = di_engine_now(); /* the draft's forward is no part of the step's time, as di_spec_model_step's */
+    }
     b.split = plan_split(e, &b);
     if (e->be.forward(e->be.user, e->pool, &b, e->logits, &st) != DI_OK) {
       /* An internal failure ends the sequences of this batch, not the engine. */
