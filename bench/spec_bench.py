@@ -8,7 +8,9 @@ generated record as JSON, rewrite a paragraph of the docs. Greedy, up to --gen t
 a reply. Each prompt runs off and on back to back (alternating), so drift on a shared host hits
 both alike; speedup = decode tokens/s on / off summed over the prompts of a workload (decode
 time: from the first generated token to the last; the prompt's forward is excluded on both
-sides). DeepInfer's outputs with and without speculation are compared and must be identical.
+sides; "with prompt" is the whole request's time off / on, prompt forwards included, which
+counts a draft model's own prompt forward). DeepInfer's outputs with and without speculation are compared
+and must be identical.
 
 DeepInfer: `deepinfer run ... --stats --spec off|ngram` (the last stderr line is JSON);
 `--draft-model D` measures `--spec draft --draft-model D` instead of ngram (e.g. a model's F16 copy
@@ -186,12 +188,14 @@ def main():
             on, ids_on = run_ours(a.bin, model, prompt, a.gen, spec, a.threads, a.k, a.draft_model)
             if ids_off != ids_on:
                 sys.exit(f"{model} prompt {i} ({kind}): outputs differ with --spec {spec}")
-            g = agg.setdefault(kind, {"off_t": 0, "off_s": 0, "on_t": 0, "on_s": 0, "drafted": 0, "accepted": 0,
+            g = agg.setdefault(kind, {"off_t": 0, "off_s": 0, "on_t": 0, "on_s": 0, "off_all_s": 0, "on_all_s": 0,
+                                      "drafted": 0, "accepted": 0,
                                       "l_off_t": 0, "l_off_s": 0, "l_on_t": 0, "l_on_s": 0, "n": 0})
             g["n"] += 1
             for tag, st in (("off", off), ("on", on)):
                 g[tag + "_t"] += max(st["gen_tokens"] - 1, 0)
                 g[tag + "_s"] += st["decode_s"]
+                g[tag + "_all_s"] += st["prefill_s"] + st["decode_s"]
             g["drafted"] += on["spec"]["drafted"]
             g["accepted"] += on["spec"]["accepted"]
             d = {"model": model, "kind": kind, "i": i, "ours_off": off, "ours_ngram": on}
@@ -216,15 +220,16 @@ def main():
             r = lambda t, s: t / s if s > 0 else 0.0
             ours = r(g["on_t"], g["on_s"]) / max(r(g["off_t"], g["off_s"]), 1e-9)
             lc = r(g["l_on_t"], g["l_on_s"]) / max(r(g["l_off_t"], g["l_off_s"]), 1e-9) if llama else None
-            rows.append((pathlib.Path(model).name, kind, g["n"], r(g["off_t"], g["off_s"]), r(g["on_t"], g["on_s"]), ours,
+            whole = g["off_all_s"] / max(g["on_all_s"], 1e-9)  # same tokens on both sides (outputs identical)
+            rows.append((pathlib.Path(model).name, kind, g["n"], r(g["off_t"], g["off_s"]), r(g["on_t"], g["on_s"]), ours, whole,
                          g["accepted"] / max(g["drafted"], 1), r(g["l_off_t"], g["l_off_s"]) if llama else None,
                          r(g["l_on_t"], g["l_on_s"]) if llama else None, lc))
-    print(f"| model | workload | prompts | ours off tok/s | ours {'draft' if a.draft_model else 'ngram'} tok/s | ours speedup | accepted | "
+    print(f"| model | workload | prompts | ours off tok/s | ours {'draft' if a.draft_model else 'ngram'} tok/s | ours speedup | ours with prompt | accepted | "
           "llama.cpp off tok/s | llama.cpp PLD tok/s | llama.cpp speedup |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for m, kind, n, o0, o1, sp, acc, l0, l1, lsp in rows:
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for m, kind, n, o0, o1, sp, whole, acc, l0, l1, lsp in rows:
         lcs = (f"{l0:.1f} | {l1:.1f} | {lsp:.2f}x" if lsp is not None else "- | - | -")
-        print(f"| {m} | {kind} | {n} | {o0:.1f} | {o1:.1f} | {sp:.2f}x | {acc * 100:.0f}% | {lcs} |")
+        print(f"| {m} | {kind} | {n} | {o0:.1f} | {o1:.1f} | {sp:.2f}x | {whole:.2f}x | {acc * 100:.0f}% | {lcs} |")
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps(detail, indent=1))
 
