@@ -50,6 +50,19 @@ enum { U8_BOUNDARY = 0, U8_INVALID = 1 }; /* gvocab.u8 values (others: inside a 
  * accepted whatever the context, rejected whatever the context, or
  * uncertain (the token finishes the state's rule and reads on into the
  * caller), checked against the real stack at mask time. */
+/* An order of a cache's entries parted where their rests' first bytes part
+ * (lcp 0): group i is entries k[i] .. k[i + 1] (k[n] = the entry count), all
+ * of first byte b[i] (256: an empty rest). A mask refuses a group whose first
+ * byte the caller's stacks cannot read without loading its entries: between
+ * two forwards those come from memory, and most groups are refused (a
+ * free-whitespace state's rests part into ~200 groups; the caller reads one
+ * or two of their first bytes). */
+typedef struct ggroups {
+  uint32_t *k;
+  uint16_t *b;
+  uint32_t n;
+} ggroups;
+
 typedef struct gcache {
   uint32_t *acc_bits;  /* dense accepted set, or NULL */
   int32_t *acc_list;   /* sparse accepted set */
@@ -69,6 +82,7 @@ typedef struct gcache {
   uint32_t *ent_nx;  /* gcache_next_smaller of ent_lcp */
   uint32_t n_ent;
   uint32_t n_ent_groups; /* entries whose rest shares no byte with the previous one's */
+  ggroups grp;           /* trie order's groups */
   /* The entries ordered by their rests, built by the second mask that uses
    * this cache (a first use should cost no sort; caches are shared between
    * threads, hence atomics): sorted walks share the rests' prefixes. */
@@ -81,6 +95,7 @@ typedef struct gsx {
   int32_t *tok;
   uint16_t *j, *lcp; /* lcp: bytes of rest shared with the previous entry's */
   uint32_t *nx;      /* gcache_next_smaller of lcp */
+  ggroups grp;
 } gsx;
 
 /* nx[k]: the first i > k with lcp[i] < lcp[k], or n. A walk that finds no

@@ -8,8 +8,14 @@
 
 #include "grammar/internal.h"
 
+static void groups_free(ggroups *gr) {
+  free(gr->k);
+  free(gr->b);
+}
+
 void gcache_free(gcache *c) {
   if (!c) return;
+  groups_free(&c->grp);
   free(c->acc_bits);
   free(c->acc_list);
   free(c->unc);
@@ -24,6 +30,7 @@ void gcache_free(gcache *c) {
     free(x->j);
     free(x->lcp);
     free(x->nx);
+    groups_free(&x->grp);
     free(x);
   }
   free(c);
@@ -113,6 +120,22 @@ static void sx_sort(sx_ent *e, sx_ent *tmp, size_t n, uint32_t d) {
     if (cnt[b] - lo > 1) sx_sort(e + lo, tmp, cnt[b] - lo, d + 1);
 }
 
+/* The groups of the entries (tok, j) in an order whose shared rest
+ * prefixes are lcp. */
+static void groups_build(ggroups *gr, const gvocab *v, const int32_t *tok, const uint16_t *j, const uint16_t *lcp,
+                         uint32_t n) {
+  uint32_t ng = 0;
+  for (uint32_t k = 0; k < n; k++) ng += !k || lcp[k] == 0;
+  if (!(gr->k = malloc(sizeof *gr->k * (ng + 1))) || !(gr->b = malloc(sizeof *gr->b * (ng ? ng : 1)))) abort();
+  gr->n = 0;
+  for (uint32_t k = 0; k < n; k++)
+    if (!k || lcp[k] == 0) {
+      gr->k[gr->n] = k;
+      gr->b[gr->n++] = v->tlen[tok[k]] > j[k] ? v->tb[tok[k]][j[k]] : 256;
+    }
+  gr->k[gr->n] = n;
+}
+
 /* The entries ordered by the bytes each token has left after its rule. */
 static gsx *sx_order(const gvocab *v, const gcache *c) {
   gsx *x = calloc(1, sizeof *x);
@@ -137,6 +160,7 @@ static gsx *sx_order(const gvocab *v, const gcache *c) {
     x->lcp[k] = (uint16_t)l;
   }
   x->nx = gcache_next_smaller(x->lcp, c->n_ent);
+  groups_build(&x->grp, v, x->tok, x->j, x->lcp, c->n_ent);
   free(tmp);
   free(e);
   return x;
@@ -180,6 +204,7 @@ static void ent_index(const gvocab *v, gcache *c) {
     prev_n = L;
   }
   c->ent_nx = gcache_next_smaller(c->ent_lcp, n);
+  groups_build(&c->grp, v, c->ent_tok, c->ent_j, c->ent_lcp, n);
 }
 
 const gsx *gcache_sorted(const gvocab *v, gcache *c) {
@@ -783,7 +808,7 @@ gcache *grammar_state_compute(di_grammar *g, int32_t state, bool shortcuts) {
   c->ent_j = ent.lcp;
   c->n_ent = (uint32_t)ent.n;
   ent_index(v, c);
-  g->cache_bytes += unc.n * 6 + ent.n * 22 + sizeof *c;
+  g->cache_bytes += unc.n * 6 + ent.n * 22 + c->grp.n * 6 + sizeof *c;
   return c;
 }
 

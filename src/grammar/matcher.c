@@ -195,26 +195,15 @@ static void walk_uncertain(di_gmatcher *m, const gcache *c, int32_t x, uint32_t 
   }
 }
 
-/* Uncertain tokens of one cache against the real stack x by their entries:
- * a token is accepted iff, for one of its entries (token, j), the caller's
- * stack below x reads the token's bytes from j (the rule of x's state
- * returned after j bytes; its walk inside the rule ended before the token
- * did, or the token would be decided already). Rests are walked in sorted
- * order, sharing prefixes, so the bytes before the rule's end (a string's
- * characters up to its closing quote) are never walked again. */
-static void walk_rests(di_gmatcher *m, gcache *c, int32_t x, uint32_t *mask) {
+/* Entries k .. end of one order (from a group's start) against the stacks
+ * m->walk[0]: each entry's rest is stepped from the longest prefix it
+ * shares with the previous one that was walked. */
+static void walk_entries(di_gmatcher *m, const int32_t *tok, const uint16_t *jj, const uint16_t *lcp,
+                         const uint32_t *nx, uint32_t k, uint32_t end, uint32_t *mask) {
   const gvocab *v = m->g->v;
-  int32_t P = m->pool.parent[x];
-  if (P <= 0) return; /* x's rule is the root's: nothing may follow its end */
-  const gsx *sx = gcache_sorted(v, c);
-  const int32_t *tok = sx ? sx->tok : c->ent_tok;
-  const uint16_t *jj = sx ? sx->j : c->ent_j, *lcp = sx ? sx->lcp : c->ent_lcp;
-  const uint32_t *nx = sx ? sx->nx : c->ent_nx;
   gset *w = m->walk;
-  bool pop0;
-  gp_close(&m->pool, &m->g->a, P, &w[0], &pop0);
-  uint32_t valid = 0, n = c->n_ent;
-  for (uint32_t k = 0; k < n;) {
+  uint32_t valid = 0;
+  while (k < end) {
     int32_t t = tok[k];
     const uint8_t *b = v->tb[t] + jj[k];
     uint32_t L = v->tlen[t] - jj[k];
@@ -232,8 +221,44 @@ static void walk_rests(di_gmatcher *m, gcache *c, int32_t x, uint32_t *mask) {
     /* no stack reads this rest's first `valid` bytes: every following rest
      * that shares them is refused too */
     if (valid > 0 && !w[valid].n && !m->wpop[valid])
-      while (k < n && lcp[k] >= valid) k = nx[k];
+      while (k < end && lcp[k] >= valid) k = nx[k];
   }
+}
+
+/* Uncertain tokens of one cache against the real stack x by their entries:
+ * a token is accepted iff, for one of its entries (token, j), the caller's
+ * stack below x reads the token's bytes from j (the rule of x's state
+ * returned after j bytes; its walk inside the rule ended before the token
+ * did, or the token would be decided already). Rests are walked in sorted
+ * order, sharing prefixes, so the bytes before the rule's end (a string's
+ * characters up to its closing quote) are never walked again; a group of
+ * rests whose first byte no stack reads is refused unread. */
+static void walk_rests(di_gmatcher *m, gcache *c, int32_t x, uint32_t *mask) {
+  const ga *a = &m->g->a;
+  int32_t P = m->pool.parent[x];
+  if (P <= 0) return; /* x's rule is the root's: nothing may follow its end */
+  const gsx *sx = gcache_sorted(m->g->v, c);
+  const int32_t *tok = sx ? sx->tok : c->ent_tok;
+  const uint16_t *jj = sx ? sx->j : c->ent_j, *lcp = sx ? sx->lcp : c->ent_lcp;
+  const uint32_t *nx = sx ? sx->nx : c->ent_nx;
+  const ggroups *gr = sx ? &sx->grp : &c->grp;
+  gset *w = m->walk;
+  bool pop0;
+  gp_close(&m->pool, a, P, &w[0], &pop0);
+  /* the first bytes the stacks read (bit 256: an empty rest, walked as it is) */
+  uint64_t rd[5] = {0, 0, 0, 0, 1};
+  for (size_t i = 0; i < w[0].n; i++) {
+    const ga_state *S = &a->st[m->pool.state[w[0].v[i]]];
+    for (uint32_t r = S->r_off; r < S->r_off + S->r_n; r++) {
+      unsigned lo = a->ranges[r].lo, hi = a->ranges[r].hi;
+      for (unsigned q = lo >> 6; q <= hi >> 6; q++) { /* bits lo..hi of word q */
+        unsigned f = q == lo >> 6 ? lo & 63 : 0, l = q == hi >> 6 ? hi & 63 : 63;
+        rd[q] |= (~0ull >> (63 - l)) & (~0ull << f);
+      }
+    }
+  }
+  for (uint32_t i = 0; i < gr->n; i++)
+    if (rd[gr->b[i] >> 6] >> (gr->b[i] & 63) & 1) walk_entries(m, tok, jj, lcp, nx, gr->k[i], gr->k[i + 1], mask);
 }
 
 /* The key of the current configuration: every stack's states, top to bottom,
