@@ -36,30 +36,34 @@ void gcache_free(gcache *c) {
   free(c);
 }
 
+/* Tokens with a 16-bit value each (a depth, or an entry's byte count j);
+ * kl: for entries, the bytes of rest shared with the previous entry's where
+ * the walk knows it from the vocabulary's order (KL_UNKNOWN otherwise), so
+ * ent_index loads no token's bytes for them. */
 typedef struct tokbuf {
   int32_t *v;
-  uint16_t *lcp;
+  uint16_t *lcp, *kl;
   size_t n, cap;
 } tokbuf;
+enum { KL_UNKNOWN = 0xFFFF };
 
 static void tb_reserve(tokbuf *b, size_t n) {
   if (n <= b->cap) return;
   while (b->cap < n) b->cap = b->cap ? b->cap * 2 : 64;
   b->v = realloc(b->v, b->cap * sizeof *b->v);
   b->lcp = realloc(b->lcp, b->cap * sizeof *b->lcp);
-  if (!b->v || !b->lcp) abort();
+  b->kl = realloc(b->kl, b->cap * sizeof *b->kl);
+  if (!b->v || !b->lcp || !b->kl) abort();
 }
 
-static void tb_push(tokbuf *b, int32_t t, uint16_t lcp) {
-  if (b->n == b->cap) {
-    b->cap = b->cap ? b->cap * 2 : 64;
-    b->v = realloc(b->v, b->cap * sizeof *b->v);
-    b->lcp = realloc(b->lcp, b->cap * sizeof *b->lcp);
-    if (!b->v || !b->lcp) abort();
-  }
+static void tb_push_kl(tokbuf *b, int32_t t, uint16_t lcp, uint16_t kl) {
+  if (b->n == b->cap) tb_reserve(b, b->n + 1);
   b->v[b->n] = t;
+  b->kl[b->n] = kl;
   b->lcp[b->n++] = lcp;
 }
+
+static void tb_push(tokbuf *b, int32_t t, uint16_t lcp) { tb_push_kl(b, t, lcp, KL_UNKNOWN); }
 
 /* Uncertain tokens are recorded with the depth of the trie node where the
  * previous uncertain token and this one part; a walk in trie order makes that
@@ -179,29 +183,35 @@ uint32_t *gcache_next_smaller(const uint16_t *lcp, uint32_t n) {
   return nx;
 }
 
-/* Trie order's shared rest prefixes, their skips, and how many groups of
- * entries share no first byte (what a walk in this order steps at depth 0). */
-static void ent_index(const gvocab *v, gcache *c) {
+/* Trie order's shared rest prefixes (kl: those known already, taken as the
+ * array), their skips, and how many groups of entries share no first byte
+ * (what a walk in this order steps at depth 0). */
+static void ent_index(const gvocab *v, gcache *c, uint16_t *kl) {
   uint32_t n = c->n_ent;
-  if (!n) return;
-  if (!(c->ent_lcp = malloc(sizeof *c->ent_lcp * n))) abort();
-  const uint8_t *prev = NULL;
-  uint32_t prev_n = 0;
+  if (!n) {
+    free(kl);
+    return;
+  }
+  c->ent_lcp = kl;
   for (uint32_t k = 0; k < n; k++) {
-    int32_t t = c->ent_tok[k];
-    uint32_t j = c->ent_j[k], p = v->pos[t];
-    const uint8_t *b = v->tb[t] + j;
-    uint32_t L = v->tlen[t] - j, m = L < prev_n ? L : prev_n, l = 0;
-    /* the next token in byte order, leaving at the same byte (a subtree's
-     * entries): the rests share what the tokens share past j */
-    if (k && j == c->ent_j[k - 1] && p == v->pos[c->ent_tok[k - 1]] + 1 && v->sorted_lcp[p] >= j)
-      l = v->sorted_lcp[p] - j;
-    else
-      while (l < m && b[l] == prev[l]) l++;
-    c->ent_lcp[k] = (uint16_t)l;
+    uint32_t l = 0;
+    if (k && kl[k] != KL_UNKNOWN) {
+      l = kl[k];
+    } else if (k) {
+      int32_t t = c->ent_tok[k], tp = c->ent_tok[k - 1];
+      uint32_t j = c->ent_j[k], p = v->pos[t];
+      /* the next token in byte order, leaving at the same byte: the rests
+       * share what the tokens share past j */
+      if (j == c->ent_j[k - 1] && p == v->pos[tp] + 1 && v->sorted_lcp[p] >= j) {
+        l = v->sorted_lcp[p] - j;
+      } else {
+        const uint8_t *b = v->tb[t] + j, *pb = v->tb[tp] + c->ent_j[k - 1];
+        uint32_t L = v->tlen[t] - j, pL = v->tlen[tp] - c->ent_j[k - 1], m = L < pL ? L : pL;
+        while (l < m && b[l] == pb[l]) l++;
+      }
+    }
+    kl[k] = (uint16_t)l;
     c->n_ent_groups += l == 0;
-    prev = b;
-    prev_n = L;
   }
   c->ent_nx = gcache_next_smaller(c->ent_lcp, n);
   groups_build(&c->grp, v, c->ent_tok, c->ent_j, c->ent_lcp, n);
@@ -667,7 +677,8 @@ gcache *grammar_state_compute(di_grammar *g, int32_t state, bool shortcuts) {
           }
           /* the paths down to here read plain states only (no rule left), so the entries are G's */
           while (re < rc->n_ent && v->pos[rc->ent_tok[re]] < lo) re++;
-          for (; re < rc->n_ent && v->pos[rc->ent_tok[re]] < hi; re++) tb_push(&ent, rc->ent_tok[re], rc->ent_j[re]);
+          for (uint32_t r0 = re; re < rc->n_ent && v->pos[rc->ent_tok[re]] < hi; re++)
+            tb_push_kl(&ent, rc->ent_tok[re], rc->ent_j[re], re > r0 ? rc->ent_lcp[re] : KL_UNKNOWN);
           i = v->end[i];
           continue;
         }
@@ -741,9 +752,12 @@ gcache *grammar_state_compute(di_grammar *g, int32_t state, bool shortcuts) {
       uint32_t lo = v->tok_cum[i + 1], hi = v->tok_cum[v->end[i]];
       if (nj <= 64) {
         tb_reserve(&ent, ent.n + (size_t)(hi - lo) * nj);
+        /* tokens of one subtree share its first d >= j bytes: with one j,
+         * consecutive rests share the tokens' common prefix less j */
         for (uint32_t k = lo; k < hi; k++)
           for (uint32_t q = 0; q < nj; q++) {
             ent.v[ent.n] = v->sorted[k];
+            ent.kl[ent.n] = nj == 1 && k > lo ? (uint16_t)(v->sorted_lcp[k] - js[0]) : KL_UNKNOWN;
             ent.lcp[ent.n++] = js[q];
           }
       } else {
@@ -807,7 +821,8 @@ gcache *grammar_state_compute(di_grammar *g, int32_t state, bool shortcuts) {
   c->ent_tok = ent.v;
   c->ent_j = ent.lcp;
   c->n_ent = (uint32_t)ent.n;
-  ent_index(v, c);
+  free(unc.kl);
+  ent_index(v, c, ent.kl);
   g->cache_bytes += unc.n * 6 + ent.n * 22 + c->grp.n * 6 + sizeof *c;
   return c;
 }
