@@ -171,15 +171,16 @@ static gsx *sx_order(const gvocab *v, const gcache *c) {
 }
 
 uint32_t *gcache_next_smaller(const uint16_t *lcp, uint32_t n) {
-  uint32_t *nx = malloc(sizeof *nx * (n ? n : 1)), *stk = malloc(sizeof *stk * (n ? n : 1));
-  if (!nx || !stk) abort();
-  uint32_t top = 0;
+  uint32_t *nx = malloc(sizeof *nx * (n ? n : 1));
+  if (!nx) abort();
+  /* from the right: the candidates after k are k + 1, then each one's own
+   * next smaller (those in between are not smaller than it), so each entry is
+   * passed over at most once in all */
   for (uint32_t k = n; k-- > 0;) {
-    while (top && lcp[stk[top - 1]] >= lcp[k]) top--;
-    nx[k] = top ? stk[top - 1] : n;
-    stk[top++] = k;
+    uint32_t i = k + 1;
+    while (i < n && lcp[i] >= lcp[k]) i = nx[i];
+    nx[k] = i;
   }
-  free(stk);
   return nx;
 }
 
