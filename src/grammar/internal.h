@@ -61,7 +61,18 @@ typedef struct ggroups {
   uint32_t *k;
   uint16_t *b;
   uint32_t n;
+  /* per group, atomic: its skips (the order's nx) are NX_NONE, NX_BUILDING or
+   * NX_READY; NULL: all ready. Trie order builds a group's skips when a mask
+   * first walks it: most groups are never walked, and a free-whitespace
+   * state's ~33K entries cost as much to index as to list. */
+  uint8_t *nx_ready;
 } ggroups;
+enum { NX_NONE, NX_BUILDING, NX_READY };
+
+/* The skips of order nx (lcp: its rest lcps) within group i of gr, built now
+ * if no thread has; NULL while another thread builds them (the caller steps
+ * entry by entry: the skips only save steps). */
+const uint32_t *ggroups_nx(const ggroups *gr, uint32_t i, const uint16_t *lcp, uint32_t *nx);
 
 typedef struct gcache {
   uint32_t *acc_bits;  /* dense accepted set, or NULL */
@@ -79,7 +90,7 @@ typedef struct gcache {
   int32_t *ent_tok;
   uint16_t *ent_j;
   uint16_t *ent_lcp; /* bytes of rest shared with the previous entry's */
-  uint32_t *ent_nx;  /* gcache_next_smaller of ent_lcp */
+  uint32_t *ent_nx;  /* next smaller of ent_lcp within each group (grp.nx_ready) */
   uint32_t n_ent;
   uint32_t n_ent_groups; /* entries whose rest shares no byte with the previous one's */
   ggroups grp;           /* trie order's groups */
@@ -102,6 +113,8 @@ typedef struct gsx {
  * stack reading the first d bytes of entry k's rest skips every following
  * entry that shares them: from i = k + 1, while lcp[i] >= d, i = nx[i]. */
 uint32_t *gcache_next_smaller(const uint16_t *lcp, uint32_t n);
+/* The same for k in [lo, hi) into nx, with hi in place of n. */
+void gcache_next_smaller_range(const uint16_t *lcp, uint32_t *nx, uint32_t lo, uint32_t hi);
 
 /* The sorted entries of c (NULL: not built yet; the caller walks trie order). */
 const gsx *gcache_sorted(const gvocab *v, gcache *c);

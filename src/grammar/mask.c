@@ -11,6 +11,7 @@
 static void groups_free(ggroups *gr) {
   free(gr->k);
   free(gr->b);
+  free(gr->nx_ready);
 }
 
 void gcache_free(gcache *c) {
@@ -170,17 +171,35 @@ static gsx *sx_order(const gvocab *v, const gcache *c) {
   return x;
 }
 
-uint32_t *gcache_next_smaller(const uint16_t *lcp, uint32_t n) {
-  uint32_t *nx = malloc(sizeof *nx * (n ? n : 1));
-  if (!nx) abort();
+void gcache_next_smaller_range(const uint16_t *lcp, uint32_t *nx, uint32_t lo, uint32_t hi) {
   /* from the right: the candidates after k are k + 1, then each one's own
    * next smaller (those in between are not smaller than it), so each entry is
    * passed over at most once in all */
-  for (uint32_t k = n; k-- > 0;) {
+  for (uint32_t k = hi; k-- > lo;) {
     uint32_t i = k + 1;
-    while (i < n && lcp[i] >= lcp[k]) i = nx[i];
+    while (i < hi && lcp[i] >= lcp[k]) i = nx[i];
     nx[k] = i;
   }
+}
+
+uint32_t *gcache_next_smaller(const uint16_t *lcp, uint32_t n) {
+  uint32_t *nx = malloc(sizeof *nx * (n ? n : 1));
+  if (!nx) abort();
+  gcache_next_smaller_range(lcp, nx, 0, n);
+  return nx;
+}
+
+const uint32_t *ggroups_nx(const ggroups *gr, uint32_t i, const uint16_t *lcp, uint32_t *nx) {
+  if (!gr->nx_ready) return nx;
+  uint8_t st = __atomic_load_n(&gr->nx_ready[i], __ATOMIC_ACQUIRE);
+  if (st == NX_READY) return nx;
+  if (st == NX_BUILDING ||
+      !__atomic_compare_exchange_n(&gr->nx_ready[i], &st, NX_BUILDING, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+    return NULL;
+  /* a group's entries after its first share at least one byte: their next
+   * smaller is inside it or its end */
+  gcache_next_smaller_range(lcp, nx, gr->k[i], gr->k[i + 1]);
+  __atomic_store_n(&gr->nx_ready[i], NX_READY, __ATOMIC_RELEASE);
   return nx;
 }
 
@@ -214,8 +233,8 @@ static void ent_index(const gvocab *v, gcache *c, uint16_t *kl) {
     kl[k] = (uint16_t)l;
     c->n_ent_groups += l == 0;
   }
-  c->ent_nx = gcache_next_smaller(c->ent_lcp, n);
   groups_build(&c->grp, v, c->ent_tok, c->ent_j, c->ent_lcp, n);
+  if (!(c->ent_nx = malloc(sizeof *c->ent_nx * n)) || !(c->grp.nx_ready = calloc(c->grp.n, 1))) abort();
 }
 
 const gsx *gcache_sorted(const gvocab *v, gcache *c) {

@@ -197,7 +197,8 @@ static void walk_uncertain(di_gmatcher *m, const gcache *c, int32_t x, uint32_t 
 
 /* Entries k .. end of one order (from a group's start) against the stacks
  * m->walk[0]: each entry's rest is stepped from the longest prefix it
- * shares with the previous one that was walked. */
+ * shares with the previous one that was walked. nx: the order's skips, or
+ * NULL (refused entries are then passed one by one). */
 static void walk_entries(di_gmatcher *m, const int32_t *tok, const uint16_t *jj, const uint16_t *lcp,
                          const uint32_t *nx, uint32_t k, uint32_t end, uint32_t *mask) {
   const gvocab *v = m->g->v;
@@ -221,7 +222,7 @@ static void walk_entries(di_gmatcher *m, const int32_t *tok, const uint16_t *jj,
     /* no stack reads this rest's first `valid` bytes: every following rest
      * that shares them is refused too */
     if (valid > 0 && !w[valid].n && !m->wpop[valid])
-      while (k < end && lcp[k] >= valid) k = nx[k];
+      while (k < end && lcp[k] >= valid) k = nx ? nx[k] : k + 1;
   }
 }
 
@@ -240,7 +241,7 @@ static void walk_rests(di_gmatcher *m, gcache *c, int32_t x, uint32_t *mask) {
   const gsx *sx = gcache_sorted(m->g->v, c);
   const int32_t *tok = sx ? sx->tok : c->ent_tok;
   const uint16_t *jj = sx ? sx->j : c->ent_j, *lcp = sx ? sx->lcp : c->ent_lcp;
-  const uint32_t *nx = sx ? sx->nx : c->ent_nx;
+  uint32_t *nx = sx ? sx->nx : c->ent_nx;
   const ggroups *gr = sx ? &sx->grp : &c->grp;
   gset *w = m->walk;
   bool pop0;
@@ -258,7 +259,8 @@ static void walk_rests(di_gmatcher *m, gcache *c, int32_t x, uint32_t *mask) {
     }
   }
   for (uint32_t i = 0; i < gr->n; i++)
-    if (rd[gr->b[i] >> 6] >> (gr->b[i] & 63) & 1) walk_entries(m, tok, jj, lcp, nx, gr->k[i], gr->k[i + 1], mask);
+    if (rd[gr->b[i] >> 6] >> (gr->b[i] & 63) & 1)
+      walk_entries(m, tok, jj, lcp, ggroups_nx(gr, i, lcp, nx), gr->k[i], gr->k[i + 1], mask);
 }
 
 /* The key of the current configuration: every stack's states, top to bottom,

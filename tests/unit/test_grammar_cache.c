@@ -44,6 +44,20 @@ static uint32_t rnd(void) {
   return (uint32_t)(rng >> 11);
 }
 
+/* From here the masks of g walk every group of rests whose skips no mask has
+ * built yet entry by entry, as when another thread builds them: the groups
+ * are marked as being built, and memoised masks forgotten. */
+static void skips_elsewhere(di_grammar *g) {
+  for (uint32_t s = 0; s < g->a.n_st; s++) {
+    gcache *c = g->cache[s];
+    if (!c || !c->grp.nx_ready) continue;
+    for (uint32_t i = 0; i < c->grp.n; i++)
+      if (c->grp.nx_ready[i] == NX_NONE) c->grp.nx_ready[i] = NX_BUILDING;
+  }
+  if (g->memo)
+    for (int i = 0; i < MEMO_SLOTS; i++) g->memo[i].k0 = g->memo[i].k1 = 0;
+}
+
 /* min_ref / min_brun: how many trie subtrees the grammar's states must have
  * copied from a reference state / decided by an ASCII class run (so the
  * shortcut under test is really taken). */
@@ -76,6 +90,7 @@ static void check_grammar_run(di_grammar_kind kind, const char *src, int walks, 
   int32_t *allowed = malloc(sizeof *allowed * (size_t)V);
   int diff = 0;
   for (int w = 0; w < walks; w++) {
+    if (w == walks / 2) skips_elsewhere(g);
     di_gmatcher *m = NULL;
     di_gmatcher_new(g, &m, &st);
     for (int k = 0; k < steps; k++) {
