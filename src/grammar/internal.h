@@ -17,6 +17,7 @@ typedef struct gvocab {
   uint64_t tok_serial; /* the tokenizer it was built from (di_tokenizer_serial) */
   int32_t n_vocab;
   uint32_t n_nodes;
+  uint32_t root[256]; /* per byte: the root's child that reads it, or UINT32_MAX */
   uint8_t *byte;    /* per node: the byte that enters it */
   uint16_t *depth;  /* per node: 1 = child of the root */
   uint32_t *end;    /* per node: index just past its subtree */

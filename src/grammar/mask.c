@@ -656,8 +656,22 @@ gcache *grammar_state_compute(di_grammar *g, int32_t state, bool shortcuts) {
     for (uint32_t q = 0; q < top; q++) xs[q + 1] = ga_step(a, xs[q], cb);
     g->brun_subtrees++;
   }
-  for (uint32_t sg = 0, n_seg = rb ? rb->n_exit : 1; sg < n_seg; sg++) {
+  /* Otherwise, where nothing is decided before the first byte (no reference
+   * state's decisions, no string-chain bitmap), only the root's children
+   * that the state has an edge for are walked: the others' subtrees are
+   * refused, and visiting them cost a cold load per array per child. */
+  uint32_t roots[256], n_roots = 0;
+  bool by_root = shortcuts && !rc && !rb && !pp[0];
+  if (by_root)
+    for (uint32_t r = a->st[state].r_off; r < a->st[state].r_off + a->st[state].r_n; r++)
+      for (unsigned b = a->ranges[r].lo; b <= a->ranges[r].hi; b++)
+        if (v->root[b] != UINT32_MAX) roots[n_roots++] = v->root[b];
+  for (uint32_t sg = 0, n_seg = rb ? rb->n_exit : by_root ? n_roots : 1; sg < n_seg; sg++) {
   uint32_t i = 0, i_end = v->n_nodes;
+  if (by_root) {
+    i = roots[sg];
+    i_end = v->end[i];
+  }
   if (rb) {
     i = rb->exit[sg];
     i_end = v->end[i];

@@ -164,6 +164,8 @@ static gvocab *build(const di_tokenizer *tok, di_status *st) {
   while (plen) v->end[path[--plen]] = nn;
   free(path);
   v->n_nodes = nn;
+  memset(v->root, 0xff, sizeof v->root);
+  for (uint32_t i = 0; i < nn; i = v->end[i]) v->root[v->byte[i]] = i;
   /* Prefix counts for whole-subtree shortcuts in mask.c: tokens (nodes are in
    * token order) and "rare" nodes: a byte that is not ASCII 0x20-0x7F (but
    * '"', '\\') nor part of valid UTF-8 read from the token's start. A
