@@ -667,139 +667,141 @@ gcache *grammar_state_compute(di_grammar *g, int32_t state, bool shortcuts) {
       for (unsigned b = a->ranges[r].lo; b <= a->ranges[r].hi; b++)
         if (v->root[b] != UINT32_MAX) roots[n_roots++] = v->root[b];
   for (uint32_t sg = 0, n_seg = rb ? rb->n_exit : by_root ? n_roots : 1; sg < n_seg; sg++) {
-  uint32_t i = 0, i_end = v->n_nodes;
-  if (by_root) {
-    i = roots[sg];
-    i_end = v->end[i];
-  }
-  if (rb) {
-    i = rb->exit[sg];
-    i_end = v->end[i];
-    uint32_t p0 = v->depth[i] - 1u; /* the class bytes before the exit */
-    if (p0 > kr) continue; /* the run ended before: refused */
-    simple[p0] = xs[p0];
-    sets[p0].n = 0;
-    esc[p0] = pp[p0] = false;
-    for (uint32_t q = 1; q <= p0; q++) pd[q] = false;
-  }
-  while (i < i_end) {
-    uint32_t d = v->depth[i];
-    if (d - 1 < ur.min_depth) ur.min_depth = d - 1;
-    pp[d] = pp[d - 1] && v->rare_cum[i + 1] == v->rare_cum[i];
-    if (pp[d] && v->spec_cum[v->end[i]] == v->spec_cum[i + 1]) {
-      i = v->end[i];
-      continue;
+    uint32_t i = 0, i_end = v->n_nodes;
+    if (by_root) {
+      i = roots[sg];
+      i_end = v->end[i];
     }
-    bool popped = false;
-    /* Fast path: while the walk is one plain state of a regular stretch
-     * (no calls, not final) there is no stack to build. */
-    simple[d] = -1;
-    sets[d].n = 0;
-    if (simple[d - 1] >= 0) {
-      int32_t t = ga_step(a, simple[d - 1], v->byte[i]);
-      if (rc) {
-        int32_t gt = gst[d - 1] >= 0 ? ga_step(a, gst[d - 1], v->byte[i]) : -1;
-        gst[d] = plain_state(a, gt) ? gt : -1;
-        if (gst[d] >= 0 && plain_state(a, t) && same_edges(a, t, gst[d])) { /* the walks meet: G's decisions below */
-          g->ref_copies++;
-          uint32_t lo = v->tok_cum[i], hi = v->tok_cum[v->end[i]];
-          while (ru < rc->n_unc && v->pos[rc->unc[ru]] < lo) ru++;
-          if (ru < rc->n_unc && v->pos[rc->unc[ru]] < hi) {
-            tb_push(&unc, rc->unc[ru], (uint16_t)(unc.n ? ur.min_depth : 0));
-            for (ru++; ru < rc->n_unc && v->pos[rc->unc[ru]] < hi; ru++) tb_push(&unc, rc->unc[ru], rc->unc_lcp[ru]);
-            ur.min_depth = 0xFFFF;
-          }
-          /* the paths down to here read plain states only (no rule left), so the entries are G's */
-          while (re < rc->n_ent && v->pos[rc->ent_tok[re]] < lo) re++;
-          for (uint32_t r0 = re; re < rc->n_ent && v->pos[rc->ent_tok[re]] < hi; re++)
-            tb_push_kl(&ent, rc->ent_tok[re], rc->ent_j[re], re > r0 ? rc->ent_lcp[re] : KL_UNKNOWN);
-          i = v->end[i];
-          continue;
-        }
+    if (rb) {
+      i = rb->exit[sg];
+      i_end = v->end[i];
+      uint32_t p0 = v->depth[i] - 1u; /* the class bytes before the exit */
+      if (p0 > kr) continue; /* the run ended before: refused */
+      simple[p0] = xs[p0];
+      sets[p0].n = 0;
+      esc[p0] = pp[p0] = false;
+      for (uint32_t q = 1; q <= p0; q++) pd[q] = false;
+    }
+    while (i < i_end) {
+      uint32_t d = v->depth[i];
+      if (d - 1 < ur.min_depth) ur.min_depth = d - 1;
+      pp[d] = pp[d - 1] && v->rare_cum[i + 1] == v->rare_cum[i];
+      if (pp[d] && v->spec_cum[v->end[i]] == v->spec_cum[i + 1]) {
+        i = v->end[i];
+        continue;
       }
-      if (t >= 0 && !a->st[t].c_n && !a->st[t].final) {
-        simple[d] = t;
-        /* a subtree of whole or partial string characters, below a node
-         * that ends one, from a state at the head of a string-character
-         * chain of K: its tokens of at most K more characters are accepted,
-         * the others refused, without a walk */
-        int K;
-        if (shortcuts && v->u8[i] == U8_BOUNDARY && v->end[i] > i + 1 &&
-            v->rare_cum[v->end[i]] == v->rare_cum[i + 1] && (K = chain_memo(g, t)) >= 0) {
-          uint32_t base = v->ccn[i];
-          if (K == CHAIN_INF || v->mcc[i] <= base + (uint32_t)K) { /* all accepted: nothing to clear first */
-            for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++) ACCEPT(v->sorted[k]);
-          } else {
+      bool popped = false;
+      /* Fast path: while the walk is one plain state of a regular stretch
+       * (no calls, not final) there is no stack to build. */
+      simple[d] = -1;
+      sets[d].n = 0;
+      if (simple[d - 1] >= 0) {
+        int32_t t = ga_step(a, simple[d - 1], v->byte[i]);
+        if (rc) {
+          int32_t gt = gst[d - 1] >= 0 ? ga_step(a, gst[d - 1], v->byte[i]) : -1;
+          gst[d] = plain_state(a, gt) ? gt : -1;
+          /* the walks meet: G's decisions below */
+          if (gst[d] >= 0 && plain_state(a, t) && same_edges(a, t, gst[d])) {
+            g->ref_copies++;
+            uint32_t lo = v->tok_cum[i], hi = v->tok_cum[v->end[i]];
+            while (ru < rc->n_unc && v->pos[rc->unc[ru]] < lo) ru++;
+            if (ru < rc->n_unc && v->pos[rc->unc[ru]] < hi) {
+              tb_push(&unc, rc->unc[ru], (uint16_t)(unc.n ? ur.min_depth : 0));
+              for (ru++; ru < rc->n_unc && v->pos[rc->unc[ru]] < hi; ru++)
+                tb_push(&unc, rc->unc[ru], rc->unc_lcp[ru]);
+              ur.min_depth = 0xFFFF;
+            }
+            /* the paths down to here read plain states only (no rule left), so the entries are G's */
+            while (re < rc->n_ent && v->pos[rc->ent_tok[re]] < lo) re++;
+            for (uint32_t r0 = re; re < rc->n_ent && v->pos[rc->ent_tok[re]] < hi; re++)
+              tb_push_kl(&ent, rc->ent_tok[re], rc->ent_j[re], re > r0 ? rc->ent_lcp[re] : KL_UNKNOWN);
+            i = v->end[i];
+            continue;
+          }
+        }
+        if (t >= 0 && !a->st[t].c_n && !a->st[t].final) {
+          simple[d] = t;
+          /* a subtree of whole or partial string characters, below a node
+           * that ends one, from a state at the head of a string-character
+           * chain of K: its tokens of at most K more characters are accepted,
+           * the others refused, without a walk */
+          int K;
+          if (shortcuts && v->u8[i] == U8_BOUNDARY && v->end[i] > i + 1 &&
+              v->rare_cum[v->end[i]] == v->rare_cum[i + 1] && (K = chain_memo(g, t)) >= 0) {
+            uint32_t base = v->ccn[i];
+            if (K == CHAIN_INF || v->mcc[i] <= base + (uint32_t)K) { /* all accepted: nothing to clear first */
+              for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++) ACCEPT(v->sorted[k]);
+            } else {
+              CLEAR_RANGE(v->tok_cum[i], v->tok_cum[v->end[i]]);
+              for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++)
+                if (v->cct[k] <= base + (uint32_t)K) ACCEPT(v->sorted[k]);
+            }
+            i = v->end[i];
+            continue;
+          }
+          /* a subtree that reads only bytes of t's class run below this node */
+          const brun_cls *bc;
+          if (shortcuts && v->end[i] > i + 1 && (bc = brun_memo(g, t, &K)) &&
+              bc->out_cum[v->end[i]] == bc->out_cum[i + 1]) {
+            uint32_t base = v->depth[i];
+            g->brun_subtrees++;
             CLEAR_RANGE(v->tok_cum[i], v->tok_cum[v->end[i]]);
             for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++)
-              if (v->cct[k] <= base + (uint32_t)K) ACCEPT(v->sorted[k]);
+              if (K == CHAIN_INF || v->tlen[v->sorted[k]] <= base + (uint32_t)K) ACCEPT(v->sorted[k]);
+            i = v->end[i];
+            continue;
           }
-          i = v->end[i];
-          continue;
+        } else if (t >= 0) {
+          one.n = 0;
+          gset_push(&one, gp_intern(p, simple[d - 1], 0));
+          gp_step(p, a, &one, v->byte[i], &sets[d], &popped);
         }
-        /* a subtree that reads only bytes of t's class run below this node */
-        const brun_cls *bc;
-        if (shortcuts && v->end[i] > i + 1 && (bc = brun_memo(g, t, &K)) &&
-            bc->out_cum[v->end[i]] == bc->out_cum[i + 1]) {
-          uint32_t base = v->depth[i];
-          g->brun_subtrees++;
-          CLEAR_RANGE(v->tok_cum[i], v->tok_cum[v->end[i]]);
-          for (uint32_t k = v->tok_cum[i]; k < v->tok_cum[v->end[i]]; k++)
-            if (K == CHAIN_INF || v->tlen[v->sorted[k]] <= base + (uint32_t)K) ACCEPT(v->sorted[k]);
-          i = v->end[i];
-          continue;
-        }
-      } else if (t >= 0) {
-        one.n = 0;
-        gset_push(&one, gp_intern(p, simple[d - 1], 0));
-        gp_step(p, a, &one, v->byte[i], &sets[d], &popped);
-      }
-    } else {
-      gp_step(p, a, &sets[d - 1], v->byte[i], &sets[d], &popped);
-    }
-    esc[d] = esc[d - 1] || popped;
-    pd[d] = popped;
-    bool alive = simple[d] >= 0 || sets[d].n > 0;
-    CLEAR_RANGE(v->t_off[i], v->t_off[i] + v->t_n[i]);
-    for (uint32_t k = 0; k < v->t_n[i]; k++) {
-      int32_t t = v->sorted[v->t_off[i] + k];
-      if (alive || popped) ACCEPT(t);
-      else if (esc[d - 1]) unc_add(&ur, t, d, d - 1);
-    }
-    if (alive) {
-      i++;
-      continue;
-    }
-    CLEAR_RANGE(v->tok_cum[i + 1], v->tok_cum[v->end[i]]);
-    if (esc[d] && ur.b) { /* the subtree reads past the rule's end: all uncertain */
-      for (uint32_t j = i + 1; j < v->end[i]; j++) {
-        uint32_t dj = v->depth[j];
-        if (dj - 1 < ur.min_depth) ur.min_depth = dj - 1;
-        for (uint32_t k = 0; k < v->t_n[j]; k++) unc_add(&ur, v->sorted[v->t_off[j] + k], dj, d);
-      }
-    } else if (esc[d]) { /* the same entries, token by token (a whitespace state's: tens of thousands) */
-      uint16_t js[64];
-      uint32_t nj = 0;
-      for (uint32_t j = 1; j <= d && nj < 64; j++)
-        if (pd[j]) js[nj++] = (uint16_t)j;
-      for (uint32_t j = 65; j <= d; j++) nj += pd[j]; /* more than 64: the general loop below */
-      uint32_t lo = v->tok_cum[i + 1], hi = v->tok_cum[v->end[i]];
-      if (nj <= 64) {
-        tb_reserve(&ent, ent.n + (size_t)(hi - lo) * nj);
-        /* tokens of one subtree share its first d >= j bytes: with one j,
-         * consecutive rests share the tokens' common prefix less j */
-        for (uint32_t k = lo; k < hi; k++)
-          for (uint32_t q = 0; q < nj; q++) {
-            ent.v[ent.n] = v->sorted[k];
-            ent.kl[ent.n] = nj == 1 && k > lo ? (uint16_t)(v->sorted_lcp[k] - js[0]) : KL_UNKNOWN;
-            ent.lcp[ent.n++] = js[q];
-          }
       } else {
-        for (uint32_t k = lo; k < hi; k++) unc_add(&ur, v->sorted[k], d, d);
+        gp_step(p, a, &sets[d - 1], v->byte[i], &sets[d], &popped);
       }
+      esc[d] = esc[d - 1] || popped;
+      pd[d] = popped;
+      bool alive = simple[d] >= 0 || sets[d].n > 0;
+      CLEAR_RANGE(v->t_off[i], v->t_off[i] + v->t_n[i]);
+      for (uint32_t k = 0; k < v->t_n[i]; k++) {
+        int32_t t = v->sorted[v->t_off[i] + k];
+        if (alive || popped) ACCEPT(t);
+        else if (esc[d - 1]) unc_add(&ur, t, d, d - 1);
+      }
+      if (alive) {
+        i++;
+        continue;
+      }
+      CLEAR_RANGE(v->tok_cum[i + 1], v->tok_cum[v->end[i]]);
+      if (esc[d] && ur.b) { /* the subtree reads past the rule's end: all uncertain */
+        for (uint32_t j = i + 1; j < v->end[i]; j++) {
+          uint32_t dj = v->depth[j];
+          if (dj - 1 < ur.min_depth) ur.min_depth = dj - 1;
+          for (uint32_t k = 0; k < v->t_n[j]; k++) unc_add(&ur, v->sorted[v->t_off[j] + k], dj, d);
+        }
+      } else if (esc[d]) { /* the same entries, token by token (a whitespace state's: tens of thousands) */
+        uint16_t js[64];
+        uint32_t nj = 0;
+        for (uint32_t j = 1; j <= d && nj < 64; j++)
+          if (pd[j]) js[nj++] = (uint16_t)j;
+        for (uint32_t j = 65; j <= d; j++) nj += pd[j]; /* more than 64: the general loop below */
+        uint32_t lo = v->tok_cum[i + 1], hi = v->tok_cum[v->end[i]];
+        if (nj <= 64) {
+          tb_reserve(&ent, ent.n + (size_t)(hi - lo) * nj);
+          /* tokens of one subtree share its first d >= j bytes: with one j,
+           * consecutive rests share the tokens' common prefix less j */
+          for (uint32_t k = lo; k < hi; k++)
+            for (uint32_t q = 0; q < nj; q++) {
+              ent.v[ent.n] = v->sorted[k];
+              ent.kl[ent.n] = nj == 1 && k > lo ? (uint16_t)(v->sorted_lcp[k] - js[0]) : KL_UNKNOWN;
+              ent.lcp[ent.n++] = js[q];
+            }
+        } else {
+          for (uint32_t k = lo; k < hi; k++) unc_add(&ur, v->sorted[k], d, d);
+        }
+      }
+      i = v->end[i];
     }
-    i = v->end[i];
-  }
   }
   free(xs);
   if (pp[0]) {
