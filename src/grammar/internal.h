@@ -47,16 +47,12 @@ typedef struct gvocab {
 const gvocab *gvocab_get(const di_tokenizer *tok, di_status *st);
 enum { U8_BOUNDARY = 0, U8_INVALID = 1 }; /* gvocab.u8 values (others: inside a character) */
 
-/* What a state decides about every token without knowing the stack below:
- * accepted whatever the context, rejected whatever the context, or
- * uncertain (the token finishes the state's rule and reads on into the
- * caller), checked against the real stack at mask time. */
 /* An order of a cache's entries parted where their rests' first bytes part
  * (lcp 0): group i is entries k[i] .. k[i + 1] (k[n] = the entry count), all
  * of first byte b[i] (256: an empty rest). A mask refuses a group whose first
  * byte the caller's stacks cannot read without loading its entries: between
  * two forwards those come from memory, and most groups are refused (a
- * free-whitespace state's rests part into ~200 groups; the caller reads one
+ * free-whitespace state's rests part into ~150 groups; the caller reads one
  * or two of their first bytes). */
 typedef struct ggroups {
   uint32_t *k;
@@ -75,6 +71,10 @@ enum { NX_NONE, NX_BUILDING, NX_READY };
  * entry by entry: the skips only save steps). */
 const uint32_t *ggroups_nx(const ggroups *gr, uint32_t i, const uint16_t *lcp, uint32_t *nx);
 
+/* What a state decides about every token without knowing the stack below:
+ * accepted whatever the context, rejected whatever the context, or
+ * uncertain (the token finishes the state's rule and reads on into the
+ * caller), checked against the real stack at mask time. */
 typedef struct gcache {
   uint32_t *acc_bits;  /* dense accepted set, or NULL */
   int32_t *acc_list;   /* sparse accepted set */
