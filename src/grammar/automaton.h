@@ -72,13 +72,14 @@ di_code ga_expr_dfa(const gx *g, int32_t x, uint32_t max_states, ga *a, di_statu
 /* The target of byte b from state s, or -1. */
 static inline int32_t ga_step(const ga *a, int32_t s, uint8_t b) {
   const ga_state *S = &a->st[s];
-  const ga_range *r = a->ranges + S->r_off;
-  uint32_t lo = 0, hi = S->r_n;
+  /* indexes, not a pointer to the state's first range: an automaton with no
+   * ranges has a NULL array, and NULL + 0 is undefined */
+  uint32_t lo = S->r_off, hi = S->r_off + S->r_n;
   while (lo < hi) {
-    uint32_t mid = (lo + hi) / 2;
-    if (b > r[mid].hi) lo = mid + 1;
-    else if (b < r[mid].lo) hi = mid;
-    else return r[mid].to;
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (b > a->ranges[mid].hi) lo = mid + 1;
+    else if (b < a->ranges[mid].lo) hi = mid;
+    else return a->ranges[mid].to;
   }
   return -1;
 }
