@@ -22,11 +22,13 @@ wall-clock figures are noisy (the load average before each run is printed with i
       (--logits: both engines also dump every prompt position's logits; max / median |difference|
       and the argmax agreement are printed)
 """
+import atexit
 import argparse
 import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -165,6 +167,7 @@ def main():
         if not a.model.exists():
             subprocess.run([sys.executable, str(HERE / "gen_random_gguf_dsv4.py"), "--out", str(a.model)], check=True)
     a.logits_dir = Path(tempfile.mkdtemp(prefix="dsv4_logits_"))
+    atexit.register(shutil.rmtree, a.logits_dir, True)  # logits at 64K depth are GBs
     rows = []
     for depth in [int(x) for x in a.depths.split(",")]:
         row = {"depth": depth}
