@@ -22,8 +22,8 @@ wall-clock figures are noisy (the load average before each run is printed with i
       (--logits: both engines also dump every prompt position's logits; max / median |difference|
       and the argmax agreement are printed)
 """
-import atexit
 import argparse
+import atexit
 import json
 import os
 import random
