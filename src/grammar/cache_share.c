@@ -90,7 +90,7 @@ static bool shareable(di_grammar *g, int32_t s) {
 
 static size_t gcache_bytes(const gcache *c, int32_t n_vocab) {
   return sizeof *c + (c->acc_bits ? ((size_t)n_vocab + 31) / 32 * 4 : (size_t)c->n_acc * 4) + (size_t)c->n_unc * 6 +
-         (size_t)c->n_ent * 22 + (size_t)c->grp.n * 6;
+         (size_t)c->n_ent * 22 + (size_t)c->grp.n * 7; /* a group: start, first byte, skips' state */
 }
 
 static gcache *share_find(const uint64_t key[2]) {

@@ -254,7 +254,7 @@ AI void tile_few_t(di_kv_dtype t, const float *const *q, int nq, const int *qn, 
       UNROLL for (int r = 0; r < 8; r++) kp[r] = k[j0 + r < n ? j0 + r : j0];
       if (i == 0) { /* the next 8 K rows, and the V rows the V pass reads after the scores */
         prefetch8(k, j0 + 8, n, hd * es);
-        prefetch8(v, j0, n, hd * es);
+        if (v[0] != k[0]) prefetch8(v, j0, n, hd * es); /* MLA: V is the K rows */
       }
       __m512 acc[8];
       UNROLL for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
@@ -288,7 +288,7 @@ AI void k_pairs(di_kv_dtype t, const uint8_t *const *k, const uint8_t *const *v,
   for (int j = 0; j < n; j += 2) { /* an odd last row pairs with itself (its twin's lanes are masked) */
     if (j % 8 == 0) { /* the next 8 K rows, and the V rows the V pass reads after the scores */
       prefetch8(k, j + 8, n, hd * (t == DI_KV_DTYPE_F32 ? 4 : 2));
-      prefetch8(v, j, n, hd * (t == DI_KV_DTYPE_F32 ? 4 : 2));
+      if (v[0] != k[0]) prefetch8(v, j, n, hd * (t == DI_KV_DTYPE_F32 ? 4 : 2)); /* MLA: V is the K rows */
     }
     const uint8_t *a = k[j], *b = k[j + 1 < n ? j + 1 : j];
     double *o = kk + (size_t)(j / 2) * hd;

@@ -124,7 +124,9 @@ DEFINE_DRIVER_MT(fl, 4, 8, FL_MT)
 AI void fl_tall(di_dtype t, int MT, const uint8_t *w, size_t wrow, const uint8_t *x, size_t xrow, int64_t nb,
                 int64_t K, float *Y, int64_t ldy, int64_t n0, int64_t n1) {
   const int64_t parts = ((int64_t)MT * nb * 32 + FL_TALL_X - 1) / FL_TALL_X;
-  float *save = parts > 1 ? di_cpu_scratch(DI_SCRATCH_CHAINS, (size_t)(FL_TALL_PANEL + 3) * MT * 2 * 64) : NULL;
+  /* a panel's chains: its whole 4-column tiles and up to 3 single columns, MT x 2 zmm each */
+  const size_t slots = FL_TALL_PANEL / FL_NT_TALL + FL_NT_TALL - 1;
+  float *save = parts > 1 ? di_cpu_scratch(DI_SCRATCH_CHAINS, slots * MT * 2 * 64) : NULL;
   if (!save) {
     fl_cols(t, MT, FL_NT_TALL, w, wrow, x, xrow, nb, K, Y, ldy, n0, n1);
     return;
